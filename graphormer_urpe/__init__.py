@@ -1,0 +1,47 @@
+"""graphormer-urpe: Universal RPE attention and Graphormer on PyTorch Geometric.
+
+The public API::
+
+    from graphormer_urpe import (
+        URPEAttention, urpe_attention,            # the attention core
+        Encoder, EncoderLayer,                    # transformer stacks threading B and C
+        GraphormerFeatures,                       # PyG transform (pre_transform or transform)
+        collate, GraphormerCollator, GraphormerBatch,
+        Graphormer, GraphormerEncoder, GraphormerConfig, PRESETS, get_preset,
+    )
+"""
+
+from .attention import URPEAttention, urpe_attention
+from .encoder import Encoder, EncoderLayer
+from .graph import (
+    PRESETS,
+    Graphormer,
+    GraphormerBatch,
+    GraphormerCollator,
+    GraphormerConfig,
+    GraphormerEncoder,
+    GraphormerFeatures,
+    collate,
+    get_preset,
+    graph_structure,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "Encoder",
+    "EncoderLayer",
+    "Graphormer",
+    "GraphormerBatch",
+    "GraphormerCollator",
+    "GraphormerConfig",
+    "GraphormerEncoder",
+    "GraphormerFeatures",
+    "URPEAttention",
+    "collate",
+    "get_preset",
+    "graph_structure",
+    "urpe_attention",
+    "__version__",
+]

@@ -1,0 +1,135 @@
+r"""Transformer encoder layers that thread the URPE matrices ``B`` and ``C`` to every layer.
+
+A pre-LN layer (Graphormer v1, the basis of the paper's graph numbers) computes
+
+.. math::
+    x \leftarrow x + \operatorname{Drop}(\operatorname{MHA}(\operatorname{LN}_1(x); B, C)),
+    \qquad
+    x \leftarrow x + \operatorname{Drop}(\operatorname{FFN}(\operatorname{LN}_2(x)))
+
+and a post-LN layer (RoBERTa, used by the paper's synthetic tasks) computes
+:math:`x \leftarrow \operatorname{LN}_1(x + \operatorname{Drop}(\operatorname{MHA}(x)))`,
+:math:`x \leftarrow \operatorname{LN}_2(x + \operatorname{Drop}(\operatorname{FFN}(x)))`, with
+:math:`\operatorname{FFN} = W_2\,\operatorname{Drop}_{act}(\operatorname{GELU}(W_1 x))`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import URPEAttention
+
+__all__ = ["EncoderLayer", "Encoder", "LayerScales"]
+
+
+class LayerScales(Protocol):
+    """Anything that yields the URPE matrix ``C`` of layer ``i``: ``scales[i] -> Tensor``."""
+
+    def __getitem__(self, layer: int) -> Tensor | None: ...
+
+    def __len__(self) -> int: ...
+
+
+class EncoderLayer(nn.Module):
+    """One transformer layer around :class:`~graphormer_urpe.attention.URPEAttention`.
+
+    Args:
+        embed_dim: width ``d``.
+        ffn_dim: hidden width of the feed-forward block.
+        num_heads: attention heads ``H``.
+        dropout: dropout on the attention and feed-forward outputs (residual branch).
+        attention_dropout: dropout on the attention probabilities.
+        activation_dropout: dropout after the GELU inside the feed-forward block.
+        pre_ln: pre-LN (``True``, Graphormer v1) or post-LN (``False``, RoBERTa).
+
+    Shapes:
+        ``x`` ``[B, N, d]`` → ``[B, N, d]``; ``attn_bias`` / ``attn_scale`` broadcastable to
+        ``[B, H, N, N]``; ``key_padding_mask`` ``[B, N]``.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        ffn_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        pre_ln: bool = True,
+    ) -> None:
+        super().__init__()
+        self.pre_ln = pre_ln
+        self.self_attn = URPEAttention(embed_dim, num_heads, dropout=attention_dropout)
+        self.attn_norm = nn.LayerNorm(embed_dim)
+        self.ffn_norm = nn.LayerNorm(embed_dim)
+        self.fc1 = nn.Linear(embed_dim, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.activation_dropout = nn.Dropout(activation_dropout)
+
+    def reset_parameters(self) -> None:
+        self.self_attn.reset_parameters()
+        for m in (self.attn_norm, self.ffn_norm, self.fc1, self.fc2):
+            m.reset_parameters()
+
+    def _ffn(self, x: Tensor) -> Tensor:
+        return self.fc2(self.activation_dropout(F.gelu(self.fc1(x))))
+
+    def forward(
+        self,
+        x: Tensor,
+        attn_bias: Tensor | None = None,
+        attn_scale: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        if self.pre_ln:
+            h = self.self_attn(self.attn_norm(x), attn_bias, attn_scale, key_padding_mask)
+            x = x + self.dropout(h)
+            return x + self.dropout(self._ffn(self.ffn_norm(x)))
+        h = self.self_attn(x, attn_bias, attn_scale, key_padding_mask)
+        x = self.attn_norm(x + self.dropout(h))
+        return self.ffn_norm(x + self.dropout(self._ffn(x)))
+
+
+class Encoder(nn.Module):
+    """A stack of :class:`EncoderLayer` sharing one bias ``B`` and one or per-layer ``C``.
+
+    Args:
+        num_layers: number of layers ``L``.
+        final_norm: apply a final LayerNorm after the last layer (pre-LN models).
+        **layer_kwargs: forwarded to :class:`EncoderLayer`.
+
+    ``attn_scale`` is ``None`` (no URPE), one tensor shared by every layer, or a sequence
+    (e.g. a lazy :class:`LayerScales`) whose item ``i`` is the ``C`` of layer ``i``.
+
+    Shapes:
+        ``x`` ``[B, N, d]`` → ``[B, N, d]``.
+    """
+
+    def __init__(self, num_layers: int, final_norm: bool = True, **layer_kwargs) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([EncoderLayer(**layer_kwargs) for _ in range(num_layers)])
+        embed_dim = layer_kwargs["embed_dim"]
+        self.final_norm = nn.LayerNorm(embed_dim) if final_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        attn_bias: Tensor | None = None,
+        attn_scale: Tensor | Sequence[Tensor | None] | LayerScales | None = None,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            scale = (
+                attn_scale
+                if attn_scale is None or isinstance(attn_scale, Tensor)
+                else (attn_scale[i])
+            )
+            x = layer(x, attn_bias, scale, key_padding_mask)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x

@@ -1,0 +1,242 @@
+r"""The Graphormer encoder (optionally with URPE attention) and its regression head.
+
+.. math::
+    H^{(0)} = \operatorname{Drop}([g; h_1; \dots; h_n]), \quad
+    H^{(l)} = \operatorname{Layer}_l(H^{(l-1)}; B, C^{(l)}), \quad
+    \hat y = W \operatorname{LN}(H^{(L)})_0 + b
+
+with pre-LN layers (Graphormer v1), ``B`` from
+:class:`~graphormer_urpe.graph.encodings.AttentionBias` (shared by every layer) and, for
+``attention="urpe"``, ``C^{(l)}`` from :class:`~graphormer_urpe.graph.encodings.SpatialScale`
+(per layer, or shared). With ``attention="graphormer"`` there is no ``C`` and attention runs
+on PyTorch's fused kernel.
+
+Initialisation follows Graphormer v1: every ``Linear`` ~ N(0, 0.02/√L) with zero bias, every
+embedding ~ N(0, 0.02) with the padding row zeroed (so padded path hops contribute nothing
+and outputs do not depend on how a graph is batched), URPE scales 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Batch, Data
+
+from ..encoder import Encoder
+from .batch import GraphormerBatch, collate
+from .encodings import AttentionBias, LayerSpatialScales, NodeEmbedding, SpatialScale
+
+__all__ = [
+    "GraphormerConfig",
+    "PRESETS",
+    "get_preset",
+    "GraphormerEncoder",
+    "Graphormer",
+]
+
+AttentionKind = Literal["graphormer", "urpe"]
+
+
+@dataclass
+class GraphormerConfig:
+    """Architecture of a Graphormer / URPE-Graphormer model.
+
+    Defaults are the ``zinc-slim`` preset (Graphormer v1's ZINC set-up).
+    """
+
+    num_layers: int = 12
+    hidden_dim: int = 80
+    ffn_dim: int = 80
+    num_heads: int = 8
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    input_dropout: float = 0.1
+    activation_dropout: float = 0.0
+    num_atoms: int = 64
+    """Rows of the node-feature table (index ``raw + 2 + 512 f``; 0 = padding)."""
+    num_degree: int = 64
+    num_edges: int = 64
+    """Rows of the bond-feature table (index ``raw + 3 + 512 f``; 0 = padding)."""
+    num_spatial: int = 40
+    num_edge_dis: int = 40
+    multi_hop_max_dist: int = 20
+    spatial_pos_max: int = 1024
+    attention: AttentionKind = "graphormer"
+    urpe_num_buckets: int = 25
+    """Rows of each URPE ``C`` table: shifted distances ``0..K-1`` (larger ones share row K-1)."""
+    urpe_share_layers: bool = False
+    num_targets: int = 1
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("graphormer", "urpe"):
+            raise ValueError(f"attention must be 'graphormer' or 'urpe', got {self.attention!r}")
+        if self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim ({self.hidden_dim}) must be divisible by num_heads ({self.num_heads})"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GraphormerConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown GraphormerConfig fields: {sorted(unknown)}")
+        return cls(**d)
+
+
+PRESETS: dict[str, GraphormerConfig] = {
+    # Graphormer v1 "slim" on ZINC-subset (489k parameters): ZINC-sized tables.
+    "zinc-slim": GraphormerConfig(),
+    # Graphormer base on PCQM4Mv2 (v2 hyper-parameters, v1 pre-LN architecture): OGB-sized
+    # tables (9 atom / 3 bond features, 512 values each), 5 hops of path features.
+    "pcqm4mv2-base": GraphormerConfig(
+        num_layers=12,
+        hidden_dim=768,
+        ffn_dim=768,
+        num_heads=32,
+        dropout=0.0,
+        attention_dropout=0.1,
+        input_dropout=0.0,
+        activation_dropout=0.1,
+        num_atoms=512 * 9 + 1,
+        num_degree=512,
+        num_edges=512 * 3 + 1,
+        num_spatial=512,
+        num_edge_dis=128,
+        multi_hop_max_dist=5,
+        urpe_num_buckets=32,
+    ),
+}
+
+
+def get_preset(name: str, **overrides) -> GraphormerConfig:
+    """A copy of preset ``name`` with ``overrides`` applied (e.g. ``attention="urpe"``)."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+    return replace(PRESETS[name], **overrides)
+
+
+GraphInput = GraphormerBatch | Batch | Sequence[Data]
+
+
+class GraphormerEncoder(nn.Module):
+    r"""Graphormer (or URPE-Graphormer) encoder, usable as a layer in a PyG model.
+
+    Accepts a PyG ``Batch`` (or list of ``Data``) whose graphs carry
+    :class:`~graphormer_urpe.graph.features.GraphormerFeatures` attributes (computed on the
+    fly when absent), or a dense :class:`~graphormer_urpe.graph.batch.GraphormerBatch`.
+
+    Args:
+        config: the architecture; see :class:`GraphormerConfig` and :data:`PRESETS`.
+
+    Shapes:
+        - :meth:`forward`: → ``(node_emb [num_nodes, d], graph_emb [B, d])``, nodes in PyG's
+          flat order (graph by graph).
+        - :meth:`forward_dense`: ``GraphormerBatch`` → ``[B, n + 1, d]`` (position 0 = graph token).
+    """
+
+    def __init__(self, config: GraphormerConfig | None = None, **overrides) -> None:
+        super().__init__()
+        config = replace(config or GraphormerConfig(), **overrides)
+        self.config = config
+        c = config
+        self.node_embedding = NodeEmbedding(c.num_atoms, c.num_degree, c.hidden_dim)
+        self.attention_bias = AttentionBias(
+            c.num_heads, c.num_spatial, c.num_edges, c.num_edge_dis, c.multi_hop_max_dist
+        )
+        self.spatial_scale: SpatialScale | None = None
+        if c.attention == "urpe":
+            tables = 1 if c.urpe_share_layers else c.num_layers
+            self.spatial_scale = SpatialScale(c.num_heads, c.urpe_num_buckets, tables)
+        self.input_dropout = nn.Dropout(c.input_dropout)
+        self.encoder = Encoder(
+            c.num_layers,
+            final_norm=True,
+            embed_dim=c.hidden_dim,
+            ffn_dim=c.ffn_dim,
+            num_heads=c.num_heads,
+            dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
+            activation_dropout=c.activation_dropout,
+            pre_ln=True,
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Graphormer v1 initialisation (see the module docstring)."""
+        std_linear = 0.02 / math.sqrt(self.config.num_layers)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, std_linear)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+                if m.padding_idx is not None:
+                    with torch.no_grad():
+                        m.weight[m.padding_idx].zero_()
+            elif isinstance(m, nn.LayerNorm):
+                m.reset_parameters()
+        if self.spatial_scale is not None:
+            self.spatial_scale.reset_parameters()
+
+    def collate(self, graphs: Batch | Sequence[Data]) -> GraphormerBatch:
+        """Dense batch of ``graphs`` with this model's hop and distance limits."""
+        return collate(graphs, self.config.multi_hop_max_dist, self.config.spatial_pos_max)
+
+    def _dense(self, data: GraphInput) -> GraphormerBatch:
+        if not isinstance(data, GraphormerBatch):
+            data = self.collate(data)
+        device = next(self.parameters()).device
+        return data.to(device) if data.x.device != device else data
+
+    def forward_dense(self, batch: GraphormerBatch) -> Tensor:
+        """Token representations ``[B, n + 1, d]`` after the final LayerNorm."""
+        h = self.input_dropout(self.node_embedding(batch))  # [B, n+1, d]
+        bias = self.attention_bias(batch)  # [B, H, n+1, n+1]
+        scales = None
+        if self.spatial_scale is not None:
+            scales = LayerSpatialScales(
+                self.spatial_scale, batch.spatial_pos, batch.node_mask, self.config.num_layers
+            )
+        return self.encoder(h, attn_bias=bias, attn_scale=scales)
+
+    def forward(self, data: GraphInput) -> tuple[Tensor, Tensor]:
+        batch = self._dense(data)
+        h = self.forward_dense(batch)  # [B, n+1, d]
+        node_emb = h[:, 1:][batch.node_mask]  # [num_nodes, d]
+        return node_emb, h[:, 0]
+
+
+class Graphormer(nn.Module):
+    r"""Graph-level predictor: :class:`GraphormerEncoder` + a linear head on the graph token.
+
+    Shapes:
+        graphs (``GraphormerBatch`` / PyG ``Batch`` / list of ``Data``) → ``[B, num_targets]``.
+    """
+
+    def __init__(self, config: GraphormerConfig | None = None, **overrides) -> None:
+        super().__init__()
+        self.encoder = GraphormerEncoder(config, **overrides)
+        self.config = self.encoder.config
+        self.head = nn.Linear(self.config.hidden_dim, self.config.num_targets)
+        nn.init.normal_(self.head.weight, 0.0, 0.02 / math.sqrt(self.config.num_layers))
+        nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> Graphormer:
+        """Build the model of preset ``name`` (see :data:`PRESETS`)."""
+        return cls(get_preset(name, **overrides))
+
+    def forward(self, data: GraphInput) -> Tensor:
+        batch = self.encoder._dense(data)
+        h = self.encoder.forward_dense(batch)  # [B, n+1, d]
+        return self.head(h[:, 0])  # [B, T]

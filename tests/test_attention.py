@@ -1,0 +1,177 @@
+"""URPE attention core against a naive reference formula."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from graphormer_urpe import URPEAttention, urpe_attention
+
+
+def naive_attention(q, k, v, bias=None, scale=None, key_padding_mask=None):
+    """softmax(q kᵀ/√d + B) ⊙ C, then · v, in float64, rows with every key forbidden -> 0."""
+    q, k, v = q.double(), k.double(), v.double()
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias.double()
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+    out = torch.zeros(*scores.shape[:-1], v.shape[-1], dtype=torch.float64)
+    b, h, nq, _ = scores.shape
+    for bi in range(b):
+        for hi in range(h):
+            for i in range(nq):
+                row = scores[bi, hi, i]
+                if torch.isinf(row).all():
+                    continue  # fully masked: output stays 0
+                p = torch.softmax(row, dim=-1)
+                if scale is not None:
+                    p = p * scale.expand(b, h, nq, -1)[bi, hi, i].double()
+                out[bi, hi, i] = p @ v[bi, hi]
+    return out
+
+
+def _inputs(seed=0, b=3, h=4, n=7, d=8):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
+    bias = torch.randn(b, h, n, n, generator=g)
+    bias[torch.rand(b, h, n, n, generator=g) < 0.2] = float("-inf")
+    scale = torch.rand(b, h, n, n, generator=g) * 2
+    kpm = torch.zeros(b, n, dtype=torch.bool)
+    kpm[0, -2:] = True
+    kpm[1, -1] = True
+    return q, k, v, bias, scale, kpm
+
+
+@pytest.mark.parametrize("with_scale", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_matches_naive_formula(with_scale, with_bias, with_mask):
+    q, k, v, bias, scale, kpm = _inputs()
+    args = dict(
+        attn_bias=bias if with_bias else None,
+        attn_scale=scale if with_scale else None,
+        key_padding_mask=kpm if with_mask else None,
+    )
+    out = urpe_attention(q, k, v, **args)
+    ref = naive_attention(
+        q,
+        k,
+        v,
+        bias=args["attn_bias"],
+        scale=args["attn_scale"],
+        key_padding_mask=args["key_padding_mask"],
+    )
+    assert out.shape == q.shape
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_scale_of_ones_equals_standard_attention():
+    q, k, v, bias, _, kpm = _inputs(1)
+    ones = torch.ones(1, 1, 1, 1).expand(3, 4, 7, 7)
+    plain = urpe_attention(q, k, v, attn_bias=bias, key_padding_mask=kpm)
+    urpe = urpe_attention(q, k, v, attn_bias=bias, attn_scale=ones, key_padding_mask=kpm)
+    torch.testing.assert_close(plain, urpe, atol=1e-6, rtol=1e-5)
+
+
+def test_scale_is_not_renormalised():
+    q, k, v, *_ = _inputs(2)
+    half = torch.full((1, 1, 7, 7), 0.5)
+    torch.testing.assert_close(
+        urpe_attention(q, k, v, attn_scale=half),
+        0.5 * urpe_attention(q, k, v),
+        atol=1e-6,
+        rtol=1e-5,
+    )
+
+
+def test_padded_keys_get_zero_probability():
+    q, k, v, _, scale, kpm = _inputs(3)
+    v2 = v.clone()
+    v2[0, :, -2:] = 1e6  # padded keys' values must not leak into any output
+    a = urpe_attention(q, k, v, attn_scale=scale, key_padding_mask=kpm)
+    b = urpe_attention(q, k, v2, attn_scale=scale, key_padding_mask=kpm)
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("with_scale", [False, True])
+def test_fully_masked_rows_are_zero_and_finite(with_scale):
+    q, k, v, bias, scale, _ = _inputs(4)
+    bias = bias.clone()
+    bias[:, :, 2, :] = float("-inf")  # query row 2 may attend to nothing
+    kpm = torch.zeros(3, 7, dtype=torch.bool)
+    kpm[2] = True  # every key of graph 2 is padding
+    q.requires_grad_(True)
+    s = scale.clone().requires_grad_(True)
+    out = urpe_attention(
+        q, k, v, attn_bias=bias, attn_scale=s if with_scale else None, key_padding_mask=kpm
+    )
+    assert torch.isfinite(out).all()
+    assert (out[:, :, 2] == 0).all() and (out[2] == 0).all()
+    out.square().sum().backward()
+    assert torch.isfinite(q.grad).all()
+    if with_scale:
+        assert torch.isfinite(s.grad).all()
+
+
+def test_gradients_reach_scale():
+    q, k, v, bias, scale, kpm = _inputs(5)
+    s = scale.clone().requires_grad_(True)
+    urpe_attention(q, k, v, attn_bias=bias, attn_scale=s, key_padding_mask=kpm).sum().backward()
+    assert s.grad is not None and s.grad.abs().sum() > 0
+    # a padded key's scale cannot matter
+    assert (s.grad[0, :, :, -2:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("with_scale", [False, True])
+def test_half_precision(dtype, with_scale):
+    q, k, v, bias, scale, kpm = _inputs(6)
+    ref = naive_attention(q, k, v, bias, scale if with_scale else None, kpm)
+    out = urpe_attention(
+        q.to(dtype),
+        k.to(dtype),
+        v.to(dtype),
+        attn_bias=bias,
+        attn_scale=scale if with_scale else None,
+        key_padding_mask=kpm,
+    )
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all()
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+def test_module_composes_projections_and_heads():
+    torch.manual_seed(0)
+    m = URPEAttention(embed_dim=16, num_heads=4).eval()
+    x = torch.randn(2, 5, 16)
+    bias = torch.randn(2, 4, 5, 5)
+    scale = torch.rand(1, 4, 5, 5)
+    out = m(x, attn_bias=bias, attn_scale=scale)
+
+    def heads(t):
+        return t.view(2, 5, 4, 4).transpose(1, 2)
+
+    q, k, v = heads(m.q_proj(x)), heads(m.k_proj(x)), heads(m.v_proj(x))
+    ref = naive_attention(q, k, v, bias, scale).float().transpose(1, 2).reshape(2, 5, 16)
+    torch.testing.assert_close(out, m.out_proj(ref), atol=1e-5, rtol=1e-5)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    m = URPEAttention(embed_dim=16, num_heads=2, dropout=0.5)
+    x = torch.randn(2, 6, 16)
+    scale = torch.rand(1, 2, 6, 6)
+    m.eval()
+    a, b = m(x, attn_scale=scale), m(x, attn_scale=scale)
+    torch.testing.assert_close(a, b)
+    m.train()
+    assert not torch.allclose(m(x, attn_scale=scale), a)
+
+
+def test_rejects_indivisible_width():
+    with pytest.raises(ValueError, match="divisible"):
+        URPEAttention(embed_dim=10, num_heads=4)

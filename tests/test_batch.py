@@ -1,0 +1,111 @@
+"""Dense batching: padding, offsets and attention-bias rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torch_geometric.data import Batch, Data
+
+from graphormer_urpe import GraphormerCollator, GraphormerFeatures, collate
+from tests.conftest import graph_zoo
+from tests.reference import ref_collate, ref_preprocess
+
+NEG = float("-inf")
+
+
+def _path3() -> Data:
+    # 0-1-2 path, bond types 1 and 3, atom types 5, 0, 7
+    return Data(
+        x=torch.tensor([[5], [0], [7]]),
+        edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
+        edge_attr=torch.tensor([1, 1, 3, 3]),
+        y=torch.tensor([1.5]),
+    )
+
+
+def _single() -> Data:
+    return Data(
+        x=torch.tensor([[2]]),
+        edge_index=torch.zeros(2, 0, dtype=torch.long),
+        edge_attr=torch.zeros(0, dtype=torch.long),
+        y=torch.tensor([-0.5]),
+    )
+
+
+def test_hand_built_batch_values():
+    b = collate([_path3(), _single()], multi_hop_max_dist=20)
+    assert b.num_graphs == 2
+    assert b.x.shape == (2, 3, 1)
+    assert b.x[:, :, 0].tolist() == [[7, 2, 9], [4, 0, 0]]
+    assert b.in_degree.tolist() == [[2, 3, 2], [1, 0, 0]]
+    assert b.spatial_pos[0].tolist() == [[1, 2, 3], [2, 1, 2], [3, 2, 1]]
+    assert b.spatial_pos[1].tolist() == [[1, 0, 0], [0, 0, 0], [0, 0, 0]]
+    assert b.edge_input.shape == (2, 3, 3, 2, 1)
+    assert b.edge_input[0, 0, 2, :, 0].tolist() == [4, 6]  # raw + 3
+    assert b.edge_input[0, 1, 2, :, 0].tolist() == [6, 0]
+    assert b.edge_input[0, 1, 1, :, 0].tolist() == [0, 0]
+    assert (b.edge_input[1] == 0).all()
+    assert b.attn_bias.shape == (2, 4, 4)
+    assert (b.attn_bias[0] == 0).all()
+    # graph 2: real block 2x2, padded keys -inf for real rows, padded rows see the real keys
+    expected = [[0, 0, NEG, NEG], [0, 0, NEG, NEG], [0, 0, NEG, NEG], [0, 0, NEG, NEG]]
+    assert b.attn_bias[1].tolist() == expected
+    assert b.node_mask.tolist() == [[True, True, True], [True, False, False]]
+    assert b.num_nodes.tolist() == [3, 1]
+    assert b.y.tolist() == [[1.5], [-0.5]]
+
+
+def test_spatial_pos_max_masks_far_pairs():
+    b = collate([_path3()], spatial_pos_max=2)
+    assert b.attn_bias[0, 1, 3] == NEG and b.attn_bias[0, 3, 1] == NEG
+    assert b.attn_bias[0, 1, 2] == 0 and b.attn_bias[0, 0, 3] == 0
+
+
+def test_hop_truncation():
+    b = collate([_path3()], multi_hop_max_dist=1)
+    assert b.edge_input.shape[3] == 1
+    assert b.edge_input[0, 0, 2, :, 0].tolist() == [4]
+
+
+def test_matches_reference_collator_on_random_graphs():
+    graphs = graph_zoo(seed=11, count=40, node_features=3, edge_features=2)
+    for start in range(0, 40, 8):
+        chunk = graphs[start : start + 8]
+        items = []
+        for d in chunk:
+            sp, ei, deg = ref_preprocess(
+                d.edge_index.numpy(), d.edge_attr.numpy(), d.num_nodes, None
+            )
+            items.append((d.x.numpy(), sp, ei, deg))
+        ref = ref_collate(items, multi_hop_max_dist=5, spatial_pos_max=6)
+        got = collate(chunk, multi_hop_max_dist=5, spatial_pos_max=6)
+        for key, val in ref.items():
+            np.testing.assert_array_equal(getattr(got, key).numpy(), val, err_msg=key)
+
+
+def test_precomputed_features_and_pyg_batch_give_the_same_batch():
+    graphs = graph_zoo(seed=2, count=10)
+    t = GraphormerFeatures(multi_hop_max_dist=20)
+    pre = collate([t(g.clone()) for g in graphs])
+    fly = collate(graphs)
+    via_batch = collate(Batch.from_data_list([t(g.clone()) for g in graphs]))
+    for other in (fly, via_batch):
+        for key in ("x", "in_degree", "spatial_pos", "edge_input", "attn_bias", "node_mask"):
+            torch.testing.assert_close(getattr(pre, key), getattr(other, key))
+
+
+def test_torch_dataloader_with_collator_and_to():
+    graphs = graph_zoo(seed=3, count=9)
+    loader = DataLoader(graphs, batch_size=4, collate_fn=GraphormerCollator(multi_hop_max_dist=3))
+    sizes = [b.num_graphs for b in loader]
+    assert sizes == [4, 4, 1]
+    b = next(iter(loader)).to("cpu")
+    assert b.edge_input.shape[3] <= 3 and b.x.dtype == torch.long
+
+
+def test_empty_list_raises():
+    import pytest
+
+    with pytest.raises(ValueError, match="empty"):
+        collate([])
