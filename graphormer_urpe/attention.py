@@ -27,40 +27,61 @@ The softmax always runs in float32, also under float16 / bfloat16 inputs or auto
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["URPEAttention", "urpe_attention"]
+__all__ = ["URPEAttention", "urpe_attention", "PreparedBias", "prepare_bias"]
 
 
-def _merge_masks(
-    attn_bias: Tensor | None, key_padding_mask: Tensor | None, batch: int, heads: int
-) -> Tensor | None:
-    """Fold a key-padding mask into the additive bias.
+class PreparedBias(NamedTuple):
+    """An additive bias with the key-padding mask folded in and dead rows resolved.
+
+    Build it once with :func:`prepare_bias` and pass it as ``attn_bias`` to every layer that
+    shares the bias, so the masking work is not repeated per layer.
+
+    Attributes:
+        bias: ``[B|1, H|1, N_q, N_k]`` float with ``-inf`` on forbidden pairs and 0 on the
+            rows in which every key is forbidden, or ``None``.
+        dead_rows: ``[B|1, H|1, N_q, 1]`` bool, ``True`` on those rows (their output is 0), or
+            ``None`` when there are none.
+    """
+
+    bias: Tensor | None
+    dead_rows: Tensor | None
+
+
+def prepare_bias(attn_bias: Tensor | None, key_padding_mask: Tensor | None = None) -> PreparedBias:
+    """Fold ``key_padding_mask`` (``[B, N_k]``, ``True`` = padded) into ``attn_bias``.
 
     Args:
-        attn_bias: ``[B or 1, H or 1, N_q, N_k]`` float or ``None``.
-        key_padding_mask: ``[B, N_k]`` bool, ``True`` where the key is padding, or ``None``.
+        attn_bias: broadcastable to ``[B, H, N_q, N_k]`` (float, may hold ``-inf``) or ``None``.
+        key_padding_mask: ``[B, N_k]`` bool or ``None``.
 
     Returns:
-        ``[B or 1, H or 1, N_q, N_k]`` float bias with ``-inf`` on padded keys, or ``None``.
+        The :class:`PreparedBias`.
     """
-    if key_padding_mask is None:
-        return attn_bias
-    pad = key_padding_mask[:, None, None, :]  # [B, 1, 1, N_k]
-    if attn_bias is None:
-        zeros = torch.zeros(pad.shape, dtype=torch.float32, device=pad.device)
-        return zeros.masked_fill(pad, float("-inf"))
-    return attn_bias.masked_fill(pad, float("-inf"))
+    bias = attn_bias
+    if key_padding_mask is not None:
+        pad = key_padding_mask[:, None, None, :]  # [B, 1, 1, N_k]
+        if bias is None:
+            bias = torch.zeros(pad.shape, dtype=torch.float32, device=pad.device)
+        bias = bias.masked_fill(pad, float("-inf"))
+    if bias is None:
+        return PreparedBias(None, None)
+    dead = torch.isneginf(bias).all(dim=-1, keepdim=True)  # [B|1, H|1, N_q, 1]
+    if not bool(dead.any()):
+        return PreparedBias(bias, None)
+    return PreparedBias(bias.masked_fill(dead, 0.0), dead)
 
 
 def urpe_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    attn_bias: Tensor | None = None,
+    attn_bias: Tensor | PreparedBias | None = None,
     attn_scale: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
     dropout_p: float = 0.0,
@@ -76,7 +97,8 @@ def urpe_attention(
         q: ``[B, H, N_q, d_h]`` queries (not yet scaled).
         k: ``[B, H, N_k, d_h]`` keys.
         v: ``[B, H, N_k, d_h]`` values.
-        attn_bias: additive bias ``B``, broadcastable to ``[B, H, N_q, N_k]``; may hold ``-inf``.
+        attn_bias: additive bias ``B``, broadcastable to ``[B, H, N_q, N_k]``; may hold ``-inf``;
+            or a :class:`PreparedBias` (then ``key_padding_mask`` must be ``None``).
         attn_scale: multiplicative ``C``, broadcastable to ``[B, H, N_q, N_k]``, or ``None``.
         key_padding_mask: ``[B, N_k]`` bool, ``True`` for padded keys.
         dropout_p: attention dropout probability (applied after ``C``).
@@ -85,15 +107,14 @@ def urpe_attention(
     Returns:
         ``[B, H, N_q, d_h]`` attention output, zero on fully masked query rows.
     """
-    batch, heads, _, d_h = q.shape
-    bias = _merge_masks(attn_bias, key_padding_mask, batch, heads)
+    d_h = q.shape[-1]
+    if isinstance(attn_bias, PreparedBias):
+        if key_padding_mask is not None:
+            raise ValueError("pass key_padding_mask to prepare_bias, not with a PreparedBias")
+        bias, dead_rows = attn_bias
+    else:
+        bias, dead_rows = prepare_bias(attn_bias, key_padding_mask)
     p = dropout_p if training else 0.0
-
-    # Rows in which every key is forbidden: attend to nothing and output zero.
-    dead_rows: Tensor | None = None
-    if bias is not None:
-        dead_rows = torch.isneginf(bias).all(dim=-1, keepdim=True)  # [B|1, H|1, N_q, 1]
-        bias = bias.masked_fill(dead_rows, 0.0)
 
     if attn_scale is None:
         mask = None if bias is None else bias.to(q.dtype)
@@ -169,7 +190,7 @@ class URPEAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        attn_bias: Tensor | None = None,
+        attn_bias: Tensor | PreparedBias | None = None,
         attn_scale: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
     ) -> Tensor:

@@ -21,7 +21,7 @@ from typing import Protocol
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import URPEAttention
+from .attention import PreparedBias, URPEAttention, prepare_bias
 
 __all__ = ["EncoderLayer", "Encoder", "LayerScales"]
 
@@ -82,7 +82,7 @@ class EncoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        attn_bias: Tensor | None = None,
+        attn_bias: Tensor | PreparedBias | None = None,
         attn_scale: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
     ) -> Tensor:
@@ -123,13 +123,14 @@ class Encoder(nn.Module):
         attn_scale: Tensor | Sequence[Tensor | None] | LayerScales | None = None,
         key_padding_mask: Tensor | None = None,
     ) -> Tensor:
+        bias = prepare_bias(attn_bias, key_padding_mask)  # masks folded in once for all layers
         for i, layer in enumerate(self.layers):
             scale = (
                 attn_scale
                 if attn_scale is None or isinstance(attn_scale, Tensor)
                 else (attn_scale[i])
             )
-            x = layer(x, attn_bias, scale, key_padding_mask)
+            x = layer(x, bias, scale)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x

@@ -56,10 +56,11 @@ class NodeEmbedding(nn.Module):
 class AttentionBias(nn.Module):
     r"""Graphormer's attention bias ``B``: spatial + multi-hop edge encoding + graph token.
 
-    The multi-hop sum :math:`\sum_t \bar e_t W_t` is computed as one ``embedding_bag`` over
-    per-hop projected tables :math:`P_t = E W_t` (``[D, num_edges, H]``), which equals the
-    reference's per-hop batched matrix product without materialising the
-    ``[B, n, n, D, F_e, H]`` embeddings.
+    The multi-hop sum :math:`\sum_t \bar e_t W_t` is computed from per-hop projected tables
+    :math:`P_t = E W_t` (``[D, num_edges, H]``): one gather of the rows of the real path hops
+    and one scatter-add per node pair. This equals the reference's per-hop batched matrix
+    product without materialising the ``[B, n, n, D, F_e, H]`` embeddings or touching padded
+    hops.
 
     Args:
         num_heads: ``H``.
@@ -102,10 +103,13 @@ class AttentionBias(nn.Module):
         w = self.edge_dis_encoder.weight.view(-1, h, h)[:d]  # [D, H, H]
         table = torch.einsum("vh,thk->tvk", self.edge_encoder.weight, w)  # [D, V, H]
         num_edges = table.shape[1]
-        hop = torch.arange(d, device=edge_input.device).view(1, 1, 1, d, 1)
-        flat = (edge_input + hop * num_edges).reshape(b * n * n, d * fe)  # [P, D*F_e]
-        # Padding entries (index 0 of each hop) hit zero rows since E[0] = 0.
-        out = F.embedding_bag(flat, table.reshape(d * num_edges, h), mode="sum")  # [P, H]
+        # Only real path hops contribute (padding rows of E are zero): gather their projected
+        # rows and sum them per node pair, instead of touching every padded [D, F_e] slot.
+        flat = edge_input.reshape(b * n * n, d * fe)  # [P, D*F_e]
+        pair, slot = (flat > 0).nonzero(as_tuple=True)  # [M] each
+        rows = flat[pair, slot] + torch.div(slot, fe, rounding_mode="floor") * num_edges
+        vals = table.reshape(d * num_edges, h).index_select(0, rows)  # [M, H]
+        out = vals.new_zeros(b * n * n, h).index_add_(0, pair, vals)
         out = out.view(b, n, n, h) / fe
         divisor = (spatial_pos - 1).clamp(min=1, max=self.multi_hop_max_dist)  # [B, n, n]
         return out / divisor.unsqueeze(-1).to(out.dtype)

@@ -34,6 +34,8 @@ from .encodings import AttentionBias, LayerSpatialScales, NodeEmbedding, Spatial
 __all__ = [
     "GraphormerConfig",
     "PRESETS",
+    "TABLES",
+    "fit_tables",
     "get_preset",
     "GraphormerEncoder",
     "Graphormer",
@@ -97,6 +99,19 @@ PRESETS: dict[str, GraphormerConfig] = {
     "zinc-slim": GraphormerConfig(),
     # Graphormer base on PCQM4Mv2 (v2 hyper-parameters, v1 pre-LN architecture): OGB-sized
     # tables (9 atom / 3 bond features, 512 values each), 5 hops of path features.
+    # A small model for CPU runs (the default of `graphormer-urpe train`).
+    "small": GraphormerConfig(
+        num_layers=4,
+        hidden_dim=64,
+        ffn_dim=64,
+        num_heads=8,
+        dropout=0.0,
+        attention_dropout=0.1,
+        input_dropout=0.0,
+        multi_hop_max_dist=5,
+        num_spatial=40,
+        num_edge_dis=40,
+    ),
     "pcqm4mv2-base": GraphormerConfig(
         num_layers=12,
         hidden_dim=768,
@@ -115,6 +130,35 @@ PRESETS: dict[str, GraphormerConfig] = {
         urpe_num_buckets=32,
     ),
 }
+
+
+TABLES: dict[str, dict[str, int]] = {
+    # ZINC featuriser: 1 atom-type column (28 types), 1 bond-type column (1..3).
+    "zinc": dict(num_atoms=64, num_degree=64, num_edges=64, num_spatial=40, num_edge_dis=40),
+    # OGB featuriser: 9 atom / 3 bond columns of up to 512 values each (Graphormer v2 sizes).
+    "ogb": dict(
+        num_atoms=512 * 9 + 1,
+        num_degree=512,
+        num_edges=512 * 3 + 1,
+        num_spatial=512,
+        num_edge_dis=128,
+    ),
+}
+"""Embedding-table sizes that fit each featuriser's vocabulary."""
+
+
+def fit_tables(config: GraphormerConfig, featurizer: str) -> GraphormerConfig:
+    """``config`` with every embedding table at least as large as ``featurizer`` needs.
+
+    Tables that are already large enough are kept, so ``pcqm4mv2-base`` is unchanged for OGB
+    features and ``zinc-slim`` is unchanged for ZINC features.
+    """
+    if featurizer not in TABLES:
+        raise KeyError(f"unknown featurizer {featurizer!r}; choose from {sorted(TABLES)}")
+    grow = {k: v for k, v in TABLES[featurizer].items() if getattr(config, k) < v}
+    if config.num_edge_dis < config.multi_hop_max_dist:
+        grow["num_edge_dis"] = max(grow.get("num_edge_dis", 0), config.multi_hop_max_dist)
+    return replace(config, **grow) if grow else config
 
 
 def get_preset(name: str, **overrides) -> GraphormerConfig:
