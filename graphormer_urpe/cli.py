@@ -7,6 +7,7 @@ functions; errors reach the user as one line (``graphormer-urpe: error: ...``) a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -94,6 +95,280 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_demo)
 
 
+MODEL_HELP = {
+    "num_layers": "transformer layers L",
+    "hidden_dim": "model width d",
+    "ffn_dim": "feed-forward hidden width",
+    "num_heads": "attention heads H",
+    "dropout": "dropout on residual branches",
+    "attention_dropout": "dropout on attention probabilities (after URPE's C)",
+    "input_dropout": "dropout on the input embeddings",
+    "activation_dropout": "dropout after the feed-forward GELU",
+    "num_atoms": "rows of the node-feature embedding table",
+    "num_degree": "rows of each degree embedding table",
+    "num_edges": "rows of the bond-feature embedding table",
+    "num_spatial": "rows of the spatial (shortest-path) bias table",
+    "num_edge_dis": "number of per-hop HxH edge-encoding matrices",
+    "multi_hop_max_dist": "hops of path bond features kept (20 for ZINC, 5 for PCQM4M)",
+    "spatial_pos_max": "mask pairs at shortest-path distance >= this",
+    "attention": "graphormer (plain RPE) or urpe (adds the learned C)",
+    "urpe_num_buckets": "rows of each URPE C table (distances beyond share the last)",
+    "urpe_share_layers": "one URPE C table for all layers instead of one per layer",
+    "num_targets": "outputs of the head (set from the dataset when training)",
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    from .graph.model import GraphormerConfig
+
+    g = p.add_argument_group("model (override the preset's architecture)")
+    for f in dataclasses.fields(GraphormerConfig):
+        if f.name == "num_targets":
+            continue
+        kw: dict = {"dest": f"model.{f.name}", "default": None, "help": MODEL_HELP[f.name]}
+        if f.name == "attention":
+            kw["choices"] = ["graphormer", "urpe"]
+        elif f.type in ("bool", bool):
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = {"int": int, "float": float}.get(str(f.type), str)
+            kw["metavar"] = f.name.split("_")[-1].upper() if kw["type"] is not str else "VALUE"
+        g.add_argument(_flag(f.name), **kw)
+
+
+def _overrides(args: argparse.Namespace) -> tuple[dict, dict]:
+    model, train = {}, {}
+    for k, v in vars(args).items():
+        if k.startswith("model."):
+            model[k[6:]] = v
+        else:
+            train[k] = v
+    return model, train
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """``graphormer-urpe train``."""
+    from .training import make_config, train
+
+    model_over, over = _overrides(args)
+    keep = {f.name for f in dataclasses.fields(_train_config_cls())} - {"model", "preset"}
+    given = {k: v for k, v in over.items() if k in keep}
+    if given.get("out") is None:
+        attention = model_over.get("attention") or "graphormer"
+        tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in args.dataset)
+        given["out"] = os.path.join("runs", f"{tag}-{args.preset}-{attention}")
+    if args.no_clip:
+        given["clip_norm"] = 0.0
+    cfg = make_config(args.preset, model_overrides=model_over, **given)
+    metrics = train(cfg, resume=args.resume, progress=not args.no_progress)
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _train_config_cls():
+    from .training import TrainConfig
+
+    return TrainConfig
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a molecular property regressor",
+        description="Train Graphormer or URPE-Graphormer; select on the validation split, "
+        "report the test metric at the best checkpoint. With no flags: the embedded NCI "
+        "molecules (from RDKit) labelled with the ZINC target, the small preset, on the CPU "
+        "in a few minutes. Preset values apply unless a flag overrides them.",
+    )
+    d = p.add_argument_group("data")
+    d.add_argument(
+        "--dataset",
+        default="nci5k",
+        help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
+        "(or csv:TRAIN,VALID,TEST)",
+    )
+    d.add_argument("--data-root", default=None, help="dataset folder (default data/<name>)")
+    d.add_argument("--smiles-column", default=None, help="CSV: SMILES column (default smiles)")
+    d.add_argument("--target-columns", nargs="+", default=None, help="CSV: target column(s)")
+    d.add_argument("--split-column", default=None, help="CSV: column holding train/valid/test")
+    d.add_argument(
+        "--split",
+        choices=["random", "scaffold"],
+        default=None,
+        help="CSV without split column: seeded random or scaffold split 80/10/10",
+    )
+    d.add_argument("--split-seed", type=int, default=None, help="seed of the random split (0)")
+    d.add_argument(
+        "--featurizer",
+        choices=["zinc", "ogb"],
+        default=None,
+        help="CSV: ZINC atom types or OGB features (default ogb)",
+    )
+    d.add_argument(
+        "--strict",
+        action="store_true",
+        default=None,
+        help="stop at the first invalid SMILES instead of skipping it",
+    )
+    t = p.add_argument_group("training")
+    t.add_argument(
+        "--preset",
+        default="small",
+        help="small (default), zinc-slim or pcqm4mv2-base: model + optimisation",
+    )
+    t.add_argument("--epochs", type=int, default=None, help="epochs (ignored with --max-steps)")
+    t.add_argument("--max-steps", type=int, default=None, help="optimizer steps in total")
+    t.add_argument("--batch-size", type=int, default=None, help="graphs per batch")
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    t.add_argument("--end-lr", type=float, default=None, help="learning rate at the last step")
+    t.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up steps")
+    t.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
+    t.add_argument("--clip-norm", type=float, default=None, help="gradient-norm clipping")
+    t.add_argument("--no-clip", action="store_true", help="disable gradient clipping")
+    t.add_argument("--loss", choices=["l1", "mse"], default=None, help="training loss")
+    t.add_argument("--seed", type=int, default=None, help="random seed")
+    t.add_argument("--eval-every", type=int, default=None, help="validate every N epochs")
+    r = p.add_argument_group("run")
+    r.add_argument("--out", default=None, help="output folder (default runs/DATASET-PRESET-ATTN)")
+    r.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    r.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        default=None,
+        help="auto: bf16 autocast on CUDA, fp32 on CPU",
+    )
+    r.add_argument("--num-workers", type=int, default=None, help="data-loader worker processes")
+    r.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    r.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_model_flags(p)
+    p.set_defaults(func=run_train)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """``graphormer-urpe evaluate``."""
+    from .training import evaluate_checkpoint
+    from .training.checkpoint import atomic_write_text
+
+    result = evaluate_checkpoint(
+        args.checkpoint,
+        args.split,
+        args.data_root,
+        args.device or "auto",
+        progress=not args.no_progress,
+    )
+    out = args.output or os.path.join(
+        os.path.dirname(os.path.abspath(args.checkpoint)), f"eval_{args.split}.json"
+    )
+    atomic_write_text(out, json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate a checkpoint on a split",
+        description="Compute the metric of a checkpoint on a split of the dataset it was "
+        "trained on; print it and write eval_SPLIT.json next to the checkpoint.",
+    )
+    p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
+    p.add_argument(
+        "--split",
+        choices=["train", "valid", "test"],
+        default="test",
+        help="split to evaluate (default test)",
+    )
+    p.add_argument("--data-root", default=None, help="dataset folder, if it moved")
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--output", default=None, help="JSON file to write")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_evaluate)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """``graphormer-urpe predict``."""
+    import csv
+    import io
+
+    from .training import load_checkpoint, predict_smiles
+    from .training.checkpoint import atomic_write_text
+
+    if args.input:
+        import pandas as pd
+
+        table = pd.read_csv(args.input)
+        if args.smiles_column not in table.columns:
+            raise ValueError(
+                f"{args.input} has no column {args.smiles_column!r}; columns: "
+                f"{', '.join(map(str, table.columns))}"
+            )
+        smiles = [str(s) for s in table[args.smiles_column].tolist()]
+    else:
+        smiles = list(args.smiles)
+    names = list(load_checkpoint(args.checkpoint).get("target_names", ["y"]))
+    pred, errors = predict_smiles(
+        args.checkpoint, smiles, args.device or "auto", progress=not args.no_progress
+    )
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["smiles", *names, "error"])
+    for smi, row, err in zip(smiles, pred.tolist(), errors, strict=True):
+        w.writerow([smi, *("" if err else f"{v:.6g}" for v in row), err or ""])
+    if args.output:
+        atomic_write_text(args.output, buf.getvalue())
+        print(f"wrote {len(smiles)} predictions to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(buf.getvalue())
+    bad = sum(e is not None for e in errors)
+    if bad:
+        print(f"graphormer-urpe: {bad} of {len(smiles)} SMILES could not be read", file=sys.stderr)
+    return 0
+
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="predict molecules from SMILES",
+        description="Predict the targets of molecules with a trained checkpoint. Writes CSV "
+        "(smiles, one column per target, error) to --output or standard output; invalid "
+        "SMILES get an empty prediction and the reason.",
+    )
+    p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
+    src.add_argument("--input", help="a CSV file with a SMILES column")
+    p.add_argument("--smiles-column", default="smiles", help="SMILES column of --input")
+    p.add_argument("--output", default=None, help="CSV file to write (default: stdout)")
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_predict)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """``graphormer-urpe plot``."""
+    from .training import plot_run
+
+    for path in plot_run(args.run_dir):
+        print(path)
+    return 0
+
+
+def _add_plot(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plot",
+        help="plot learning curves and the learned URPE C of a run",
+        description="Write RUN_DIR/curves.png (training loss, validation metric) and, for URPE "
+        "models, RUN_DIR/urpe_scale.png (learned C per head against shortest-path distance).",
+    )
+    p.add_argument("run_dir", help="a folder written by graphormer-urpe train")
+    p.set_defaults(func=run_plot)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (one sub-parser per command)."""
     parser = argparse.ArgumentParser(
@@ -107,7 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_demo]
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_train,
+    _add_evaluate,
+    _add_predict,
+    _add_plot,
+    _add_demo,
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,27 @@
+"""Training: configs and presets, the loop, checkpoints, inference and plots."""
+
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .config import TRAIN_PRESETS, TrainConfig, make_config
+from .inference import LoadedModel, evaluate_checkpoint, load_model, predict_smiles
+from .loop import Precision, linear_schedule, masked_loss, predict, resolve_device, train
+from .plots import plot_run
+
+__all__ = [
+    "CheckpointError",
+    "LoadedModel",
+    "Precision",
+    "TRAIN_PRESETS",
+    "TrainConfig",
+    "evaluate_checkpoint",
+    "linear_schedule",
+    "load_checkpoint",
+    "load_model",
+    "make_config",
+    "masked_loss",
+    "plot_run",
+    "predict",
+    "predict_smiles",
+    "resolve_device",
+    "save_checkpoint",
+    "train",
+]

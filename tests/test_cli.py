@@ -1,0 +1,231 @@
+"""The command line end to end on a tiny CSV fixture: train, evaluate, predict, resume, plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphormer_urpe import cli
+from graphormer_urpe.training import loop
+
+SMILES = [
+    "CCO",
+    "CCN",
+    "CCC",
+    "CCCC",
+    "CCCCC",
+    "c1ccccc1",
+    "c1ccccc1O",
+    "c1ccccc1N",
+    "CC(=O)O",
+    "CC(=O)N",
+    "CCOC",
+    "CCOCC",
+    "C1CCCCC1",
+    "C1CCCC1",
+    "CC(C)C",
+    "CC(C)(C)C",
+    "OCCO",
+    "NCCN",
+    "c1ccncc1",
+    "c1ccoc1",
+    "c1ccsc1",
+    "CC#N",
+    "C=CC",
+    "C=CC=C",
+    "CCCl",
+    "CCBr",
+    "CCF",
+    "OC(=O)c1ccccc1",
+    "Nc1ccccc1O",
+    "CC(=O)Nc1ccc(O)cc1",
+    "COc1ccccc1",
+    "CCCCCC",
+    "CCCCCCC",
+    "C1CC1",
+    "C1CCC1",
+    "OC1CCCCC1",
+    "NC1CCCCC1",
+    "CCS",
+    "CSC",
+    "CC(O)C",
+]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("csv") / "mols.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "heavy_atoms", "note"])
+        for i, s in enumerate(SMILES):
+            w.writerow([s, sum(ch.isalpha() and ch not in "lr" for ch in s), f"row{i}"])
+        w.writerow(["not_a_smiles((", 3, "bad"])
+    return path
+
+
+def _train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "train",
+        "--dataset",
+        f"csv:{table}",
+        "--data-root",
+        str(root),
+        "--target-columns",
+        "heavy_atoms",
+        "--out",
+        str(out),
+        "--num-layers",
+        "2",
+        "--hidden-dim",
+        "16",
+        "--ffn-dim",
+        "16",
+        "--num-heads",
+        "2",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "3",
+        "--warmup-steps",
+        "2",
+        "--lr",
+        "1e-3",
+        "--no-progress",
+        "--threads",
+        "1",
+        *extra,
+    ]
+
+
+def test_train_evaluate_predict_plot(table, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(_train_args(table, tmp_path / "data", out, "--attention", "urpe")) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in (
+        "best_valid_mae",
+        "test_mae",
+        "baseline_valid_mae",
+        "parameters",
+        "steps",
+        "graphs_per_second",
+        "wall_seconds",
+    ):
+        assert key in metrics
+    assert metrics["attention"] == "urpe" and metrics["steps"] == 3 * 4
+    assert (out / "config.json").exists() and (out / "best.pt").exists()
+    with open(out / "history.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 and "valid_mae" in rows[0]
+    capsys.readouterr()
+
+    assert cli.main(["evaluate", "--checkpoint", str(out / "best.pt"), "--no-progress"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["split"] == "test"
+    assert result["mae"] == pytest.approx(metrics["test_mae"], rel=1e-5)
+    assert json.loads((out / "eval_test.json").read_text())["mae"] == result["mae"]
+
+    pred_csv = tmp_path / "pred.csv"
+    args = [
+        "predict",
+        "--checkpoint",
+        str(out / "best.pt"),
+        "--smiles",
+        "CCO",
+        "c1ccccc1",
+        "xx((",
+        "--output",
+        str(pred_csv),
+        "--no-progress",
+    ]
+    assert cli.main(args) == 0
+    with open(pred_csv) as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["smiles"] for r in rows] == ["CCO", "c1ccccc1", "xx(("]
+    assert rows[0]["heavy_atoms"] != "" and rows[2]["heavy_atoms"] == "" and rows[2]["error"]
+    assert "could not be read" in capsys.readouterr().err
+
+    assert cli.main(["plot", str(out)]) == 0
+    assert (out / "curves.png").stat().st_size > 1000
+    assert (out / "urpe_scale.png").stat().st_size > 1000
+
+
+def test_resume_after_interruption_equals_uninterrupted(table, tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    full = tmp_path / "full"
+    assert cli.main(_train_args(table, root, full)) == 0
+    reference = json.loads((full / "metrics.json").read_text())
+
+    part = tmp_path / "part"
+    real_save = loop.save_checkpoint
+    calls = {"last": 0}
+
+    def interrupting_save(path, state):
+        real_save(path, state)
+        if Path(path).name == "last.pt":
+            calls["last"] += 1
+            if calls["last"] == 1:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "save_checkpoint", interrupting_save)
+    assert cli.main(_train_args(table, root, part)) == 130
+    assert not (part / "metrics.json").exists()
+    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    assert cli.main([*_train_args(table, root, part), "--resume"]) == 0
+    resumed = json.loads((part / "metrics.json").read_text())
+    assert resumed["steps"] == reference["steps"]
+    assert resumed["best_valid_mae"] == pytest.approx(reference["best_valid_mae"], abs=1e-6)
+    assert resumed["test_mae"] == pytest.approx(reference["test_mae"], abs=1e-6)
+    a = torch.load(full / "last.pt", weights_only=True)["model"]
+    b = torch.load(part / "last.pt", weights_only=True)["model"]
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_errors_are_one_line(tmp_path, capsys):
+    code = cli.main(["train", "--dataset", f"csv:{tmp_path / 'missing.csv'}", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("graphormer-urpe: error:") and err.count("\n") == 1
+    code = cli.main(["evaluate", "--checkpoint", str(tmp_path / "nope.pt")])
+    err = capsys.readouterr().err
+    assert code == 2 and "does not exist" in err and err.count("\n") == 1
+
+
+def test_console_script_help_lists_every_flag():
+    out = subprocess.run(
+        [sys.executable, "-m", "graphormer_urpe.cli", "train", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for flag in (
+        "--dataset",
+        "--preset",
+        "--attention",
+        "--epochs",
+        "--max-steps",
+        "--batch-size",
+        "--lr",
+        "--out",
+        "--data-root",
+        "--device",
+        "--seed",
+        "--resume",
+        "--num-layers",
+        "--urpe-share-layers",
+    ):
+        assert flag in out
+    for cmd in ("evaluate", "predict", "plot"):
+        sub = subprocess.run(
+            [sys.executable, "-m", "graphormer_urpe.cli", cmd, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "usage: graphormer-urpe " + cmd in sub

@@ -1,0 +1,509 @@
+"""Dataset sources: featurisers, the ZINC target, PyG ZINC, SMILES CSVs, nci5k, splits."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import os
+import pickle
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from networkx.algorithms import isomorphism
+from torch_geometric.datasets import ZINC
+
+from graphormer_urpe.datasets import (
+    FEATURIZERS,
+    ZINC_ATOM_TYPES,
+    DatasetSplits,
+    DatasetUnavailableError,
+    InvalidMoleculeError,
+    NCI5kDataset,
+    SmilesCSVDataset,
+    UnknownAtomTypeError,
+    featurize_smiles,
+    load_dataset,
+    load_nci5k,
+    load_zinc,
+    penalized_logp,
+    random_split,
+    regression_metrics,
+    scaffold_split,
+    zinc_mol_to_graph,
+)
+from graphormer_urpe.datasets.zinc_target import cycle_basis, largest_ring_penalty
+from graphormer_urpe.graph.features import has_graphormer_features
+from tests.conftest import SHARED_DATA
+
+ZINC_VAL_CSV = SHARED_DATA / "zinc" / "val.csv"
+ZINC_VAL_GRAPHS = SHARED_DATA / "zinc" / "val_graphs.npz"
+
+# Real ZINC-like molecules covering charges, stereo centres, aromatic N-H, rings and S/Cl/Br/F.
+ZINC_FIXTURE = [
+    "C[C@@]1(c2ccc(F)cc2)NC(=O)N(CN2CCN(S(=O)(=O)c3ccc4ccccc4c3)CC2)C1=O",
+    "COCc1ccc(C(=O)Oc2ccc(F)cc2)cc1",
+    "O=c1c([N+](=O)[O-])cccn1Cc1ccc(F)cc1Cl",
+    "O=C(CSc1ccc2ccccc2n1)NNC(=O)c1cccc([N+](=O)[O-])c1",
+    "C[NH+]1CCC(NC(=O)c2ccc(Br)s2)CC1",
+    "Cc1cc2c(cc1C)N(Cc1ccc(Cl)cc1)[C@@H](C1=CCC(=O)N=C1)N2",
+    "O=C(Nc1cccc(-n2cnnn2)c1)c1cccc2[nH]ccc12",
+    "[NH3+]CCCC(=O)N1C[C@@H]2C[C@H](C1)Cn1c2cccc1=O",
+    "CC#CCOc1ccc(C[NH2+]C2CC2)cc1",
+    "CCN(CC)C(=O)c1ccc([O-])cc1",
+]
+
+
+def _types(data) -> list[str]:
+    return [ZINC_ATOM_TYPES[int(t)] for t in data.x.view(-1)]
+
+
+# ---------------------------------------------------------------------------------------
+# ZINC featuriser
+# ---------------------------------------------------------------------------------------
+
+
+def test_zinc_atom_types_follow_bracket_hydrogens_and_charges():
+    g = zinc_mol_to_graph("C[C@@H](O)c1cc[nH]c1[NH3+]")
+    # [C@@H] keeps its H; aromatic [nH] is plain N (kekulisation drops it); [NH3+] keeps all
+    assert _types(g) == ["C", "C H1", "O", "C", "C", "C", "N", "C", "N H3 +"]
+    assert g.x.shape == (9, 1) and g.x.dtype == torch.long
+    # canonical-form rule: a redundant bracket on a plain atom does not change its type
+    assert _types(zinc_mol_to_graph("[CH3]C(=O)[O-]")) == ["C", "C", "O", "O -"]
+    assert _types(zinc_mol_to_graph("[NH-]c1ccccc1"))[0] == "N H1 -"
+
+
+def test_zinc_bonds_are_kekulized_both_directions_sorted():
+    g = zinc_mol_to_graph("c1ccccc1C#N")
+    assert g.edge_attr.dtype == torch.long and g.edge_attr.dim() == 1
+    assert sorted(Counter(g.edge_attr.tolist()).items()) == [(1, 8), (2, 6), (3, 2)]
+    ei = g.edge_index.t().tolist()
+    assert ei == sorted(ei)  # row-major, as PyG's ZINC stores them
+    assert sorted(map(tuple, ei)) == sorted((b, a) for a, b in ei)  # symmetric
+    # the benchmark's alternation: the first ring atom takes the double bond to its next atom
+    pairs = {tuple(e): int(t) for e, t in zip(ei, g.edge_attr.tolist(), strict=True)}
+    assert pairs[(0, 1)] == 2 and pairs[(1, 2)] == 1
+
+
+def test_zinc_unknown_atom_type_names_smiles_and_atom():
+    with pytest.raises(UnknownAtomTypeError, match=r"C\[Si\]\(C\)\(C\)C.*atom 1.*'Si'"):
+        zinc_mol_to_graph("C[Si](C)(C)C")
+    with pytest.raises(InvalidMoleculeError, match="not a smiles"):
+        featurize_smiles("not a smiles", "zinc")
+
+
+def test_zinc_featurizer_matches_official_val_graphs():
+    if not ZINC_VAL_GRAPHS.exists() or not ZINC_VAL_CSV.exists():
+        pytest.skip(f"official ZINC validation graphs not available under {SHARED_DATA}")
+    z = np.load(ZINC_VAL_GRAPHS)
+    smiles = pd.read_csv(ZINC_VAL_CSV)["smiles"].tolist()
+    assert len(smiles) == 1000
+    identical = isomorphic = types_equal = 0
+    for g, smi in enumerate(smiles):
+        a, b = z["node_ptr"][g], z["node_ptr"][g + 1]
+        e0, e1 = z["edge_ptr"][g], z["edge_ptr"][g + 1]
+        x, ei, ea = z["x"][a:b], z["edge_index"][:, e0:e1], z["edge_attr"][e0:e1]
+        ours = zinc_mol_to_graph(smi)
+        ox, oei, oea = ours.x.view(-1).numpy(), ours.edge_index.numpy(), ours.edge_attr.numpy()
+        types_equal += Counter(ox.tolist()) == Counter(x.tolist())
+        if ox.shape == x.shape and oei.shape == ei.shape:
+            if (ox == x).all() and (oei == ei).all() and (oea == ea).all():
+                identical += 1
+                isomorphic += 1
+                continue
+        g1, g2 = nx.Graph(), nx.Graph()
+        g1.add_nodes_from((i, {"t": int(t)}) for i, t in enumerate(x))
+        g1.add_edges_from(
+            (int(s), int(d), {"b": int(t)}) for (s, d), t in zip(ei.T, ea, strict=True)
+        )
+        g2.add_nodes_from((i, {"t": int(t)}) for i, t in enumerate(ox))
+        g2.add_edges_from(
+            (int(s), int(d), {"b": int(t)}) for (s, d), t in zip(oei.T, oea, strict=True)
+        )
+        matcher = isomorphism.GraphMatcher(
+            g1, g2, node_match=lambda u, v: u["t"] == v["t"], edge_match=lambda u, v: u == v
+        )
+        isomorphic += matcher.is_isomorphic()
+    assert types_equal == 1000
+    # 835 share the official node order exactly; 998 are the same labelled graph. The other
+    # two were built from differently ordered SMILES, whose Kekulé alternation differs.
+    assert identical >= 830
+    assert isomorphic >= 998
+
+
+# ---------------------------------------------------------------------------------------
+# OGB featuriser and registry
+# ---------------------------------------------------------------------------------------
+
+
+def test_ogb_featurizer_shapes_and_registry():
+    assert set(FEATURIZERS) == {"zinc", "ogb"}
+    g = featurize_smiles("CC(=O)[O-].[Na+]", "ogb")
+    assert g.x.shape == (5, 9) and g.x.dtype == torch.long
+    assert g.edge_index.shape == (2, 6) and g.edge_attr.shape == (6, 3)
+    single = featurize_smiles("[Cu]", "ogb")  # one atom, no bonds, outside ZINC's types
+    assert single.num_nodes == 1 and single.edge_attr.shape == (0, 3)
+    for bad in ["", "   ", "C1CC", "XYZ"]:
+        with pytest.raises(InvalidMoleculeError, match=repr(bad).replace("(", r"\(")):
+            featurize_smiles(bad, "ogb")
+    with pytest.raises(ValueError, match="unknown featurizer 'morgan'"):
+        featurize_smiles("CCO", "morgan")
+    assert issubclass(InvalidMoleculeError, ValueError)
+
+
+# ---------------------------------------------------------------------------------------
+# penalized logP
+# ---------------------------------------------------------------------------------------
+
+
+def test_cycle_basis_is_the_classic_one():
+    # a square with a diagonal: DFS from node 0 through ascending neighbours
+    adj = np.array([[0, 1, 1, 1], [1, 0, 1, 0], [1, 1, 0, 1], [1, 0, 1, 0]])
+    cycles = cycle_basis(adj)
+    assert len(cycles) == 2 and sorted(map(len, cycles)) == [3, 3]
+    assert cycle_basis(np.zeros((3, 3), dtype=int)) == []
+    # molecules where networkx 3.6's basis gives another ring penalty (values from the data)
+    from rdkit import Chem
+
+    for smiles, expected in [
+        ("C[NH+]1[C@H]2CC[C@@H]1CN(C(=O)NCCc1cccc(F)c1)CC2", 1),
+        ("CN1[C@H]2CC[C@@H]1c1c(nc(N)c(C#N)c1-c1ccc(-n3cccn3)cc1)C2", 0),
+        ("[NH3+]CCCC(=O)N1C[C@@H]2C[C@H](C1)Cn1c2cccc1=O", 2),
+    ]:
+        assert largest_ring_penalty(Chem.MolFromSmiles(smiles)) == expected
+
+
+def test_penalized_logp_reproduces_val_csv():
+    if not ZINC_VAL_CSV.exists():
+        pytest.skip(f"ZINC validation targets not available at {ZINC_VAL_CSV}")
+    df = pd.read_csv(ZINC_VAL_CSV)
+    pred = np.array([penalized_logp(s) for s in df["smiles"]])
+    err = np.abs(pred - df["y"].to_numpy())
+    assert len(err) == 1000
+    assert err.max() < 1e-5, f"max |error| {err.max()} at row {int(err.argmax())}"
+    with pytest.raises(InvalidMoleculeError, match="C1CC"):
+        penalized_logp("C1CC")
+
+
+# ---------------------------------------------------------------------------------------
+# ZINC through PyG's ZINC class on a raw fixture
+# ---------------------------------------------------------------------------------------
+
+
+def _zinc_raw_entry(smiles: str) -> dict:
+    g = zinc_mol_to_graph(smiles)
+    n = g.num_nodes
+    adj = torch.zeros(n, n, dtype=torch.long)
+    adj[g.edge_index[0], g.edge_index[1]] = g.edge_attr
+    return {
+        "num_atom": n,
+        "atom_type": g.x.view(-1).clone(),
+        "bond_type": adj,
+        "logP_SA_cycle_normalized": torch.tensor([penalized_logp(smiles)]),
+    }
+
+
+def _write_zinc_raw(root: Path) -> dict[str, list[str]]:
+    """PyG's raw layout: per-split pickles of molecule dicts + comma-separated subset indices."""
+    raw = root / "raw"
+    raw.mkdir(parents=True)
+    splits = {"train": ZINC_FIXTURE[:6], "val": ZINC_FIXTURE[6:8], "test": ZINC_FIXTURE[8:]}
+    subset_index = {"train": [0, 2, 3, 5], "val": [1], "test": [0, 1]}
+    for split, smiles in splits.items():
+        with open(raw / f"{split}.pickle", "wb") as f:
+            pickle.dump([_zinc_raw_entry(s) for s in smiles], f)
+        (raw / f"{split}.index").write_text(",".join(map(str, subset_index[split])) + "\n")
+    return {s: [splits[s][i] for i in subset_index[s]] for s in splits} | {
+        f"full-{s}": splits[s] for s in splits
+    }
+
+
+def test_zinc_through_pyg_subset_full_and_stale_cache(tmp_path, caplog):
+    root = tmp_path / "ZINC"
+    expected = _write_zinc_raw(root)
+    train, val, test = load_zinc(root, subset=True, multi_hop_max_dist=20)
+    assert isinstance(train, ZINC)
+    assert [len(train), len(val), len(test)] == [4, 1, 2]
+    for ds, split in ((train, "train"), (val, "val"), (test, "test")):
+        for i, smiles in enumerate(expected[split]):
+            d, ref = ds[i], zinc_mol_to_graph(smiles)
+            assert torch.equal(d.x, ref.x) and torch.equal(d.edge_attr, ref.edge_attr)
+            assert torch.equal(d.edge_index, ref.edge_index)
+            assert has_graphormer_features(d)
+            assert d.y.shape == (1, 1) and d.y.dtype == torch.float32
+            assert d.y.item() == pytest.approx(penalized_logp(smiles), abs=1e-5)
+    hops_20 = [int(d.edge_input_hops) for d in train]
+    assert max(hops_20) > 2
+
+    # another multi_hop_max_dist must re-process, not reuse the cache PyG only warns about
+    with caplog.at_level(logging.WARNING, logger="graphormer_urpe.datasets.zinc"):
+        train2, _, _ = load_zinc(root, subset=True, multi_hop_max_dist=2)
+    assert "re-processing ZINC" in caplog.text
+    assert max(int(d.edge_input_hops) for d in train2) == 2
+    assert torch.load(root / "subset" / "processed" / "pre_transform.pt") == (
+        "GraphormerFeatures(multi_hop_max_dist=2)"
+    )
+
+    # the full dataset lives in its own processed folder and uses every molecule
+    splits = load_dataset("zinc-full", root=str(root), multi_hop_max_dist=20)
+    assert splits.name == "zinc-full" and splits.featurizer == "zinc"
+    assert [len(splits.train), len(splits.valid), len(splits.test)] == [6, 2, 2]
+    assert (root / "full" / "processed" / "train.pt").exists()
+    assert splits.target_names == ["penalized_logp"] and splits.num_targets == 1
+    with pytest.raises(ValueError, match="featurizer must be 'zinc'"):
+        load_dataset("zinc", root=str(root), featurizer="ogb")
+
+
+def test_zinc_offline_download_fails_fast_with_instructions(tmp_path, monkeypatch):
+    calls: list[str] = []
+
+    def offline(url, *args, **kwargs):
+        calls.append(url)
+        raise urllib.error.URLError("network is unreachable (test)")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    root = tmp_path / "ZINC"
+    with pytest.raises(DatasetUnavailableError) as info:
+        load_dataset("zinc", root=str(root))
+    msg = str(info.value)
+    assert calls and calls[0] == ZINC.url  # PyG's own download code ran
+    assert ZINC.url in msg and "network is unreachable" in msg
+    for name in ("train.pickle", "val.index", "test.index"):
+        assert str(root / "raw" / name) in msg
+    assert not (root / "molecules.zip").exists()
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+    # a partial raw folder is never handed to PyG's download (which would delete it)
+    calls.clear()
+    (root / "raw").mkdir(parents=True, exist_ok=True)
+    (root / "raw" / "train.pickle").write_bytes(b"placeholder")
+    with pytest.raises(DatasetUnavailableError, match="missing val.pickle, test.pickle"):
+        load_zinc(root)
+    assert calls == [] and (root / "raw" / "train.pickle").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# SMILES CSV
+# ---------------------------------------------------------------------------------------
+
+
+CSV_SMILES = [
+    "CCO",
+    "c1ccccc1O",
+    "CC(=O)Nc1ccc(O)cc1",
+    "c1ccc2ccccc2c1",
+    "CCN(CC)CC",
+    "OC(=O)c1ccccc1",
+    "C1CCCCC1N",
+    "c1ccncc1C",
+    "CC(C)Cc1ccc(C(C)C(=O)O)cc1",
+    "O=C1CCCC1",
+    "c1ccccc1Cl",
+    "CCCCCC",
+]
+
+
+def _write_csv(path: Path, rows: list[dict], compress: bool = False) -> Path:
+    text = pd.DataFrame(rows).to_csv(index=False)
+    if compress:
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def test_csv_invalid_smiles_reported_skipped_or_strict(tmp_path, caplog):
+    rows = [{"smiles": s, "y": i, "note": "x"} for i, s in enumerate(CSV_SMILES[:5])]
+    rows.insert(2, {"smiles": "C1CC(", "y": 99, "note": "broken"})
+    rows.append({"smiles": "", "y": 98, "note": "empty"})
+    path = _write_csv(tmp_path / "mols.csv", rows)
+    with caplog.at_level(logging.WARNING):
+        ds = SmilesCSVDataset(tmp_path / "root", path, target_columns=["y"])
+    assert len(ds) == 5
+    assert [r.row for r in ds.skipped] == [2, 6]
+    assert "row 2 (line 4) 'C1CC('" in caplog.text and "skipped 2 of 7 rows" in caplog.text
+    assert ds.rows.tolist() == [0, 1, 3, 4, 5]
+    assert [float(ds[i].y) for i in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # strict: a fresh build raises, and so does reusing the non-strict cache
+    with pytest.raises(InvalidMoleculeError, match=r"2 invalid molecule\(s\).*row 2"):
+        SmilesCSVDataset(tmp_path / "fresh", path, target_columns=["y"], strict=True)
+    assert not list((tmp_path / "fresh").rglob("data.pt"))
+    with pytest.raises(InvalidMoleculeError, match="C1CC"):
+        SmilesCSVDataset(tmp_path / "root", path, target_columns=["y"], strict=True)
+
+
+def test_csv_missing_targets_extra_and_missing_columns(tmp_path):
+    rows = [
+        {"id": "a", "smiles": "CCO", "t1": 1.5, "t2": "", "comment": "keep"},
+        {"id": "b", "smiles": "CCN", "t1": "NA", "t2": 2.0, "comment": "me"},
+        {"id": "c", "smiles": "CCC", "t1": 3.0, "t2": 4.0, "comment": "out"},
+    ]
+    path = _write_csv(tmp_path / "multi.csv", rows)
+    ds = SmilesCSVDataset(tmp_path / "root", path, target_columns=["t1", "t2"])
+    y = torch.cat([ds[i].y for i in range(3)])
+    assert y.shape == (3, 2) and y.dtype == torch.float32
+    assert torch.isnan(y[0, 1]) and torch.isnan(y[1, 0]) and y[2].tolist() == [3.0, 4.0]
+    assert ds.target_names == ["t1", "t2"]
+    # target inference picks the numeric columns only (id and comment are text)
+    inferred = SmilesCSVDataset(tmp_path / "root2", path)
+    assert inferred.target_names == ["t1", "t2"]
+    with pytest.raises(ValueError, match=r"\['t3'\] not found; available columns: \['id', 'smi"):
+        SmilesCSVDataset(tmp_path / "root", path, target_columns=["t3"])
+    with pytest.raises(ValueError, match=r"\['SMILES'\] not found.*'comment'"):
+        SmilesCSVDataset(tmp_path / "root", path, smiles_column="SMILES", target_columns=["t1"])
+    bad = _write_csv(tmp_path / "bad.csv", [{"smiles": "CCO", "y": "abc"}])
+    with pytest.raises(ValueError, match=r"row 0 \(line 2\).*'y' holds 'abc'"):
+        SmilesCSVDataset(tmp_path / "root", bad, target_columns=["y"])
+    with pytest.raises(FileNotFoundError, match="nowhere.csv"):
+        SmilesCSVDataset(tmp_path / "root", tmp_path / "nowhere.csv")
+
+
+def _check_partition(splits: DatasetSplits, total: int) -> None:
+    rows = []
+    for part in (splits.train, splits.valid, splits.test):
+        rows += [int(i) for i in part.indices()]
+    assert sorted(rows) == list(range(total))  # every row exactly once
+
+
+def test_csv_split_column_random_and_scaffold(tmp_path):
+    labels = ["train", "val", "test", "validation", "Train", "valid"] * 2
+    rows = [
+        {"smiles": s, "y": float(i), "fold": lab}
+        for i, (s, lab) in enumerate(zip(CSV_SMILES, labels, strict=True))
+    ]
+    path = _write_csv(tmp_path / "split.csv", rows)
+    by_col = load_dataset(f"csv:{path}", root=str(tmp_path / "r"), split_column="fold")
+    assert by_col.name == f"csv:{path}" and by_col.featurizer == "ogb"
+    assert [len(by_col.train), len(by_col.valid), len(by_col.test)] == [4, 6, 2]
+    assert sorted(float(d.y) for d in by_col.test) == [2.0, 8.0]
+    _check_partition(by_col, 12)
+
+    rand = load_dataset(f"csv:{path}", root=str(tmp_path / "r"), target_columns=["y"], seed=1)
+    _check_partition(rand, 12)
+    assert [len(rand.train), len(rand.valid), len(rand.test)] == [9, 1, 2]
+    again = load_dataset(f"csv:{path}", root=str(tmp_path / "r"), target_columns=["y"], seed=1)
+    assert list(again.test.indices()) == list(rand.test.indices())
+
+    scaf = load_dataset(
+        f"csv:{path}", root=str(tmp_path / "r"), target_columns=["y"], split="scaffold"
+    )
+    _check_partition(scaf, 12)
+    with pytest.raises(ValueError, match="unknown split method 'stratified'"):
+        load_dataset(f"csv:{path}", root=str(tmp_path / "r"), split="stratified")
+    bad = _write_csv(tmp_path / "badsplit.csv", [{"smiles": "CCO", "y": 1, "fold": "holdout"}])
+    with pytest.raises(ValueError, match=r"row 0.*unknown split label 'holdout'"):
+        load_dataset(f"csv:{bad}", root=str(tmp_path / "r"), split_column="fold")
+
+
+def test_split_functions_partition_and_keep_scaffolds_together():
+    for n in (1, 7, 10, 101):
+        parts = random_split(n, (0.8, 0.1, 0.1), seed=3)
+        assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(n))
+        assert len(parts["train"]) == int(0.8 * n + 1e-9)
+    assert not np.array_equal(random_split(50, seed=0)["test"], random_split(50, seed=1)["test"])
+    smiles = CSV_SMILES + ["c1ccccc1CC", "c1ccccc1CCC", "c1ccccc1N"]
+    parts = scaffold_split(smiles, (0.6, 0.2, 0.2))
+    assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(len(smiles)))
+    benzenes = {i for i, s in enumerate(smiles) if s.startswith("c1ccccc1") and "2" not in s}
+    owner = {name for name, idx in parts.items() if benzenes & set(idx.tolist())}
+    assert len(owner) == 1  # one scaffold, one split
+    with pytest.raises(ValueError, match="sum to 1"):
+        random_split(10, (0.5, 0.2, 0.2))
+
+
+def test_csv_gzip_separate_files_and_cache_keys(tmp_path):
+    rows = [{"smiles": s, "y": float(i)} for i, s in enumerate(CSV_SMILES)]
+    gz = _write_csv(tmp_path / "mols.csv.gz", rows, compress=True)
+    root = tmp_path / "cache"
+    ds = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="zinc")
+    assert len(ds) == 12 and ds[0].x.shape[1] == 1 and ds[0].edge_attr.dim() == 1
+    assert ds.was_processed
+    same = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="zinc")
+    assert not same.was_processed and same.processed_dir == ds.processed_dir
+    other = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="ogb")
+    hops = SmilesCSVDataset(root, gz, target_columns=["y"], multi_hop_max_dist=1)
+    assert len({ds.processed_dir, other.processed_dir, hops.processed_dir}) == 3
+    assert other[0].x.shape[1] == 9
+    assert max(int(d.edge_input_hops) for d in hops) == 1
+    _write_csv(gz, rows + [{"smiles": "CCCl", "y": 12.0}], compress=True)  # content changed
+    edited = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="zinc")
+    assert edited.was_processed and len(edited) == 13
+
+    parts = [
+        _write_csv(tmp_path / f"{name}.csv", chunk)
+        for name, chunk in (("tr", rows[:8]), ("va", rows[8:10]), ("te", rows[10:]))
+    ]
+    spec = "csv:" + ",".join(map(str, parts))
+    splits = load_dataset(spec, root=str(root))
+    assert [len(splits.train), len(splits.valid), len(splits.test)] == [8, 2, 2]
+    assert splits.target_names == ["y"]
+    assert float(splits.test[1].y) == 11.0
+    with pytest.raises(ValueError, match="three comma-separated paths"):
+        load_dataset(f"csv:{parts[0]},{parts[1]}", root=str(root))
+    with pytest.raises(ValueError, match="unknown dataset 'qm9'"):
+        load_dataset("qm9")
+
+
+# ---------------------------------------------------------------------------------------
+# nci5k
+# ---------------------------------------------------------------------------------------
+
+
+def test_nci5k_subset_labels_features_and_split(tmp_path):
+    splits = load_nci5k(tmp_path / "nci", multi_hop_max_dist=5, limit=120)
+    assert splits.name == "nci5k" and splits.featurizer == "ogb"
+    assert splits.target_names == ["penalized_logp"] and splits.metric == "mae"
+    total = len(splits.train) + len(splits.valid) + len(splits.test)
+    assert total == 120  # the first 120 NCI molecules all parse
+    assert [len(splits.train), len(splits.valid)] == [96, 12]
+    _check_partition(splits, 120)
+    dataset = splits.train.__class__  # views of one NCI5kDataset
+    assert issubclass(dataset, NCI5kDataset)
+    base = NCI5kDataset(tmp_path / "nci", multi_hop_max_dist=5, limit=120)
+    assert not base.was_processed  # the cache is reused
+    for i in (0, 57, 119):
+        d = base[i]
+        assert d.x.shape[1] == 9 and d.edge_attr.shape[1] == 3 and has_graphormer_features(d)
+        assert float(d.y) == pytest.approx(penalized_logp(base.smiles[i]), abs=1e-4)
+        assert int(d.edge_input_hops) <= 5
+    assert os.path.dirname(base.processed_dir) == str(tmp_path / "nci" / "processed")
+
+
+def test_nci5k_reports_and_skips_bad_molecules(tmp_path, caplog):
+    src = tmp_path / "nci.csv"
+    src.write_text(
+        "# comment\nCCO,20.2\nO=C1O[Al]23(OC1=O)(OC(=O)C(=O)O2)OC(=O)C(=O)O3,1\nc1ccccc1,0\n"
+    )
+    with caplog.at_level(logging.WARNING):
+        ds = NCI5kDataset(tmp_path / "n", source=str(src))
+    assert len(ds) == 2 and ds.smiles == ["CCO", "c1ccccc1"]
+    assert [s.row for s in ds.skipped] == [1]
+    assert "skipped 1 of 3 rows" in caplog.text and "[Al]" in caplog.text
+
+
+# ---------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------
+
+
+def test_evaluate_masks_missing_targets():
+    y_true = torch.tensor([[1.0, float("nan")], [2.0, 4.0], [float("nan"), 0.0]])
+    y_pred = torch.tensor([[2.0, 100.0], [2.0, 1.0], [100.0, 1.0]])
+    splits = DatasetSplits("csv:x", [], [], [], "ogb", ["a", "b"])
+    out = splits.evaluate(y_pred, y_true)
+    assert out["mae/a"] == pytest.approx(0.5) and out["mae/b"] == pytest.approx(2.0)
+    assert out["mae"] == pytest.approx(1.25)
+    assert out["rmse/b"] == pytest.approx(math.sqrt(5.0))
+    single = regression_metrics(torch.tensor([1.0, 3.0]), torch.tensor([[2.0], [3.0]]))
+    assert single == {"mae": 0.5, "rmse": pytest.approx(math.sqrt(0.5))}
+    assert math.isnan(regression_metrics(torch.ones(2, 1), torch.full((2, 1), math.nan))["mae"])
+    with pytest.raises(ValueError, match=r"\(3, 2\) and \(3, 1\)"):
+        splits.evaluate(y_pred, y_true[:, :1])

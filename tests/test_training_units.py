@@ -1,0 +1,101 @@
+"""Training building blocks: schedule, loss, checkpoints, configs."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from graphormer_urpe.training import (
+    CheckpointError,
+    TrainConfig,
+    linear_schedule,
+    load_checkpoint,
+    make_config,
+    masked_loss,
+    save_checkpoint,
+)
+from graphormer_urpe.training.checkpoint import rng_state, set_rng_state
+
+
+def reference_lr(step, warmup, total, peak, end):
+    """Graphormer's PolynomialDecayLR with power 1, written out plainly."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    if step >= total:
+        return end
+    remaining = 1 - (step - warmup) / (total - warmup)
+    return (peak - end) * remaining + end
+
+
+def test_schedule_matches_reference():
+    for step in range(0, 130):
+        assert math.isclose(
+            linear_schedule(step, 20, 120, 2e-4, 1e-9), reference_lr(step, 20, 120, 2e-4, 1e-9)
+        )
+    assert linear_schedule(19, 20, 120, 1.0, 0.0) == 1.0
+    assert linear_schedule(120, 20, 120, 1.0, 0.5) == 0.5
+
+
+def test_masked_loss_ignores_missing_targets():
+    pred = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    y = torch.tensor([[2.0, float("nan")], [1.0, 5.0]])
+    assert masked_loss(pred, y, "l1").item() == pytest.approx((1 + 2 + 1) / 3)
+    assert masked_loss(pred, y, "mse").item() == pytest.approx((1 + 4 + 1) / 3)
+    all_nan = torch.full((2, 2), float("nan"))
+    assert masked_loss(pred, all_nan).item() == 0.0
+
+
+def test_checkpoint_round_trip_and_rng(tmp_path):
+    random.seed(3)
+    np.random.seed(3)  # noqa: NPY002
+    torch.manual_seed(3)
+    state = rng_state()
+    a = (random.random(), np.random.rand(), torch.rand(1).item())  # noqa: NPY002
+    save_checkpoint(tmp_path / "c.pt", {"rng": state, "w": torch.arange(4), "config": "{}"})
+    ckpt = load_checkpoint(tmp_path / "c.pt")
+    set_rng_state(ckpt["rng"])
+    b = (random.random(), np.random.rand(), torch.rand(1).item())  # noqa: NPY002
+    assert a == b
+    assert torch.equal(ckpt["w"], torch.arange(4))
+    assert not list(tmp_path.glob(".*tmp"))  # no temp files left
+
+
+def test_bad_checkpoints_give_one_line_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+    save_checkpoint(tmp_path / "good.pt", {"w": torch.randn(1000)})
+    data = (tmp_path / "good.pt").read_bytes()
+    (tmp_path / "trunc.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cannot be read") as exc:
+        load_checkpoint(tmp_path / "trunc.pt")
+    assert "\n" not in str(exc.value)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_checkpoint(tmp_path / "junk.pt")
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    torch.save({"format": "graphormer-urpe/1", "x": Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="unsafe"):
+        load_checkpoint(tmp_path / "evil.pt")
+    torch.save({"w": 1}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a graphormer-urpe checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+def test_make_config_presets_and_overrides():
+    cfg = make_config("zinc-slim", model_overrides={"attention": "urpe"}, lr=1e-3, seed=None)
+    assert cfg.model.attention == "urpe" and cfg.model.num_layers == 12
+    assert cfg.lr == 1e-3 and cfg.seed == 1 and cfg.max_steps == 400_000
+    small = make_config("small", max_steps=50)
+    assert small.max_steps == 50 and small.epochs is None
+    back = TrainConfig.from_dict(cfg.to_dict())
+    assert back == cfg
+    with pytest.raises(KeyError, match="unknown preset"):
+        make_config("huge")
