@@ -20,44 +20,25 @@ __all__ = ["main", "build_parser"]
 log = logging.getLogger("graphormer_urpe")
 
 
-def _nci_smiles(limit: int) -> list[str]:
-    from rdkit import RDConfig
-
-    path = os.path.join(RDConfig.RDDataDir, "NCI", "first_5k.tpsa.csv")
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            if line.startswith("#") or not line.strip():
-                continue
-            out.append(line.split(",")[0])
-            if len(out) == limit:
-                break
-    return out
-
-
 def run_demo(args: argparse.Namespace) -> int:
     """Forward and backward pass of a URPE-Graphormer on real molecules (RDKit's NCI set)."""
     import torch
-    from ogb.utils import smiles2graph
-    from torch_geometric.data import Batch, Data
+    from torch_geometric.data import Batch
 
+    from .datasets import featurize_smiles
+    from .datasets.nci import read_nci_smiles
     from .graph import Graphormer, GraphormerFeatures
 
     torch.manual_seed(args.seed)
     features = GraphormerFeatures(multi_hop_max_dist=5)
     graphs = []
-    for smi in _nci_smiles(args.molecules):
-        g = smiles2graph(smi)
-        graphs.append(
-            features(
-                Data(
-                    x=torch.from_numpy(g["node_feat"]),
-                    edge_index=torch.from_numpy(g["edge_index"]),
-                    edge_attr=torch.from_numpy(g["edge_feat"]),
-                    num_nodes=g["num_nodes"],
-                )
-            )
-        )
+    for smi in read_nci_smiles(limit=4 * args.molecules):
+        try:
+            graphs.append(features(featurize_smiles(smi, "ogb")))
+        except ValueError:  # a few NCI entries are not valid molecules for RDKit
+            continue
+        if len(graphs) == args.molecules:
+            break
     batch = Batch.from_data_list(graphs)
     model = Graphormer.from_preset(args.preset, attention=args.attention, num_layers=args.layers)
     start = time.perf_counter()

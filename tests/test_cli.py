@@ -229,3 +229,9 @@ def test_console_script_help_lists_every_flag():
             check=True,
         ).stdout
         assert "usage: graphormer-urpe " + cmd in sub
+
+
+def test_demo_runs_forward_and_backward(capsys):
+    assert cli.main(["demo", "--molecules", "4", "--layers", "1", "--preset", "small"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["molecules"] == 4 and report["prediction_shape"] == [4, 1]

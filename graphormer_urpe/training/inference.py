@@ -17,7 +17,7 @@ from ..graph.features import GraphormerFeatures
 from ..graph.model import Graphormer
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import TrainConfig
-from .loop import Precision, make_loader, predict, resolve_device
+from .loop import Precision, load_splits, make_loader, predict, resolve_device
 
 __all__ = ["LoadedModel", "load_model", "evaluate_checkpoint", "predict_smiles"]
 
@@ -66,26 +66,13 @@ def evaluate_checkpoint(
     progress: bool = True,
 ) -> dict[str, float]:
     """The metric(s) of a checkpoint on ``split`` (``train``, ``valid`` or ``test``)."""
-    from ..datasets import load_dataset
-
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be train, valid or test, got {split!r}")
     lm = load_model(path, device)
     cfg = lm.config
     if data_root is not None:
         cfg = replace(cfg, data_root=data_root)
-    splits = load_dataset(
-        cfg.dataset,
-        root=cfg.data_root,
-        multi_hop_max_dist=cfg.model.multi_hop_max_dist,
-        strict=cfg.strict,
-        smiles_column=cfg.smiles_column,
-        target_columns=cfg.target_columns,
-        split_column=cfg.split_column,
-        split=cfg.split,
-        seed=cfg.split_seed,
-        featurizer=cfg.featurizer,
-    )
+    splits = load_splits(cfg)
     dataset = getattr(splits, split)
     loader = make_loader(dataset, lm.model.config, batch_size or cfg.batch_size, shuffle=False)
     pred, y = predict(

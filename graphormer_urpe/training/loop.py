@@ -52,6 +52,7 @@ __all__ = [
     "resolve_device",
     "Precision",
     "build_model",
+    "load_splits",
     "make_loader",
     "dataset_targets",
     "seed_everything",
@@ -226,6 +227,24 @@ def _batches_for_epoch(loader: DataLoader, seed: int, epoch: int) -> Iterator[Gr
     return iter(loader)
 
 
+def load_splits(config: TrainConfig):
+    """The :class:`~graphormer_urpe.datasets.DatasetSplits` a run's config names."""
+    from ..datasets import load_dataset
+
+    return load_dataset(
+        config.dataset,
+        root=config.data_root,
+        multi_hop_max_dist=config.model.multi_hop_max_dist,
+        strict=config.strict,
+        smiles_column=config.smiles_column,
+        target_columns=config.target_columns,
+        split_column=config.split_column,
+        split=config.split,
+        seed=config.split_seed,
+        featurizer=config.featurizer,
+    )
+
+
 def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Train, select on the validation split, test at the best checkpoint; see module doc.
 
@@ -238,8 +257,6 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
     Returns:
         The ``metrics.json`` contents.
     """
-    from ..datasets import load_dataset
-
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(config.device)
@@ -254,18 +271,7 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
     if config.threads:
         torch.set_num_threads(config.threads)
 
-    splits = load_dataset(
-        config.dataset,
-        root=config.data_root,
-        multi_hop_max_dist=config.model.multi_hop_max_dist,
-        strict=config.strict,
-        smiles_column=config.smiles_column,
-        target_columns=config.target_columns,
-        split_column=config.split_column,
-        split=config.split,
-        seed=config.split_seed,
-        featurizer=config.featurizer,
-    )
+    splits = load_splits(config)
     for name in ("train", "valid", "test"):
         if len(getattr(splits, name)) == 0:
             raise ValueError(f"the {name} split of {splits.name} is empty")
