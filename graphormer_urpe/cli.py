@@ -27,7 +27,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from .datasets import featurize_smiles
     from .datasets.nci import read_nci_smiles
-    from .graph import Graphormer, GraphormerFeatures
+    from .graph import Graphormer, GraphormerFeatures, get_preset
+    from .graph.model import fit_tables
 
     torch.manual_seed(args.seed)
     features = GraphormerFeatures(multi_hop_max_dist=5)
@@ -40,7 +41,8 @@ def run_demo(args: argparse.Namespace) -> int:
         if len(graphs) == args.molecules:
             break
     batch = Batch.from_data_list(graphs)
-    model = Graphormer.from_preset(args.preset, attention=args.attention, num_layers=args.layers)
+    config = get_preset(args.preset, attention=args.attention, num_layers=args.layers)
+    model = Graphormer(fit_tables(config, "ogb"))
     start = time.perf_counter()
     pred = model(batch)
     pred.square().mean().backward()

@@ -265,3 +265,10 @@ def test_state_dict_round_trip():
     graphs = graph_zoo(seed=16, count=4)
     m.eval(), m2.eval()
     torch.testing.assert_close(m(graphs), m2(graphs))
+
+
+def test_too_small_tables_give_a_clear_error():
+    model = Graphormer(tiny_config())  # ZINC-sized tables
+    graphs = graph_zoo(seed=17, count=3, node_features=9, edge_features=3)
+    with pytest.raises(ValueError, match="num_atoms"):
+        model(graphs)

@@ -236,9 +236,31 @@ class GraphormerEncoder(nn.Module):
         """Dense batch of ``graphs`` with this model's hop and distance limits."""
         return collate(graphs, self.config.multi_hop_max_dist, self.config.spatial_pos_max)
 
+    def check_vocabulary(self, batch: GraphormerBatch) -> None:
+        """Raise a clear error when a batch indexes past an embedding table.
+
+        A featuriser with more feature columns than the tables were sized for (e.g. OGB's 9
+        atom columns with the ZINC-sized ``zinc-slim`` tables) would otherwise fail deep
+        inside ``nn.Embedding``; see :func:`fit_tables`.
+        """
+        c = self.config
+        for name, t, size, field in (
+            ("node feature", batch.x, c.num_atoms, "num_atoms"),
+            ("degree", batch.in_degree, c.num_degree, "num_degree"),
+            ("path bond feature", batch.edge_input, c.num_edges, "num_edges"),
+        ):
+            if t.numel() and int(t.max()) >= size:
+                raise ValueError(
+                    f"a {name} index ({int(t.max())}) exceeds the embedding table ({field}="
+                    f"{size}); size the tables for your featuriser, e.g. "
+                    f"fit_tables(config, 'ogb')"
+                )
+
     def _dense(self, data: GraphInput) -> GraphormerBatch:
         if not isinstance(data, GraphormerBatch):
             data = self.collate(data)
+        if data.x.device.type == "cpu":
+            self.check_vocabulary(data)
         device = next(self.parameters()).device
         return data.to(device) if data.x.device != device else data
 
