@@ -109,3 +109,16 @@ def test_empty_list_raises():
 
     with pytest.raises(ValueError, match="empty"):
         collate([])
+
+
+def test_batch_keeps_fewer_hops_than_stored():
+    """Features cached with 20 hops, collated with 2: the reference truncation applies."""
+    graphs = [GraphormerFeatures(20)(g) for g in graph_zoo(seed=21, count=12, edge_features=2)]
+    items = []
+    for d in graphs:
+        sp, ei, deg = ref_preprocess(d.edge_index.numpy(), d.edge_attr.numpy(), d.num_nodes, None)
+        items.append((d.x.numpy(), sp, ei, deg))
+    ref = ref_collate(items, multi_hop_max_dist=2, spatial_pos_max=1024)
+    got = collate(graphs, multi_hop_max_dist=2)
+    for key, val in ref.items():
+        np.testing.assert_array_equal(getattr(got, key).numpy(), val, err_msg=key)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
@@ -121,34 +123,59 @@ def collate(
         graphs.append(d)
 
     xs = [_node_features(d, i) for i, d in enumerate(graphs)]
-    sizes = [x.shape[0] for x in xs]
-    b, n = len(graphs), max(sizes)
     f = max(x.shape[1] for x in xs)
     fe = max(d.edge_input.shape[1] for d in graphs)
-    hops = [min(int(d.edge_input_hops), multi_hop_max_dist) for d in graphs]
-    dmax = max(hops)
+    if any(x.shape[1] != f for x in xs):
+        xs = [F.pad(x, (0, f - x.shape[1])) for x in xs]
+    edge_flat = [d.edge_input for d in graphs]
+    if any(e.shape[1] != fe for e in edge_flat):
+        edge_flat = [F.pad(e, (0, fe - e.shape[1]), value=-1) for e in edge_flat]
 
-    x_out = torch.zeros(b, n, f, dtype=torch.long)
-    deg = torch.zeros(b, n, dtype=torch.long)
-    spatial = torch.zeros(b, n, n, dtype=torch.long)
-    edge_input = torch.zeros(b, n, n, dmax, fe, dtype=torch.long)
-    attn_bias = torch.full((b, n + 1, n + 1), float("-inf"))
-    node_mask = torch.zeros(b, n, dtype=torch.bool)
+    # Everything below is vectorised over the whole batch: one scatter per tensor.
+    sizes = torch.tensor([x.shape[0] for x in xs], dtype=torch.long)  # [B]
+    stored_hops = torch.cat([d.edge_input_hops.view(-1) for d in graphs]).long()  # [B]
+    b, n = len(graphs), int(sizes.max())
+    dmax = int(stored_hops.clamp(max=multi_hop_max_dist).max())
+
+    ks = sizes.tolist()
+    node_lin = _scatter_index([1] * b, ks, 1, n)  # [sum N] into [B, n] (a [1, 1, N] block)
     offsets = 2 + FEATURE_OFFSET * torch.arange(f)
+    x_out = torch.zeros(b * n, f, dtype=torch.long)
+    x_out[node_lin] = torch.cat(xs).long() + offsets
+    x_out = x_out.view(b, n, f)
+    deg = torch.zeros(b * n, dtype=torch.long)
+    deg[node_lin] = torch.cat([d.degree for d in graphs]).long() + 1
+    deg = deg.view(b, n)
+    node_mask = torch.arange(n)[None, :] < sizes[:, None]  # [B, n]
 
-    for g, (d, x) in enumerate(zip(graphs, xs, strict=True)):
-        k = sizes[g]
-        x_out[g, :k, : x.shape[1]] = x + offsets[: x.shape[1]]
-        deg[g, :k] = d.degree + 1
-        sp = d.spatial_pos.view(k, k).long()
-        spatial[g, :k, :k] = sp + 1
-        h_stored = int(d.edge_input_hops)
-        ei = d.edge_input.view(k, k, h_stored, d.edge_input.shape[1])[:, :, : hops[g]]
-        edge_input[g, :k, :k, : hops[g], : ei.shape[-1]] = ei.long() + 1
-        attn_bias[g, : k + 1, : k + 1] = 0.0
-        attn_bias[g, 1 : k + 1, 1 : k + 1].masked_fill_(sp >= spatial_pos_max, float("-inf"))
-        attn_bias[g, k + 1 :, : k + 1] = 0.0  # padded query rows see the real keys
-        node_mask[g, :k] = True
+    pair_lin = _scatter_index(ks, [1] * b, n, 1)  # [sum N^2] into [B, n, n]
+    sp = torch.cat([d.spatial_pos for d in graphs]).long()  # [sum N^2]
+    spatial = torch.zeros(b * n * n, dtype=torch.long)
+    spatial[pair_lin] = sp + 1
+    spatial = spatial.view(b, n, n)
+
+    # 0 on every real key column (graph token + nodes), for real and padded query rows alike.
+    real_key = torch.arange(n + 1)[None, :] <= sizes[:, None]  # [B, n+1]
+    attn_bias = torch.full((b, n + 1, n + 1), float("-inf"))
+    attn_bias.masked_fill_(real_key[:, None, :].expand(b, n + 1, n + 1), 0.0)
+    far = sp >= spatial_pos_max
+    if bool(far.any()):
+        lin = pair_lin[far]  # (g, i, j) in [B, n, n] -> (g, i + 1, j + 1) in [B, n+1, n+1]
+        g, rest = lin // (n * n), lin % (n * n)
+        attn_bias[g, rest // n + 1, rest % n + 1] = float("-inf")
+
+    edge_input = torch.zeros(b * n * n * dmax, fe, dtype=torch.long)
+    if dmax > 0:
+        hops = stored_hops.tolist()
+        if max(hops) > dmax:  # stored with more hops than this batch keeps: cut them off
+            edge_flat = [
+                e.view(k, k, h, fe)[:, :, :dmax].reshape(-1, fe)
+                for e, k, h in zip(edge_flat, ks, hops, strict=True)
+            ]
+            hops = [min(h, dmax) for h in hops]
+        lin = _scatter_index(ks, hops, n, dmax)  # [sum N^2 D_g] into [B, n, n, D]
+        edge_input[lin] = torch.cat(edge_flat).long() + 1  # -1 (no hop) -> 0
+    edge_input = edge_input.view(b, n, n, dmax, fe)
 
     y = None
     if all(getattr(d, "y", None) is not None for d in graphs):
@@ -161,9 +188,26 @@ def collate(
         edge_input=edge_input,
         attn_bias=attn_bias,
         node_mask=node_mask,
-        num_nodes=torch.tensor(sizes, dtype=torch.long),
+        num_nodes=sizes,
         y=y,
     )
+
+
+@lru_cache(maxsize=8192)
+def _block_index(k: int, h: int, n: int, d: int) -> Tensor:
+    """Flat positions of a row-major ``[k, k, h]`` block inside a row-major ``[n, n, d]`` one."""
+    i = torch.arange(k).view(k, 1, 1)
+    j = torch.arange(k).view(1, k, 1)
+    t = torch.arange(h).view(1, 1, h)
+    return ((i * n + j) * d + t).reshape(-1)
+
+
+def _scatter_index(sizes: list[int], hops: list[int], n: int, d: int) -> Tensor:
+    """Flat positions in ``[B, n, n, d]`` of the concatenated ``[N_g, N_g, D_g]`` blocks."""
+    blocks = [_block_index(k, h, n, d) for k, h in zip(sizes, hops, strict=True)]
+    counts = torch.tensor([blk.numel() for blk in blocks])
+    base = torch.arange(len(blocks)) * (n * n * d)
+    return torch.cat(blocks) + torch.repeat_interleave(base, counts)
 
 
 class GraphormerCollator:

@@ -231,7 +231,7 @@ _KEYS = ("spatial_pos", "edge_input", "edge_input_hops", "degree")
 
 def has_graphormer_features(data: Data) -> bool:
     """Whether ``data`` already carries the attributes stored by :class:`GraphormerFeatures`."""
-    return all(key in data for key in _KEYS)
+    return all(getattr(data, key, None) is not None for key in _KEYS)
 
 
 class GraphormerFeatures(BaseTransform):

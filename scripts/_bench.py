@@ -1,0 +1,98 @@
+"""Shared helpers of the benchmark scripts: real molecules, timing, the JSON report."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "zinc"
+
+
+def molecules(count: int) -> tuple[list[str], str]:
+    """``count`` real SMILES: ZINC validation + training molecules when present, else RDKit's NCI."""
+    smiles: list[str] = []
+    source = "nci5k"
+    for name in ("val.csv", "train.csv"):
+        path = SHARED / name
+        if path.exists():
+            with open(path) as fh:
+                next(fh)
+                smiles.extend(line.split(",")[0] for line in fh)
+            source = "zinc"
+    if not smiles:
+        from graphormer_urpe.datasets.nci import read_nci_smiles
+
+        smiles = read_nci_smiles()
+    return smiles[:count], source
+
+
+def ogb_items(smiles: list[str]) -> list[dict]:
+    """OGB featurisation (9 atom / 3 bond columns) as dicts of numpy arrays.
+
+    The bond features are also stored under ``edge_attr``, the key Hugging Face's
+    ``preprocess_item`` reads (without it, it silently uses one constant bond type).
+    """
+    from ogb.utils import smiles2graph
+
+    items = []
+    for s in smiles:
+        try:
+            g = smiles2graph(s)
+            items.append({**g, "edge_attr": g["edge_feat"], "y": [0.0]})
+        except Exception:  # a handful of NCI entries do not parse
+            continue
+    return items
+
+
+def median_rate(fn: Callable[[], int], repeats: int) -> tuple[float, list[float]]:
+    """Run ``fn`` (which returns how many graphs it handled) ``repeats`` times: median graphs/s."""
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        n = fn()
+        rates.append(n / (time.perf_counter() - start))
+    return statistics.median(rates), rates
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def report(name: str, config: dict, results: dict) -> None:
+    """Print the JSON report of one benchmark."""
+    out = {
+        "benchmark": name,
+        "config": config,
+        "results": results,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+    }
+    print(json.dumps(out, indent=2))
+
+
+def hf_graphormer():
+    """Hugging Face's (deprecated) Graphormer modules, or ``None`` when not installed."""
+    try:
+        from transformers.models.deprecated.graphormer import (
+            collating_graphormer,
+            configuration_graphormer,
+            modeling_graphormer,
+        )
+    except Exception:
+        return None
+    return collating_graphormer, configuration_graphormer, modeling_graphormer

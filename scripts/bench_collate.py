@@ -1,0 +1,89 @@
+"""Benchmark collation of pre-processed graphs into dense Graphormer batches.
+
+Prints JSON: graphs/s (median of repeats) collating batches of ``--batch-size`` graphs whose
+features were computed beforehand, for this library and, with ``--peer hf``, for Hugging
+Face's ``GraphormerDataCollator`` on the same molecules. Run::
+
+    python scripts/bench_collate.py --molecules 2000 --batch-size 64 --threads 1 [--peer hf]
+    python scripts/bench_collate.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from _bench import hf_graphormer, median_rate, molecules, ogb_items, report
+from torch_geometric.data import Data
+
+from graphormer_urpe import GraphormerFeatures, collate
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--molecules", type=int, default=2000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--multi-hop-max-dist", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--peer", choices=["hf"], default=None)
+    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    a = p.parse_args()
+    if a.smoke:
+        a.molecules, a.repeats = 64, 1
+    torch.set_num_threads(a.threads)
+    smiles, source = molecules(a.molecules)
+    items = ogb_items(smiles)
+    mh = a.multi_hop_max_dist
+    transform = GraphormerFeatures(mh)
+    graphs = [
+        transform(
+            Data(
+                x=torch.from_numpy(it["node_feat"]),
+                edge_index=torch.from_numpy(it["edge_index"]),
+                edge_attr=torch.from_numpy(it["edge_feat"]),
+                y=torch.tensor([0.0]),
+                num_nodes=it["num_nodes"],
+            )
+        )
+        for it in items
+    ]
+    bs = a.batch_size
+    chunks = [graphs[i : i + bs] for i in range(0, len(graphs), bs)]
+
+    def ours() -> int:
+        for c in chunks:
+            collate(c, multi_hop_max_dist=mh)
+        return len(graphs)
+
+    results: dict = {}
+    rate, rates = median_rate(ours, a.repeats)
+    results["ours"] = {"graphs_per_s": round(rate, 1), "all": [round(r) for r in rates]}
+    if a.peer == "hf":
+        hf = hf_graphormer()
+        if hf is None:
+            raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
+        collating = hf[0]
+        pre = [collating.preprocess_item(dict(it)) for it in items]
+        collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
+        collator.multi_hop_max_dist = mh  # the peer's own default is 5 as well
+        peer_chunks = [pre[i : i + bs] for i in range(0, len(pre), bs)]
+
+        def peer() -> int:
+            for c in peer_chunks:
+                collator([dict(x) for x in c])
+            return len(pre)
+
+        rate, rates = median_rate(peer, a.repeats)
+        results["hf"] = {"graphs_per_s": round(rate, 1), "all": [round(r) for r in rates]}
+        results["speedup"] = round(results["ours"]["graphs_per_s"] / rate, 2)
+    report(
+        "collate",
+        {"molecules": len(graphs), "source": source, "batch_size": bs,
+         "multi_hop_max_dist": mh, "repeats": a.repeats},
+        results,
+    )
+
+
+if __name__ == "__main__":
+    main()
