@@ -19,7 +19,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "zinc"
 
 
 def molecules(count: int) -> tuple[list[str], str]:
-    """``count`` real SMILES: ZINC validation + training molecules when present, else RDKit's NCI."""
+    """``count`` real SMILES: ZINC validation + training molecules, else RDKit's NCI set."""
     smiles: list[str] = []
     source = "nci5k"
     for name in ("val.csv", "train.csv"):
