@@ -120,9 +120,9 @@ def urpe_attention(
         mask = None if bias is None else bias.to(q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
     else:
-        scores = torch.matmul(q, k.transpose(-1, -2)).float() * (1.0 / math.sqrt(d_h))
+        scores = torch.matmul(q * (1.0 / math.sqrt(d_h)), k.transpose(-1, -2)).float()
         if bias is not None:
-            scores = scores + bias.float()
+            scores = scores + bias
         probs = torch.softmax(scores, dim=-1)  # [B, H, N_q, N_k], float32
         probs = probs * attn_scale.float()
         if p > 0.0:

@@ -79,8 +79,13 @@ def main() -> None:
         results["speedup"] = round(results["ours"]["graphs_per_s"] / rate, 2)
     report(
         "collate",
-        {"molecules": len(graphs), "source": source, "batch_size": bs,
-         "multi_hop_max_dist": mh, "repeats": a.repeats},
+        {
+            "molecules": len(graphs),
+            "source": source,
+            "batch_size": bs,
+            "multi_hop_max_dist": mh,
+            "repeats": a.repeats,
+        },
         results,
     )
 

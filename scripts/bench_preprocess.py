@@ -71,8 +71,14 @@ def main() -> None:
     nodes = [it["num_nodes"] for it in items]
     report(
         "preprocess",
-        {"molecules": len(items), "source": source, "features": "ogb", "mean_atoms":
-         round(float(np.mean(nodes)), 1), "multi_hop_max_dist": mh, "repeats": a.repeats},
+        {
+            "molecules": len(items),
+            "source": source,
+            "features": "ogb",
+            "mean_atoms": round(float(np.mean(nodes)), 1),
+            "multi_hop_max_dist": mh,
+            "repeats": a.repeats,
+        },
         results,
     )
 

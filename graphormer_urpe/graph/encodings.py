@@ -157,21 +157,32 @@ class SpatialScale(nn.Module):
         nn.init.ones_(self.scale)
         nn.init.ones_(self.graph_token_scale)
 
-    def forward(self, spatial_pos: Tensor, node_mask: Tensor, table: int = 0) -> Tensor:
+    def index(self, spatial_pos: Tensor, node_mask: Tensor) -> Tensor:
+        """Row of every ``C`` entry in the extended table of :meth:`lookup`.
+
+        Rows ``0..K-1`` are distance buckets, ``K`` the graph token's row, ``K + 1`` its
+        column, ``K + 2`` a constant 0 for padded keys.
+
+        Returns:
+            ``[B, n + 1, n + 1]`` long.
+        """
         b, n, _ = spatial_pos.shape
-        idx = spatial_pos.clamp(max=self.num_buckets - 1)
-        pair = F.embedding(idx, self.scale[table])  # [B, n, n, H]
-        c = pair.new_empty(b, self.num_heads, n + 1, n + 1)
-        c[:, :, 1:, 1:] = pair.permute(0, 3, 1, 2)
-        c[:, :, 0, :] = self.graph_token_scale[0].view(1, -1, 1)
-        c[:, :, 1:, 0] = self.graph_token_scale[1].view(1, -1, 1)
-        key_pad = ~node_mask  # [B, n]
-        return c.masked_fill(_pad_keys(key_pad), 0.0)
+        k = self.num_buckets
+        idx = spatial_pos.new_empty(b, n + 1, n + 1)
+        idx[:, 1:, 1:] = spatial_pos.clamp(max=k - 1)
+        idx[:, 1:, 0] = k + 1
+        idx[:, 0, :] = k
+        pad = torch.cat([node_mask.new_ones(b, 1), node_mask], dim=1)  # [B, n+1] real keys
+        return idx.masked_fill_(~pad[:, None, :], k + 2)
 
+    def lookup(self, index: Tensor, table: int = 0) -> Tensor:
+        """``C`` of table ``table`` at ``index`` (from :meth:`index`): ``[B, H, n+1, n+1]``."""
+        zero = self.graph_token_scale.new_zeros(1, self.num_heads)
+        rows = torch.cat([self.scale[table], self.graph_token_scale, zero])  # [K + 3, H]
+        return F.embedding(index, rows).permute(0, 3, 1, 2)
 
-def _pad_keys(key_pad: Tensor) -> Tensor:
-    """``[B, 1, 1, n + 1]`` mask of padded key columns (column 0, the graph token, is real)."""
-    return torch.cat([key_pad.new_zeros(key_pad.shape[0], 1), key_pad], dim=1)[:, None, None, :]
+    def forward(self, spatial_pos: Tensor, node_mask: Tensor, table: int = 0) -> Tensor:
+        return self.lookup(self.index(spatial_pos, node_mask), table)
 
 
 class LayerSpatialScales:
@@ -185,8 +196,7 @@ class LayerSpatialScales:
         self, module: SpatialScale, spatial_pos: Tensor, node_mask: Tensor, num_layers: int
     ):
         self.module = module
-        self.spatial_pos = spatial_pos
-        self.node_mask = node_mask
+        self.index = module.index(spatial_pos, node_mask)  # [B, n+1, n+1], shared by layers
         self.num_layers = num_layers
         self._shared: Tensor | None = None
 
@@ -196,6 +206,6 @@ class LayerSpatialScales:
     def __getitem__(self, layer: int) -> Tensor:
         if self.module.scale.shape[0] == 1:
             if self._shared is None:
-                self._shared = self.module(self.spatial_pos, self.node_mask, 0)
+                self._shared = self.module.lookup(self.index, 0)
             return self._shared
-        return self.module(self.spatial_pos, self.node_mask, layer)
+        return self.module.lookup(self.index, layer)
