@@ -172,7 +172,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "--dataset",
         default="nci5k",
         help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
-        "(or csv:TRAIN,VALID,TEST)",
+        "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
+        "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
     )
     d.add_argument("--data-root", default=None, help="dataset folder (default data/<name>)")
     d.add_argument("--smiles-column", default=None, help="CSV: SMILES column (default smiles)")
@@ -201,7 +202,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     t.add_argument(
         "--preset",
         default="small",
-        help="small (default), zinc-slim or pcqm4mv2-base: model + optimisation",
+        help="small (default), zinc-slim, pcqm4mv2-small or pcqm4mv2-base: model + optimisation",
     )
     t.add_argument("--epochs", type=int, default=None, help="epochs (ignored with --max-steps)")
     t.add_argument("--max-steps", type=int, default=None, help="optimizer steps in total")
@@ -212,7 +213,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
     t.add_argument("--clip-norm", type=float, default=None, help="gradient-norm clipping")
     t.add_argument("--no-clip", action="store_true", help="disable gradient clipping")
-    t.add_argument("--loss", choices=["l1", "mse"], default=None, help="training loss")
+    t.add_argument(
+        "--loss",
+        choices=["l1", "mse"],
+        default=None,
+        help="regression loss (binary ogbg-mol* tasks always use BCE on logits)",
+    )
     t.add_argument("--seed", type=int, default=None, help="random seed")
     t.add_argument("--eval-every", type=int, default=None, help="validate every N epochs")
     r = p.add_argument_group("run")
@@ -352,6 +358,124 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_plot)
 
 
+def run_preprocess(args: argparse.Namespace) -> int:
+    """``graphormer-urpe preprocess``."""
+    from .datasets import LSC_DATASETS, load_dataset, preprocess_lsc
+
+    if args.dataset in LSC_DATASETS:
+        report = preprocess_lsc(
+            args.dataset,
+            args.data_root,
+            workers=args.workers,
+            chunk_size=args.chunk_size,
+            download=not args.no_download,
+            progress=not args.no_progress,
+        )
+    elif args.dataset.startswith("ogbg-"):
+        if args.workers != 1:
+            log.info(
+                "%s is processed in one process (OGB's reader); --workers ignored", args.dataset
+            )
+        splits = load_dataset(args.dataset, args.data_root, args.multi_hop_max_dist)
+        report = {
+            "dataset": splits.name,
+            "graphs": {k: len(getattr(splits, k)) for k in ("train", "valid", "test")},
+            "metric": splits.metric,
+            "task_type": splits.task_type,
+        }
+    else:
+        raise ValueError(
+            f"preprocess handles pcqm4mv2, pcqm4m and ogbg-mol* sets, not {args.dataset!r} "
+            "(other datasets are processed by train)"
+        )
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _add_preprocess(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "preprocess",
+        help="featurise an OGB dataset once (parallel, resumable) and report its cache",
+        description="Download (when absent) and preprocess an OGB dataset: SMILES -> graph -> "
+        "Graphormer features. For pcqm4mv2 / pcqm4m this builds a memory-mapped cache in "
+        "resumable chunks with --workers processes (an interrupted run continues where it "
+        "stopped) and prints a JSON report: molecules/s, failures, cache size and load time, "
+        "and the projection to the full dataset.",
+    )
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help="pcqm4mv2, pcqm4m, or an ogbg-mol* name (e.g. ogbg-molhiv)",
+    )
+    p.add_argument(
+        "--data-root", default=None, help="dataset root holding pcqm4m-v2/ etc. (default data)"
+    )
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=20_000,
+        help="molecules per resumable chunk of a new build (default 20000)",
+    )
+    p.add_argument(
+        "--multi-hop-max-dist",
+        type=int,
+        default=5,
+        help="ogbg-mol*: hops of path features cached (default 5; pcqm caches are independent "
+        "of it)",
+    )
+    p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_preprocess)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    """``graphormer-urpe submit``."""
+    from .training.submit import submit_checkpoint
+
+    result = submit_checkpoint(
+        args.checkpoint,
+        args.split,
+        args.out,
+        data_root=args.data_root,
+        device=args.device or "auto",
+        batch_size=args.batch_size,
+        allow_partial=args.allow_partial,
+        progress=not args.no_progress,
+    )
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _add_submit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "submit",
+        help="write an OGB-LSC test submission (PCQM4Mv2 / PCQM4M)",
+        description="Predict every molecule of a PCQM4Mv2 test split (test-dev or "
+        "test-challenge; test for PCQM4M) with a checkpoint and write OGB's submission file "
+        "(y_pred_pcqm4m-v2_SPLIT.npz) with OGB's save_test_submission. A split that does not "
+        "have the official size is refused unless --allow-partial.",
+    )
+    p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
+    p.add_argument(
+        "--split",
+        required=True,
+        choices=["test-dev", "test-challenge", "test"],
+        help="test-dev or test-challenge (PCQM4Mv2), test (PCQM4M)",
+    )
+    p.add_argument("--out", required=True, help="folder for the submission file")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="write a split of non-official size anyway (numpy, OGB's format), e.g. a sample",
+    )
+    p.add_argument("--data-root", default=None, help="dataset folder, if it moved")
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--batch-size", type=int, default=None, help="graphs per batch")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_submit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (one sub-parser per command)."""
     parser = argparse.ArgumentParser(
@@ -371,6 +495,8 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_predict,
     _add_plot,
     _add_demo,
+    _add_preprocess,
+    _add_submit,
 ]
 
 
@@ -388,11 +514,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graphormer-urpe: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError, OSError) as exc:
+    except Exception as exc:  # one line for the user; --verbose shows the traceback
         if args.verbose:
             raise
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"graphormer-urpe: error: {msg}", file=sys.stderr)
+        text = str(msg).strip().splitlines()[0] if str(msg).strip() else type(exc).__name__
+        if not isinstance(exc, (ValueError, KeyError, OSError, RuntimeError)):
+            text = f"{type(exc).__name__}: {text} (run with --verbose for the traceback)"
+        print(f"graphormer-urpe: error: {text}", file=sys.stderr)
         return 2
 
 

@@ -14,7 +14,15 @@ name              source                                       default root    f
 ``zinc-full``     full ZINC (PyG ``ZINC(subset=False)``)       ``data/ZINC``   ``zinc``
 ``csv:PATH``      a SMILES CSV (``.csv`` / ``.csv.gz``)        ``data/csv``    ``ogb``
 ``csv:A,B,C``     separate train, valid, test CSV files        ``data/csv``    ``ogb``
+``pcqm4mv2``      OGB-LSC PCQM4Mv2 (test = test-dev)           ``data``        ``ogb``
+``pcqm4m``        OGB-LSC PCQM4M v1 (test: unlabelled)         ``data``        ``ogb``
+``ogbg-mol*``     OGB molecule sets (``ogbg-molhiv``, ...)     ``data``        ``ogb``
 ================  ===========================================  ==============  ==========
+
+``pcqm4mv2`` / ``pcqm4m`` (:mod:`.pcqm`) read a memory-mapped cache built by
+:func:`preprocess_lsc` (``graphormer-urpe preprocess``) and score with OGB's LSC evaluators;
+``ogbg-mol*`` (:mod:`.ogbg`) go through ``ogb.graphproppred`` and its ``Evaluator`` and carry
+their task type (``binary`` classification with BCE, or regression) and metric direction.
 
 Example::
 
@@ -30,7 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +54,10 @@ from .featurize import (
     ogb_smiles_to_graph,
     zinc_mol_to_graph,
 )
+from .mmap_cache import CachedGraphDataset, MoleculeCache, build_molecule_cache
 from .nci import NCI5K_DEFAULT_ROOT, NCI5kDataset
+from .ogbg import OGBGEvaluator, OGBGMolDataset, load_ogbg, ogbg_molecule_names
+from .pcqm import LSC_DATASETS, LSCData, LSCEvaluator, load_lsc_splits, open_lsc, preprocess_lsc
 from .smiles import (
     DEFAULT_FRACTIONS,
     MoleculeDataset,
@@ -80,11 +91,33 @@ __all__ = [
     "load_zinc",
     "random_split",
     "scaffold_split",
+    "MoleculeCache",
+    "CachedGraphDataset",
+    "build_molecule_cache",
+    "LSC_DATASETS",
+    "LSCData",
+    "LSCEvaluator",
+    "load_lsc_splits",
+    "open_lsc",
+    "preprocess_lsc",
+    "OGBGEvaluator",
+    "OGBGMolDataset",
+    "load_ogbg",
+    "ogbg_molecule_names",
 ]
 
 logger = logging.getLogger(__name__)
 
-DATASET_NAMES = ("nci5k", "zinc", "zinc-full", "csv:PATH", "csv:TRAIN,VALID,TEST")
+DATASET_NAMES = (
+    "nci5k",
+    "zinc",
+    "zinc-full",
+    "csv:PATH",
+    "csv:TRAIN,VALID,TEST",
+    "pcqm4mv2",
+    "pcqm4m",
+    "ogbg-mol*",
+)
 CSV_DEFAULT_ROOT = os.path.join("data", "csv")
 _METRICS = ("mae", "rmse")
 
@@ -159,7 +192,12 @@ class DatasetSplits:
         test: as ``train``.
         featurizer: ``"zinc"`` or ``"ogb"`` (decides the embedding table sizes).
         target_names: ``[T]`` target names.
-        metric: the selection metric (a key of :meth:`evaluate`'s result; lower is better).
+        metric: the selection metric (a key of :meth:`evaluate`'s result).
+        task_type: ``"regression"`` (L1 / MSE loss) or ``"binary"`` (one logit per task,
+            BCE-with-logits loss, missing labels masked).
+        higher_is_better: direction of ``metric`` (``True`` for ROC-AUC / AP).
+        evaluator: ``(y_pred [N, T], y_true [N, T]) -> {metric: value, ...}`` replacing the
+            default MAE / RMSE (e.g. OGB's evaluator); ``None`` for the default.
     """
 
     name: str
@@ -169,6 +207,13 @@ class DatasetSplits:
     featurizer: str
     target_names: list[str]
     metric: str = "mae"
+    task_type: str = "regression"
+    higher_is_better: bool = False
+    evaluator: Callable[[Tensor, Tensor], dict[str, float]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.task_type not in ("regression", "binary"):
+            raise ValueError(f"task_type must be 'regression' or 'binary', got {self.task_type!r}")
 
     @property
     def num_targets(self) -> int:
@@ -179,15 +224,18 @@ class DatasetSplits:
         """Metrics of predictions ``[N, T]`` against targets ``[N, T]`` (``NaN`` ignored).
 
         Returns:
-            ``{"mae": ..., "rmse": ...}`` (plus per-target entries when ``T > 1``).
+            ``{"mae": ..., "rmse": ...}`` (plus per-target entries when ``T > 1``), or what
+            :attr:`evaluator` returns when set.
         """
+        if self.evaluator is not None:
+            return self.evaluator(y_pred, y_true)
         return regression_metrics(y_pred, y_true, self.target_names)
 
     def __repr__(self) -> str:
         return (
             f"DatasetSplits(name={self.name!r}, train={len(self.train)}, "
             f"valid={len(self.valid)}, test={len(self.test)}, featurizer={self.featurizer!r}, "
-            f"targets={self.target_names}, metric={self.metric!r})"
+            f"targets={self.target_names}, metric={self.metric!r}, task={self.task_type!r})"
         )
 
 
@@ -350,12 +398,13 @@ def load_dataset(
     seed: int = 0,
     featurizer: str | None = None,
 ) -> DatasetSplits:
-    """Load a dataset by name: ``nci5k``, ``zinc``, ``zinc-full``, ``csv:PATH`` or
-    ``csv:TRAIN,VALID,TEST``.
+    """Load a dataset by name: ``nci5k``, ``zinc``, ``zinc-full``, ``csv:PATH``,
+    ``csv:TRAIN,VALID,TEST``, ``pcqm4mv2``, ``pcqm4m`` or an ``ogbg-mol*`` name.
 
     Args:
         name: the source (see the module table).
-        root: dataset root; defaults ``data/nci5k``, ``data/ZINC``, ``data/csv``.
+        root: dataset root; defaults ``data/nci5k``, ``data/ZINC``, ``data/csv``, ``data``
+            (OGB sets).
         multi_hop_max_dist: ``GraphormerFeatures(multi_hop_max_dist)``, cached with the data
             (a different value re-processes).
         strict: invalid SMILES raise instead of being reported and skipped.
@@ -365,7 +414,8 @@ def load_dataset(
         split: ``"random"`` or ``"scaffold"`` for ``nci5k`` and single CSV files without a
             split column (ZINC has official splits).
         seed: seed of the random split.
-        featurizer: ``"zinc"`` or ``"ogb"``; default ``zinc`` for ZINC, ``ogb`` otherwise.
+        featurizer: ``"zinc"`` or ``"ogb"``; default ``zinc`` for ZINC, ``ogb`` otherwise
+            (OGB sets accept only ``ogb``).
 
     Returns:
         The :class:`DatasetSplits`.
@@ -382,6 +432,14 @@ def load_dataset(
         return load_zinc_splits(
             root, multi_hop_max_dist, subset=name == "zinc", featurizer=featurizer
         )
+    if name in LSC_DATASETS or name.startswith("ogbg-"):
+        if featurizer not in (None, "ogb"):
+            raise ValueError(
+                f"{name} ships OGB features; featurizer must be 'ogb', got {featurizer!r}"
+            )
+        if name in LSC_DATASETS:
+            return load_lsc_splits(name, root, multi_hop_max_dist, strict=strict)
+        return load_ogbg(name, root, multi_hop_max_dist)
     if name.startswith("csv:") and len(name) > 4:
         return load_csv(
             name[4:],

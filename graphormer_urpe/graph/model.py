@@ -129,6 +129,26 @@ PRESETS: dict[str, GraphormerConfig] = {
         multi_hop_max_dist=5,
         urpe_num_buckets=32,
     ),
+    # Graphormer-Small on PCQM4M (12.5M parameters in the v1 README): L=6, d=ffn=512, H=32
+    # (spec 3.2, by parameter count) with v1's defaults (dropout, attention and input dropout
+    # 0.1); the same OGB-sized tables and 5 hops of path features as the base model.
+    "pcqm4mv2-small": GraphormerConfig(
+        num_layers=6,
+        hidden_dim=512,
+        ffn_dim=512,
+        num_heads=32,
+        dropout=0.1,
+        attention_dropout=0.1,
+        input_dropout=0.1,
+        activation_dropout=0.0,
+        num_atoms=512 * 9 + 1,
+        num_degree=512,
+        num_edges=512 * 3 + 1,
+        num_spatial=512,
+        num_edge_dis=128,
+        multi_hop_max_dist=5,
+        urpe_num_buckets=32,
+    ),
 }
 
 

@@ -22,7 +22,8 @@ class TrainConfig:
     """Everything a training run needs; saved next to its checkpoints as ``config.json``."""
 
     dataset: str = "nci5k"
-    """``nci5k`` (embedded, no download), ``zinc``, ``zinc-full`` or ``csv:PATH``."""
+    """``nci5k`` (embedded, no download), ``zinc``, ``zinc-full``, ``csv:PATH``, ``pcqm4mv2``,
+    ``pcqm4m`` or an ``ogbg-mol*`` name."""
     data_root: str | None = None
     preset: str = "small"
     model: GraphormerConfig = field(default_factory=lambda: get_preset("small"))
@@ -115,6 +116,20 @@ TRAIN_PRESETS: dict[str, dict] = {
         end_lr=1e-9,
         warmup_steps=60_000,
         weight_decay=0.0,
+        clip_norm=5.0,
+        loss="l1",
+        seed=1,
+    ),
+    # Graphormer-Small on PCQM4M (v1 recipe: AdamW lr 2e-4 -> 1e-9, 60k warm-up, 1M steps,
+    # batch 256, weight decay 0.01 (v1's default), clip 5, L1, seed 1).
+    "pcqm4mv2-small": dict(
+        epochs=None,
+        max_steps=1_000_000,
+        batch_size=256,
+        lr=2e-4,
+        end_lr=1e-9,
+        warmup_steps=60_000,
+        weight_decay=0.01,
         clip_norm=5.0,
         loss="l1",
         seed=1,

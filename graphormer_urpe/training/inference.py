@@ -78,8 +78,11 @@ def evaluate_checkpoint(
     pred, y = predict(
         lm.model, loader, lm.device, Precision(cfg.precision, lm.device), progress, split
     )
-    if y is None:
-        raise ValueError(f"the {split} split of {splits.name} has no targets to evaluate against")
+    if y is None or not bool(torch.isfinite(y).any()):
+        hint = " (write a submission with graphormer-urpe submit)" if y is not None else ""
+        raise ValueError(
+            f"the {split} split of {splits.name} has no targets to evaluate against{hint}"
+        )
     result = splits.evaluate(pred, y)
     return {"dataset": splits.name, "split": split, "graphs": len(dataset), **result}
 

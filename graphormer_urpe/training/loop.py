@@ -1,4 +1,4 @@
-"""The training loop: AdamW, linear warm-up + linear decay, masked L1/MSE, best-checkpointing.
+"""The training loop: AdamW, linear warm-up + linear decay, masked L1/MSE/BCE, best-checkpointing.
 
 :func:`train` runs a whole experiment from a :class:`~graphormer_urpe.training.config.TrainConfig`
 and writes into ``config.out``:
@@ -7,8 +7,13 @@ and writes into ``config.out``:
 * ``history.csv``: one row per evaluated epoch (TensorBoard events too when installed)
 * ``last.pt`` / ``best.pt``: checkpoints (atomic; ``torch.load(weights_only=True)``)
 * ``metrics.json``: dataset, attention, preset, parameters, steps, epochs,
-  ``best_valid_<metric>``, ``test_<metric>`` at the best checkpoint, the mean-predictor
-  baseline, wall time and training graphs per second.
+  ``best_valid_<metric>``, ``test_<metric>`` at the best checkpoint (only when the test split
+  has labels: ``test_has_labels``), the mean-predictor baseline, wall time and training graphs
+  per second.
+
+The dataset decides the loss and the selection rule: ``task_type == "binary"`` trains one
+logit per task with BCE (missing labels masked), otherwise ``config.loss``; the best checkpoint
+maximises the metric when ``higher_is_better`` (ROC-AUC, AP) and minimises it otherwise.
 """
 
 from __future__ import annotations
@@ -118,15 +123,24 @@ def linear_schedule(step: int, warmup: int, total: int, peak: float, end: float)
 
 
 def masked_loss(pred: Tensor, target: Tensor, kind: str = "l1") -> Tensor:
-    """Mean L1 or squared error over the finite entries of ``target`` (``[B, T]`` each)."""
+    """Mean L1 (``l1``), squared error (``mse``) or binary cross-entropy on logits (``bce``,
+    targets 0/1) over the finite entries of ``target`` (``[B, T]`` each)."""
     mask = torch.isfinite(target)
-    diff = pred.float() - torch.where(mask, target, torch.zeros_like(target))
-    err = diff.abs() if kind == "l1" else diff.square()
+    filled = torch.where(mask, target, torch.zeros_like(target)).float()
+    if kind == "bce":
+        err = nn.functional.binary_cross_entropy_with_logits(pred.float(), filled, reduction="none")
+    else:
+        diff = pred.float() - filled
+        err = diff.abs() if kind == "l1" else diff.square()
     return (err * mask).sum() / mask.sum().clamp(min=1)
 
 
 def dataset_targets(dataset: Dataset) -> Tensor:
     """All targets of a dataset of graphs as ``[N, T]`` float."""
+    if callable(getattr(type(dataset), "target_matrix", None)):  # read without building graphs
+        if len(dataset) == 0:
+            raise ValueError("the dataset is empty")
+        return dataset.target_matrix().float()
     ys = [dataset[i].y.reshape(1, -1).float() for i in range(len(dataset))]
     if not ys:
         raise ValueError("the dataset is empty")
@@ -326,11 +340,19 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         lambda s: linear_schedule(s, warmup, total, config.lr, config.end_lr) / config.lr,
     )
 
+    # binary tasks: one logit per task and BCE; the metric's direction decides "best"
+    loss_kind = "bce" if splits.task_type == "binary" else config.loss
+    higher = splits.higher_is_better
     train_y = dataset_targets(splits.train)
     mean = torch.nanmean(train_y, dim=0, keepdim=True)  # [1, T]
-    baseline = {}
+    baseline: dict[str, float | None] = {}
+    test_labelled = True
     for name in eval_loaders:
         y = dataset_targets(getattr(splits, name))
+        if name == "test" and not bool(torch.isfinite(y).any()):
+            test_labelled, baseline[name] = False, None  # e.g. PCQM4Mv2 test-dev
+            log.info("the test split of %s has no labels: no test metric", splits.name)
+            continue
         baseline[name] = splits.evaluate(mean.expand_as(y), y)[metric]
     log.info(
         "%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
@@ -353,7 +375,7 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         precision.kind,
     )
 
-    start_epoch, step, best, best_epoch = 0, 0, math.inf, -1
+    start_epoch, step, best, best_epoch = 0, 0, -math.inf if higher else math.inf, -1
     rows: list[dict[str, Any]] = []
     train_seconds, train_graphs = 0.0, 0
     if ckpt is not None:
@@ -405,7 +427,7 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
             batch = batch.to(device, non_blocking=True)
             with precision.autocast():
                 pred = model(batch)
-            loss = masked_loss(pred, batch.y, config.loss)
+            loss = masked_loss(pred, batch.y, loss_kind)
             if not torch.isfinite(loss):
                 save_checkpoint(out / "nonfinite.pt", state(epoch - 1))
                 raise RuntimeError(
@@ -437,14 +459,14 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
             p, y = predict(model, eval_loaders["valid"], device, precision)
             value = splits.evaluate(p, y)[metric]
             row[f"valid_{metric}"] = value
-            if value < best:
+            if (value > best) if higher else (value < best):
                 best, best_epoch = value, epoch
                 save_checkpoint(out / "best.pt", state(epoch))
             log.info(
                 "epoch %d step %d: train %s %.4f, valid %s %.4f (best %.4f @ %d)",
                 epoch,
                 step,
-                config.loss,
+                loss_kind,
                 row["train_loss"],
                 metric,
                 value,
@@ -461,8 +483,10 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         raise RuntimeError(f"no validation result was recorded in {out}")
     best_ckpt = load_checkpoint(out / "best.pt")
     model.load_state_dict(best_ckpt["model"])
-    p, y = predict(model, eval_loaders["test"], device, precision)
-    test = splits.evaluate(p, y)
+    test: dict[str, float] = {}
+    if test_labelled:
+        p, y = predict(model, eval_loaders["test"], device, precision)
+        test = splits.evaluate(p, y)
     metrics = {
         "dataset": splits.name,
         "attention": model.config.attention,
@@ -475,6 +499,15 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         **{f"test_{k}": v for k, v in test.items()},
         f"baseline_valid_{metric}": baseline["valid"],
         f"baseline_test_{metric}": baseline["test"],
+        "test_has_labels": test_labelled,
+        **(
+            {}
+            if test_labelled
+            else {"test_note": f"the test split of {splits.name} has no labels; no test metric"}
+        ),
+        "task_type": splits.task_type,
+        "higher_is_better": higher,
+        "loss": loss_kind,
         "train_graphs": len(splits.train),
         "valid_graphs": len(splits.valid),
         "test_graphs": len(splits.test),
@@ -487,13 +520,13 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
     }
     atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     log.info(
-        "best valid %s %.4f (epoch %d), test %s %.4f; mean predictor valid %.4f test %.4f",
+        "best valid %s %.4f (epoch %d), test %s %s; mean predictor valid %.4f test %s",
         metric,
         best,
         best_epoch,
         metric,
-        test[metric],
+        f"{test[metric]:.4f}" if test_labelled else "n/a (no labels)",
         baseline["valid"],
-        baseline["test"],
+        "n/a" if baseline["test"] is None else f"{baseline['test']:.4f}",
     )
     return metrics

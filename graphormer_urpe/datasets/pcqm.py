@@ -1,0 +1,674 @@
+r"""OGB-LSC PCQM4Mv2 and PCQM4M (v1): official layout, safe loading, a memory-mapped cache.
+
+Layout under ``root`` (what OGB's zip unpacks to; ``data`` by default)::
+
+    <root>/pcqm4m-v2/raw/data.csv.gz          idx,smiles,homolumogap
+    <root>/pcqm4m-v2/split_dict.pt            numpy int64 arrays: train, valid, test-dev,
+                                              test-challenge
+    <root>/pcqm4m_kddcup2021/...              the same for PCQM4M v1 (splits train, valid, test)
+
+When ``data.csv.gz`` and ``split_dict.pt`` are both absent they are downloaded from OGB's URL
+(the zip is unpacked into ``root``); offline this fails within the socket timeout with a
+:class:`~graphormer_urpe.datasets.zinc.DatasetUnavailableError` that says where to put the
+files.
+
+What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
+
+* **No prompt.** OGB calls ``input()`` when ``RELEASE_v1.txt`` is missing; here a missing
+  release file is logged and the files are used as they are.
+* **Safe loading.** ``split_dict.pt`` is a pickle of numpy arrays; OGB's ``torch.load`` fails
+  under torch >= 2.6 (``weights_only=True``). It is loaded here with ``weights_only=True`` and
+  only numpy's array-reconstruction functions and dtypes allow-listed
+  (:func:`load_split_dict`), then checked (1-D integer arrays inside the data).
+* **Scale.** The processed data is a memory-mapped cache
+  (:mod:`~graphormer_urpe.datasets.mmap_cache`): built in parallel, resumable chunks, about
+  0.8 kB per molecule (2.9 GB for all 3,746,620 molecules), opened in milliseconds and read
+  lazily; nothing is unpickled. It lives in ``<folder>/processed/graphormer-urpe-<hash>/``,
+  where the hash is that of ``data.csv.gz`` (editing the file rebuilds it) and does not
+  depend on ``multi_hop_max_dist`` (applied when graphs are read).
+* **Failures.** Molecules RDKit cannot parse are listed by index in the cache's
+  ``meta.json``, logged with a count, and left out of every split (``missing`` says which
+  split lost which rows); :func:`~graphormer_urpe.training.submit.submit_checkpoint` refuses
+  to write a submission when a test molecule is missing.
+
+The metric is OGB's: ``ogb.lsc.PCQM4Mv2Evaluator`` (``PCQM4MEvaluator`` for v1) MAE over the
+molecules that have a label (:class:`LSCEvaluator`). In the
+:class:`~graphormer_urpe.datasets.DatasetSplits` of these datasets, ``test`` is ``test-dev``
+(v2) or ``test`` (v1), both unlabelled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import logging
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from .mmap_cache import (
+    DEFAULT_CHUNK_SIZE,
+    CachedGraphDataset,
+    MoleculeCache,
+    build_molecule_cache,
+    cache_is_complete,
+    existing_cache_report,
+)
+from .zinc import DatasetUnavailableError
+
+__all__ = [
+    "LSCInfo",
+    "LSC_DATASETS",
+    "LSC_DEFAULT_ROOT",
+    "PCQM4MV2",
+    "PCQM4M",
+    "LSCEvaluator",
+    "LSCData",
+    "lsc_layout_help",
+    "ensure_lsc_files",
+    "load_split_dict",
+    "read_lsc_csv",
+    "preprocess_lsc",
+    "open_lsc",
+    "load_lsc_splits",
+]
+
+logger = logging.getLogger(__name__)
+
+LSC_DEFAULT_ROOT = "data"
+_CACHE_VERSION = 1
+_NETWORK_ERRORS = (OSError, http.client.HTTPException, zipfile.BadZipFile)
+
+
+@dataclass(frozen=True)
+class LSCInfo:
+    """One OGB-LSC molecule dataset: where its files live and what the official splits are."""
+
+    name: str
+    """Name in :func:`~graphormer_urpe.datasets.load_dataset` (``pcqm4mv2``, ``pcqm4m``)."""
+    title: str
+    folder: str
+    """Folder under the root (OGB's name)."""
+    url: str
+    splits: tuple[str, ...]
+    test_splits: tuple[str, ...]
+    """Unlabelled splits predicted for a submission."""
+    official_sizes: tuple[tuple[str, int], ...]
+    evaluator: str
+    """Class name in ``ogb.lsc``."""
+    download_size: str
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return dict(self.official_sizes)
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes.values())
+
+    @property
+    def dev_test(self) -> str:
+        """The split used as ``DatasetSplits.test`` (the first test split)."""
+        return self.test_splits[0]
+
+    def submission_file(self, split: str) -> str:
+        """File name OGB's ``save_test_submission`` writes for ``split``."""
+        if self.name == "pcqm4mv2":
+            return f"y_pred_pcqm4m-v2_{split}.npz"
+        return "y_pred_pcqm4m.npz"
+
+
+PCQM4MV2 = LSCInfo(
+    name="pcqm4mv2",
+    title="PCQM4Mv2",
+    folder="pcqm4m-v2",
+    url="https://dgl-data.s3-accelerate.amazonaws.com/dataset/OGB-LSC/pcqm4m-v2.zip",
+    splits=("train", "valid", "test-dev", "test-challenge"),
+    test_splits=("test-dev", "test-challenge"),
+    official_sizes=(
+        ("train", 3_378_606),
+        ("valid", 73_545),
+        ("test-dev", 147_037),
+        ("test-challenge", 147_432),
+    ),
+    evaluator="PCQM4Mv2Evaluator",
+    download_size="about 60 MB",
+)
+PCQM4M = LSCInfo(
+    name="pcqm4m",
+    title="PCQM4M",
+    folder="pcqm4m_kddcup2021",
+    url="https://dgl-data.s3-accelerate.amazonaws.com/dataset/OGB-LSC/pcqm4m_kddcup2021.zip",
+    splits=("train", "valid", "test"),
+    test_splits=("test",),
+    official_sizes=(("train", 3_045_360), ("valid", 380_670), ("test", 377_423)),
+    evaluator="PCQM4MEvaluator",
+    download_size="about 60 MB",
+)
+LSC_DATASETS: dict[str, LSCInfo] = {PCQM4MV2.name: PCQM4MV2, PCQM4M.name: PCQM4M}
+"""The OGB-LSC molecule datasets by name."""
+
+
+def _info(name: str) -> LSCInfo:
+    try:
+        return LSC_DATASETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown OGB-LSC dataset {name!r}; choose {sorted(LSC_DATASETS)}"
+        ) from None
+
+
+def _root(root: str | os.PathLike[str] | None) -> Path:
+    return Path(LSC_DEFAULT_ROOT if root is None else root)
+
+
+# --------------------------------------------------------------------------------------
+# Raw files: layout, download, safe split loading
+# --------------------------------------------------------------------------------------
+
+
+def lsc_layout_help(info: LSCInfo, root: str | os.PathLike[str]) -> str:
+    """How to install the dataset's files by hand under ``root``."""
+    folder = Path(root) / info.folder
+    return (
+        f"To install {info.title} by hand, download {info.url} ({info.download_size}) and unzip "
+        f"it into {root}, so that {folder / 'raw' / 'data.csv.gz'} (columns idx,smiles,"
+        f"homolumogap) and {folder / 'split_dict.pt'} (numpy index arrays "
+        f"{', '.join(info.splits)}) exist."
+    )
+
+
+def _download(info: LSCInfo, root: Path, timeout: float, progress: bool) -> None:
+    """OGB's download: fetch the zip into ``root`` and unpack it there."""
+    root.mkdir(parents=True, exist_ok=True)
+    logger.info("downloading %s from %s", info.title, info.url)
+    fd, part = tempfile.mkstemp(prefix=f".{info.folder}.", suffix=".zip.part", dir=root)
+    try:
+        with os.fdopen(fd, "wb") as fh, urllib.request.urlopen(info.url, timeout=timeout) as resp:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(
+                total=total, unit="B", unit_scale=True, desc=info.title, disable=not progress
+            ) as bar:
+                for block in iter(lambda: resp.read(1 << 20), b""):
+                    fh.write(block)
+                    bar.update(len(block))
+        with zipfile.ZipFile(part) as zf:
+            zf.extractall(root)
+    finally:
+        if os.path.exists(part):
+            os.remove(part)
+
+
+def ensure_lsc_files(
+    info: LSCInfo,
+    root: str | os.PathLike[str] | None = None,
+    *,
+    download: bool = True,
+    timeout: float = 30.0,
+    progress: bool = True,
+) -> Path:
+    """The dataset folder, downloading the files first when none is present.
+
+    Args:
+        info: the dataset.
+        root: the root (default ``data``).
+        download: fetch OGB's zip when both files are absent.
+        timeout: socket timeout (seconds) of the download.
+        progress: show a download progress bar.
+
+    Returns:
+        ``<root>/<info.folder>``.
+
+    Raises:
+        DatasetUnavailableError: files missing and not downloadable, or only one of the two
+            present (the message says where to put them).
+    """
+    root = _root(root)
+    folder = root / info.folder
+    needed = [folder / "raw" / "data.csv.gz", folder / "split_dict.pt"]
+    missing = [p for p in needed if not p.is_file()]
+    if missing and len(missing) < len(needed):
+        raise DatasetUnavailableError(
+            f"{info.title} folder {folder} is incomplete: missing "
+            f"{', '.join(str(p) for p in missing)}. (Not downloading over it.) "
+            + lsc_layout_help(info, root)
+        )
+    if missing:
+        if not download:
+            raise DatasetUnavailableError(
+                f"{info.title} files not found in {folder}. " + lsc_layout_help(info, root)
+            )
+        try:
+            _download(info, root, timeout, progress)
+        except _NETWORK_ERRORS as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            raise DatasetUnavailableError(
+                f"{info.title} files not found in {folder} and downloading {info.url} failed "
+                f"({type(exc).__name__}: {reason}). " + lsc_layout_help(info, root)
+            ) from None
+        still = [p for p in needed if not p.is_file()]
+        if still:
+            raise DatasetUnavailableError(
+                f"the {info.title} download did not contain {', '.join(map(str, still))}. "
+                + lsc_layout_help(info, root)
+            )
+    if not (folder / "RELEASE_v1.txt").is_file():
+        logger.warning(
+            "%s has no RELEASE_v1.txt (OGB would ask whether to re-download an older "
+            "release); using its files as they are",
+            folder,
+        )
+    return folder
+
+
+def _numpy_safe_globals() -> list[Any]:
+    """numpy's array-reconstruction functions and dtypes, under both module paths."""
+    core = getattr(np, "_core", None)
+    multiarray = core.multiarray if core is not None else np.core.multiarray  # type: ignore
+    reconstruct = multiarray._reconstruct
+    allowed: list[Any] = [
+        reconstruct,
+        (reconstruct, "numpy.core.multiarray._reconstruct"),  # files pickled by numpy 1.x
+        (reconstruct, "numpy._core.multiarray._reconstruct"),  # files pickled by numpy 2.x
+        np.ndarray,
+        np.dtype,
+    ]
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None:
+        # integer dtypes for the indices; float dtypes only so that a float "index" array
+        # is reported as such rather than as an unsafe file
+        for name in (
+            "Int64DType",
+            "Int32DType",
+            "Int16DType",
+            "Int8DType",
+            "UInt64DType",
+            "UInt32DType",
+            "UInt16DType",
+            "UInt8DType",
+            "Float64DType",
+            "Float32DType",
+        ):
+            if hasattr(dtypes, name):
+                allowed.append(getattr(dtypes, name))
+    return allowed
+
+
+def load_split_dict(path: str | os.PathLike[str], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Load an OGB ``split_dict.pt`` without running arbitrary pickled code.
+
+    ``torch.load(weights_only=True)`` with only numpy's array reconstruction and integer
+    dtypes allow-listed; torch tensors are accepted too.
+
+    Args:
+        path: the file.
+        names: the split names it must hold.
+
+    Returns:
+        ``{name: [K] int64 array}``.
+
+    Raises:
+        ValueError: unreadable or unsafe file, missing splits, or values that are not 1-D
+            integer index arrays (the message names the file and the split).
+    """
+    path = Path(path)
+    try:
+        with torch.serialization.safe_globals(_numpy_safe_globals()):
+            raw = torch.load(path, weights_only=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"split file {path} cannot be loaded safely (only numpy/torch index arrays are "
+            f"accepted): {first}"
+        ) from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"split file {path} holds a {type(raw).__name__}, not a dict of splits")
+    missing = [n for n in names if n not in raw]
+    if missing:
+        raise ValueError(
+            f"split file {path} lacks split(s) {missing}; it has {sorted(map(str, raw))}"
+        )
+    out = {}
+    for name in names:
+        value = raw[name]
+        arr = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(
+                f"split file {path}: split {name!r} must be a 1-D integer index array, got "
+                f"dtype {arr.dtype} and shape {arr.shape}"
+            )
+        out[name] = arr.astype(np.int64)
+    return out
+
+
+def read_lsc_csv(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
+    """SMILES and HOMO-LUMO gaps (``NaN`` where empty) of ``data.csv.gz``, by row.
+
+    Raises:
+        ValueError: missing columns, an ``idx`` column that is not ``0..R-1`` in order, or a
+            non-numeric gap (the message names the file and the row).
+    """
+    path = Path(path)
+    try:
+        df = pd.read_csv(path, dtype={"smiles": str}, keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
+        raise ValueError(f"{path}: cannot read as CSV: {e}") from None
+    for column in ("idx", "smiles", "homolumogap"):
+        if column not in df.columns:
+            raise ValueError(
+                f"{path}: column {column!r} not found; columns are {list(map(str, df.columns))}"
+            )
+    idx = pd.to_numeric(df["idx"], errors="coerce").to_numpy()
+    bad = np.flatnonzero(idx != np.arange(len(df)))
+    if bad.size:
+        r = int(bad[0])
+        raise ValueError(
+            f"{path}: row {r} (line {r + 2}) has idx {df['idx'].iloc[r]!r}; the idx column must "
+            "count 0, 1, 2, ... (split indices refer to rows)"
+        )
+    gap = pd.to_numeric(df["homolumogap"], errors="coerce").to_numpy(dtype=np.float64)
+    not_number = np.flatnonzero(np.isnan(gap) & df["homolumogap"].notna().to_numpy())
+    if not_number.size:
+        r = int(not_number[0])
+        raise ValueError(
+            f"{path}: row {r} (line {r + 2}) has homolumogap "
+            f"{df['homolumogap'].iloc[r]!r}, which is not a number"
+        )
+    smiles = df["smiles"].fillna("").astype(str).tolist()
+    return smiles, gap
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cache_dir(folder: Path, digest: str) -> Path:
+    return folder / "processed" / f"graphormer-urpe-v{_CACHE_VERSION}-{digest[:16]}"
+
+
+# --------------------------------------------------------------------------------------
+# Preprocessing and opening
+# --------------------------------------------------------------------------------------
+
+
+def preprocess_lsc(
+    name: str = "pcqm4mv2",
+    root: str | os.PathLike[str] | None = None,
+    *,
+    workers: int = 1,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    download: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Build (or resume, or reuse) the memory-mapped cache of an OGB-LSC dataset.
+
+    Args:
+        name: ``pcqm4mv2`` or ``pcqm4m``.
+        root: the dataset root (default ``data``).
+        workers: processes featurising chunks in parallel.
+        chunk_size: molecules per chunk (the resumable unit) of a new build.
+        download: fetch OGB's zip when the files are absent.
+        progress: show progress bars.
+
+    Returns:
+        The :class:`~graphormer_urpe.datasets.mmap_cache.CacheReport` as a dict, plus
+        ``dataset``, ``bytes_per_molecule`` and the projections for the official dataset
+        (``official_molecules``, ``projected_cache_bytes``, ``projected_seconds`` at this
+        run's throughput).
+    """
+    info = _info(name)
+    folder = ensure_lsc_files(info, root, download=download, progress=progress)
+    load_split_dict(folder / "split_dict.pt", info.splits)  # fails now, not after the build
+    csv_path = folder / "raw" / "data.csv.gz"
+    digest = _file_digest(csv_path)
+    cache_dir = _cache_dir(folder, digest)
+    read_seconds = 0.0
+    if cache_is_complete(cache_dir):
+        report = existing_cache_report(cache_dir, workers)
+        logger.info("%s: the cache in %s is complete; nothing to do", info.title, cache_dir)
+    else:
+        t0 = time.perf_counter()
+        smiles, gap = read_lsc_csv(csv_path)
+        read_seconds = time.perf_counter() - t0
+        logger.info(
+            "%s: read %d molecules from %s in %.1f s",
+            info.title,
+            len(smiles),
+            csv_path,
+            read_seconds,
+        )
+        report = build_molecule_cache(
+            cache_dir,
+            smiles,
+            gap,
+            target_names=["homolumogap"],
+            workers=workers,
+            chunk_size=chunk_size,
+            progress=progress,
+            description=info.title,
+            extra_meta={"dataset": info.name, "source_sha256": digest},
+        )
+    out = report.to_dict()
+    per_mol = report.cache_bytes / max(report.graphs, 1)
+    out.update(
+        dataset=info.name,
+        read_seconds=round(read_seconds, 3),
+        bytes_per_molecule=round(per_mol, 1),
+        official_molecules=info.total,
+        projected_cache_bytes=int(per_mol * info.total),
+        projected_seconds=(
+            round(info.total / report.molecules_per_second, 1)
+            if report.molecules_per_second
+            else None
+        ),
+    )
+    return out
+
+
+class LSCEvaluator:
+    """OGB's evaluator (``PCQM4Mv2Evaluator`` / ``PCQM4MEvaluator``) over the labelled rows.
+
+    Called with predictions and targets ``[N, 1]`` (or ``[N]``); rows whose target is ``NaN``
+    (the unlabelled test splits) are left out. Returns ``{"mae": ...}`` (``NaN`` when no row
+    has a label).
+    """
+
+    def __init__(self, info: LSCInfo) -> None:
+        import ogb.lsc
+
+        self.info = info
+        self.evaluator = getattr(ogb.lsc, info.evaluator)()
+
+    def __call__(self, y_pred: Tensor, y_true: Tensor) -> dict[str, float]:
+        pred = torch.as_tensor(y_pred).detach().cpu().double().reshape(-1)
+        true = torch.as_tensor(y_true).detach().cpu().double().reshape(-1)
+        if pred.shape != true.shape:
+            raise ValueError(
+                f"{self.info.title} evaluation needs one prediction per molecule: "
+                f"{tuple(y_pred.shape)} predictions for {tuple(y_true.shape)} targets"
+            )
+        mask = ~torch.isnan(true)
+        if not bool(mask.any()):
+            return {"mae": float("nan")}
+        result = self.evaluator.eval({"y_pred": pred[mask].numpy(), "y_true": true[mask].numpy()})
+        return {"mae": float(result["mae"])}
+
+
+class LSCData:
+    """An OGB-LSC dataset opened from its cache: every official split, lazily read.
+
+    Attributes:
+        info: the dataset.
+        cache: the :class:`~graphormer_urpe.datasets.mmap_cache.MoleculeCache`.
+        split_rows: ``{split: [K] source rows}`` from ``split_dict.pt``.
+        positions: ``{split: cache positions}`` of the rows that are cached, in split order.
+        missing: ``{split: source rows that could not be featurised}``.
+        load_seconds: time to open the cache and map the splits.
+    """
+
+    def __init__(self, info: LSCInfo, folder: Path, cache: MoleculeCache) -> None:
+        t0 = time.perf_counter()
+        self.info = info
+        self.folder = folder
+        self.cache = cache
+        self.split_rows = load_split_dict(folder / "split_dict.pt", info.splits)
+        rows = int(cache.meta["rows"])
+        row_to_pos = np.full(rows, -1, dtype=np.int64)
+        row_to_pos[np.asarray(cache.source_index)] = np.arange(len(cache))
+        self.positions: dict[str, np.ndarray] = {}
+        self.missing: dict[str, np.ndarray] = {}
+        for split, idx in self.split_rows.items():
+            out_of_range = idx[(idx < 0) | (idx >= rows)]
+            if out_of_range.size:
+                raise ValueError(
+                    f"{folder / 'split_dict.pt'}: split {split!r} refers to row "
+                    f"{int(out_of_range[0])}, but data.csv.gz has {rows} rows"
+                )
+            pos = row_to_pos[idx]
+            self.missing[split] = idx[pos < 0]
+            self.positions[split] = pos[pos >= 0]
+            if self.missing[split].size:
+                logger.warning(
+                    "%s %s: %d of %d molecules could not be featurised and are left out "
+                    "(rows %s%s)",
+                    info.title,
+                    split,
+                    self.missing[split].size,
+                    idx.size,
+                    ", ".join(map(str, self.missing[split][:10])),
+                    " ..." if self.missing[split].size > 10 else "",
+                )
+        self._check_labels()
+        self.load_seconds = time.perf_counter() - t0
+
+    def _check_labels(self) -> None:
+        y = np.asarray(self.cache.targets[:, 0])
+        for split, pos in self.positions.items():
+            labelled = int(np.count_nonzero(~np.isnan(y[pos])))
+            if split in self.info.test_splits and labelled:
+                logger.warning(
+                    "%s %s: %d molecules have a label (the official test splits have none)",
+                    self.info.title,
+                    split,
+                    labelled,
+                )
+            elif split not in self.info.test_splits and labelled < pos.size:
+                logger.warning(
+                    "%s %s: %d of %d molecules have no label (ignored by loss and metric)",
+                    self.info.title,
+                    split,
+                    pos.size - labelled,
+                    pos.size,
+                )
+        for split, official in self.info.sizes.items():
+            if self.split_rows[split].size != official:
+                logger.info(
+                    "%s %s has %d molecules (official: %d): a sample or a custom split",
+                    self.info.title,
+                    split,
+                    self.split_rows[split].size,
+                    official,
+                )
+
+    def split(self, name: str, multi_hop_max_dist: int = 5) -> CachedGraphDataset:
+        """The cached graphs of split ``name``, in the split file's order."""
+        if name not in self.positions:
+            raise ValueError(f"{self.info.title} has splits {list(self.info.splits)}, not {name!r}")
+        return CachedGraphDataset(self.cache, self.positions[name], multi_hop_max_dist, name)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={v.size}" for k, v in self.positions.items())
+        return f"LSCData({self.info.title}, {sizes})"
+
+
+def open_lsc(
+    name: str = "pcqm4mv2",
+    root: str | os.PathLike[str] | None = None,
+    *,
+    workers: int = 1,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    download: bool = True,
+    progress: bool = True,
+) -> LSCData:
+    """Open an OGB-LSC dataset, preprocessing it first if its cache is not complete."""
+    info = _info(name)
+    folder = ensure_lsc_files(info, root, download=download, progress=progress)
+    cache_dir = _cache_dir(folder, _file_digest(folder / "raw" / "data.csv.gz"))
+    if not cache_is_complete(cache_dir):
+        logger.info(
+            "%s: no finished cache in %s; preprocessing with %d worker(s) (run "
+            "`graphormer-urpe preprocess --dataset %s --workers N` to choose)",
+            info.title,
+            cache_dir,
+            workers,
+            info.name,
+        )
+        preprocess_lsc(
+            name, root, workers=workers, chunk_size=chunk_size, download=False, progress=progress
+        )
+    return LSCData(info, folder, MoleculeCache(cache_dir))
+
+
+def load_lsc_splits(
+    name: str = "pcqm4mv2",
+    root: str | os.PathLike[str] | None = None,
+    multi_hop_max_dist: int = 5,
+    *,
+    strict: bool = False,
+    workers: int = 1,
+    download: bool = True,
+    progress: bool = True,
+):
+    """An OGB-LSC dataset as :class:`~graphormer_urpe.datasets.DatasetSplits`.
+
+    ``train`` and ``valid`` are the official splits; ``test`` is the first test split
+    (``test-dev`` for PCQM4Mv2), which has no labels. The metric is OGB's MAE.
+
+    Args:
+        name: ``pcqm4mv2`` or ``pcqm4m``.
+        root: dataset root (default ``data``).
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+        strict: raise if any molecule could not be featurised.
+        workers: processes for preprocessing when the cache is missing.
+        download: fetch OGB's zip when the files are absent.
+        progress: show progress bars.
+    """
+    from . import DatasetSplits
+    from .featurize import InvalidMoleculeError
+
+    info = _info(name)
+    data = open_lsc(name, root, workers=workers, download=download, progress=progress)
+    failures = data.cache.failures
+    if strict and failures:
+        f = failures[0]
+        raise InvalidMoleculeError(
+            f"{info.title}: {len(failures)} molecule(s) could not be featurised, first row "
+            f"{f.index} {f.smiles!r}: {f.reason}",
+            f.smiles,
+        )
+    return DatasetSplits(
+        name=info.name,
+        train=data.split("train", multi_hop_max_dist),
+        valid=data.split("valid", multi_hop_max_dist),
+        test=data.split(info.dev_test, multi_hop_max_dist),
+        featurizer="ogb",
+        target_names=list(data.cache.target_names),
+        metric="mae",
+        evaluator=LSCEvaluator(info),
+    )
