@@ -54,6 +54,27 @@ def ogb_items(smiles: list[str]) -> list[dict]:
     return items
 
 
+def pyg_graphs(items: list[dict], multi_hop_max_dist: int) -> list:
+    """PyG graphs with Graphormer features (and a random target) from :func:`ogb_items`."""
+    from torch_geometric.data import Data
+
+    from graphormer_urpe import GraphormerFeatures
+
+    transform = GraphormerFeatures(multi_hop_max_dist)
+    return [
+        transform(
+            Data(
+                x=torch.from_numpy(it["node_feat"]),
+                edge_index=torch.from_numpy(it["edge_index"]),
+                edge_attr=torch.from_numpy(it["edge_feat"]),
+                y=torch.randn(1, 1),
+                num_nodes=it["num_nodes"],
+            )
+        )
+        for it in items
+    ]
+
+
 def median_rate(fn: Callable[[], int], repeats: int) -> tuple[float, list[float]]:
     """Run ``fn`` (which returns how many graphs it handled) ``repeats`` times: median graphs/s."""
     rates = []

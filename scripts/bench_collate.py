@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _bench import hf_graphormer, median_rate, molecules, ogb_items, report
-from torch_geometric.data import Data
+from _bench import hf_graphormer, median_rate, molecules, ogb_items, pyg_graphs, report
 
-from graphormer_urpe import GraphormerFeatures, collate
+from graphormer_urpe import collate
 
 
 def main() -> None:
@@ -35,19 +34,7 @@ def main() -> None:
     smiles, source = molecules(a.molecules)
     items = ogb_items(smiles)
     mh = a.multi_hop_max_dist
-    transform = GraphormerFeatures(mh)
-    graphs = [
-        transform(
-            Data(
-                x=torch.from_numpy(it["node_feat"]),
-                edge_index=torch.from_numpy(it["edge_index"]),
-                edge_attr=torch.from_numpy(it["edge_feat"]),
-                y=torch.tensor([0.0]),
-                num_nodes=it["num_nodes"],
-            )
-        )
-        for it in items
-    ]
+    graphs = pyg_graphs(items, mh)
     bs = a.batch_size
     chunks = [graphs[i : i + bs] for i in range(0, len(graphs), bs)]
 

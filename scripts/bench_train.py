@@ -18,10 +18,9 @@ import statistics
 import time
 
 import torch
-from _bench import hf_graphormer, molecules, ogb_items, report
-from torch_geometric.data import Data
+from _bench import hf_graphormer, molecules, ogb_items, pyg_graphs, report
 
-from graphormer_urpe import Graphormer, GraphormerFeatures, collate, get_preset
+from graphormer_urpe import Graphormer, collate, get_preset
 from graphormer_urpe.graph.model import fit_tables
 from graphormer_urpe.training import Precision
 
@@ -43,6 +42,31 @@ def time_steps(step, batches, steps: int, warmup: int, device: torch.device) -> 
         if i >= warmup:
             out.append(time.perf_counter() - start)
     return out
+
+
+def measure(model, loss_fn, batches, a, precision: Precision, device: torch.device) -> dict:
+    """Median graphs/s of AdamW training steps of ``model`` on ``batches`` (and peak memory)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(batch) -> None:
+        opt.zero_grad(set_to_none=True)
+        with precision.autocast():
+            loss = loss_fn(model, batch)
+        precision.scaler.scale(loss).backward()
+        precision.scaler.step(opt)
+        precision.scaler.update()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    med = statistics.median(time_steps(step, batches, a.steps, a.warmup, device))
+    entry = {
+        "graphs_per_s": round(a.batch_size / med, 1),
+        "step_ms": round(1000 * med, 1),
+        "parameters": sum(q.numel() for q in model.parameters()),
+    }
+    if device.type == "cuda":
+        entry["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return entry
 
 
 def main() -> None:
@@ -71,19 +95,7 @@ def main() -> None:
     if a.smoke:
         cfg = fit_tables(get_preset(a.preset, num_layers=1), "ogb")
     mh = cfg.multi_hop_max_dist
-    transform = GraphormerFeatures(mh)
-    graphs = [
-        transform(
-            Data(
-                x=torch.from_numpy(it["node_feat"]),
-                edge_index=torch.from_numpy(it["edge_index"]),
-                edge_attr=torch.from_numpy(it["edge_feat"]),
-                y=torch.randn(1, 1),
-                num_nodes=it["num_nodes"],
-            )
-        )
-        for it in items
-    ]
+    graphs = pyg_graphs(items, mh)
     bs = a.batch_size
     batches = [
         collate(graphs[i : i + bs], mh).to(device) for i in range(0, len(graphs) - bs + 1, bs)
@@ -92,29 +104,10 @@ def main() -> None:
     for attention in a.attention:
         torch.manual_seed(0)
         model = Graphormer(cfg, attention=attention).to(device).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def step(batch, model=model, opt=opt) -> None:
-            opt.zero_grad(set_to_none=True)
-            with precision.autocast():
-                loss = (model(batch).float() - batch.y).abs().mean()
-            precision.scaler.scale(loss).backward()
-            precision.scaler.step(opt)
-            precision.scaler.update()
-
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        secs = time_steps(step, batches, a.steps, a.warmup, device)
-        med = statistics.median(secs)
-        entry = {
-            "graphs_per_s": round(bs / med, 1),
-            "step_ms": round(1000 * med, 1),
-            "parameters": sum(q.numel() for q in model.parameters()),
-        }
-        if device.type == "cuda":
-            entry["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-        results[f"ours_{attention}"] = entry
-        del model, opt
+        results[f"ours_{attention}"] = measure(
+            model, lambda m, b: (m(b).float() - b.y).abs().mean(), batches, a, precision, device
+        )
+        del model
 
     if a.peer == "hf":
         hf = hf_graphormer()
@@ -142,7 +135,6 @@ def main() -> None:
         )
         torch.manual_seed(0)
         model = modeling.GraphormerForGraphClassification(hcfg).to(device).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
         pre = [collating.preprocess_item(dict(it)) for it in items]
         hb = []
@@ -151,25 +143,7 @@ def main() -> None:
             c["labels"] = torch.randn(bs, 1)
             hb.append({k: v.to(device) for k, v in c.items()})
 
-        def peer_step(batch) -> None:
-            opt.zero_grad(set_to_none=True)
-            with precision.autocast():
-                out = model(**batch)
-            precision.scaler.scale(out.loss).backward()
-            precision.scaler.step(opt)
-            precision.scaler.update()
-
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        secs = time_steps(peer_step, hb, a.steps, a.warmup, device)
-        med = statistics.median(secs)
-        entry = {
-            "graphs_per_s": round(bs / med, 1),
-            "step_ms": round(1000 * med, 1),
-            "parameters": sum(q.numel() for q in model.parameters()),
-        }
-        if device.type == "cuda":
-            entry["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        entry = measure(model, lambda m, b: m(**b).loss, hb, a, precision, device)
         results["hf"] = entry
         for attention in a.attention:
             results[f"speedup_{attention}"] = round(

@@ -94,64 +94,6 @@ class GraphormerConfig:
         return cls(**d)
 
 
-PRESETS: dict[str, GraphormerConfig] = {
-    # Graphormer v1 "slim" on ZINC-subset (489k parameters): ZINC-sized tables.
-    "zinc-slim": GraphormerConfig(),
-    # Graphormer base on PCQM4Mv2 (v2 hyper-parameters, v1 pre-LN architecture): OGB-sized
-    # tables (9 atom / 3 bond features, 512 values each), 5 hops of path features.
-    # A small model for CPU runs (the default of `graphormer-urpe train`).
-    "small": GraphormerConfig(
-        num_layers=4,
-        hidden_dim=64,
-        ffn_dim=64,
-        num_heads=8,
-        dropout=0.0,
-        attention_dropout=0.1,
-        input_dropout=0.0,
-        multi_hop_max_dist=5,
-        num_spatial=40,
-        num_edge_dis=40,
-    ),
-    "pcqm4mv2-base": GraphormerConfig(
-        num_layers=12,
-        hidden_dim=768,
-        ffn_dim=768,
-        num_heads=32,
-        dropout=0.0,
-        attention_dropout=0.1,
-        input_dropout=0.0,
-        activation_dropout=0.1,
-        num_atoms=512 * 9 + 1,
-        num_degree=512,
-        num_edges=512 * 3 + 1,
-        num_spatial=512,
-        num_edge_dis=128,
-        multi_hop_max_dist=5,
-        urpe_num_buckets=32,
-    ),
-    # Graphormer-Small on PCQM4M (12.5M parameters in the v1 README): L=6, d=ffn=512, H=32
-    # (spec 3.2, by parameter count) with v1's defaults (dropout, attention and input dropout
-    # 0.1); the same OGB-sized tables and 5 hops of path features as the base model.
-    "pcqm4mv2-small": GraphormerConfig(
-        num_layers=6,
-        hidden_dim=512,
-        ffn_dim=512,
-        num_heads=32,
-        dropout=0.1,
-        attention_dropout=0.1,
-        input_dropout=0.1,
-        activation_dropout=0.0,
-        num_atoms=512 * 9 + 1,
-        num_degree=512,
-        num_edges=512 * 3 + 1,
-        num_spatial=512,
-        num_edge_dis=128,
-        multi_hop_max_dist=5,
-        urpe_num_buckets=32,
-    ),
-}
-
-
 TABLES: dict[str, dict[str, int]] = {
     # ZINC featuriser: 1 atom-type column (28 types), 1 bond-type column (1..3).
     "zinc": dict(num_atoms=64, num_degree=64, num_edges=64, num_spatial=40, num_edge_dis=40),
@@ -165,6 +107,58 @@ TABLES: dict[str, dict[str, int]] = {
     ),
 }
 """Embedding-table sizes that fit each featuriser's vocabulary."""
+
+
+PRESETS: dict[str, GraphormerConfig] = {
+    # Graphormer v1 "slim" on ZINC-subset (489k parameters): ZINC-sized tables.
+    "zinc-slim": GraphormerConfig(),
+    # A small model for CPU runs (the default of `graphormer-urpe train`).
+    "small": GraphormerConfig(
+        num_layers=4,
+        hidden_dim=64,
+        ffn_dim=64,
+        num_heads=8,
+        dropout=0.0,
+        attention_dropout=0.1,
+        input_dropout=0.0,
+        multi_hop_max_dist=5,
+        num_spatial=40,
+        num_edge_dis=40,
+    ),
+    # Graphormer base on PCQM4Mv2 (v2 hyper-parameters, v1 pre-LN architecture): OGB-sized
+    # tables (9 atom / 3 bond features, 512 values each), 5 hops of path features.
+    "pcqm4mv2-base": GraphormerConfig(
+        num_layers=12,
+        hidden_dim=768,
+        ffn_dim=768,
+        num_heads=32,
+        dropout=0.0,
+        attention_dropout=0.1,
+        input_dropout=0.0,
+        activation_dropout=0.1,
+        multi_hop_max_dist=5,
+        urpe_num_buckets=32,
+        **TABLES["ogb"],
+    ),
+    # Graphormer-Small on PCQM4M (12.5M parameters in the v1 README): L=6, d=ffn=512, H=32
+    # (spec 3.2, by parameter count) with v1's defaults (dropout, attention and input dropout
+    # 0.1); the same OGB-sized tables and 5 hops of path features as the base model.
+    "pcqm4mv2-small": GraphormerConfig(
+        num_layers=6,
+        hidden_dim=512,
+        ffn_dim=512,
+        num_heads=32,
+        dropout=0.1,
+        attention_dropout=0.1,
+        input_dropout=0.1,
+        activation_dropout=0.0,
+        multi_hop_max_dist=5,
+        urpe_num_buckets=32,
+        **TABLES["ogb"],
+    ),
+}
+
+
 
 
 def fit_tables(config: GraphormerConfig, featurizer: str) -> GraphormerConfig:
