@@ -342,8 +342,13 @@ def run_plot(args: argparse.Namespace) -> int:
     """``graphormer-urpe plot``."""
     from .training import plot_run
 
-    for path in plot_run(args.run_dir):
-        print(path)
+    for run in args.run_dir:
+        for path in plot_run(run):
+            print(path)
+    if args.compare:
+        from .training.plots import plot_comparison
+
+        print(plot_comparison(args.run_dir, args.compare))
     return 0
 
 
@@ -354,7 +359,10 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
         description="Write RUN_DIR/curves.png (training loss, validation metric) and, for URPE "
         "models, RUN_DIR/urpe_scale.png (learned C per head against shortest-path distance).",
     )
-    p.add_argument("run_dir", help="a folder written by graphormer-urpe train")
+    p.add_argument("run_dir", nargs="+", help="one or more folders written by train")
+    p.add_argument(
+        "--compare", default=None, help="also write one PNG comparing the runs' validation curves"
+    )
     p.set_defaults(func=run_plot)
 
 

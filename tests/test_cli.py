@@ -151,7 +151,8 @@ def test_train_evaluate_predict_plot(table, tmp_path, capsys):
     assert rows[0]["heavy_atoms"] != "" and rows[2]["heavy_atoms"] == "" and rows[2]["error"]
     assert "could not be read" in capsys.readouterr().err
 
-    assert cli.main(["plot", str(out)]) == 0
+    assert cli.main(["plot", str(out), "--compare", str(tmp_path / "cmp.png")]) == 0
+    assert (tmp_path / "cmp.png").stat().st_size > 1000
     assert (out / "curves.png").stat().st_size > 1000
     assert (out / "urpe_scale.png").stat().st_size > 1000
 

@@ -8,6 +8,7 @@ collects every longer or unreachable distance).
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 from pathlib import Path
@@ -16,7 +17,7 @@ import torch
 
 from .checkpoint import load_checkpoint
 
-__all__ = ["plot_run", "plot_curves", "plot_urpe_scale"]
+__all__ = ["plot_run", "plot_curves", "plot_urpe_scale", "plot_comparison"]
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +37,18 @@ def _save(fig, path: Path) -> None:
     tmp.replace(path)
 
 
-def plot_curves(history_csv: Path, out: Path) -> Path:
-    """Training loss and validation metric per epoch → ``out`` (PNG)."""
-    plt = _pyplot()
+def _rows(history_csv: Path) -> list[dict[str, str]]:
     with open(history_csv) as fh:
         rows = list(csv.DictReader(fh))
     if not rows:
         raise ValueError(f"{history_csv} has no rows to plot")
+    return rows
+
+
+def plot_curves(history_csv: Path, out: Path) -> Path:
+    """Training loss and validation metric per epoch → ``out`` (PNG)."""
+    plt = _pyplot()
+    rows = _rows(history_csv)
     valid_key = next((k for k in rows[0] if k.startswith("valid_")), None)
     epochs = [int(r["epoch"]) for r in rows]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -92,6 +98,32 @@ def plot_urpe_scale(checkpoint: Path, out: Path) -> Path | None:
         f"column {token[1].mean():.2f} on average; last point = {buckets - 2}+ hops)"
     )
     fig.tight_layout()
+    _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def plot_comparison(run_dirs: list[str | Path], out: str | Path) -> Path:
+    """Validation metric against training steps for several runs in one figure → ``out``.
+
+    Each run is labelled by its attention kind and preset (from ``config.json``).
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    key = None
+    for run in map(Path, run_dirs):
+        rows = _rows(run / "history.csv")
+        key = next((k for k in rows[0] if k.startswith("valid_")), key)
+        cfg = (
+            json.loads((run / "config.json").read_text()) if (run / "config.json").exists() else {}
+        )
+        label = f"{cfg.get('model', {}).get('attention', '?')} ({cfg.get('preset', run.name)})"
+        pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key)]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
+    ax.set(xlabel="step", ylabel=key or "validation metric", title="validation curves")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    out = Path(out)
     _save(fig, out)
     plt.close(fig)
     return out
