@@ -484,6 +484,12 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_submit)
 
 
+def _add_synthetic(sub: argparse._SubParsersAction) -> None:
+    from .sequence.cli import add_synthetic_parser
+
+    add_synthetic_parser(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (one sub-parser per command)."""
     parser = argparse.ArgumentParser(
@@ -502,6 +508,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_evaluate,
     _add_predict,
     _add_plot,
+    _add_synthetic,
     _add_demo,
     _add_preprocess,
     _add_submit,

@@ -1,0 +1,66 @@
+"""The paper's synthetic sequence tasks on the URPE attention core.
+
+Position Identification / Even Token Prediction data (:mod:`.tasks`), a RoBERTa-style
+sequence transformer with no PE, learned absolute PE, RPE or URPE (:mod:`.model`), its
+training loop (:mod:`.train`) and the ``synthetic`` command-line sub-command (:mod:`.cli`)::
+
+    from graphormer_urpe.sequence import synthetic_config, train_synthetic
+
+    metrics = train_synthetic(synthetic_config("cpu", task="pi", pe="urpe"), "runs/pi_urpe")
+    metrics["valid_accuracy"]
+"""
+
+from .cli import add_synthetic_parser, run_synthetic
+from .model import (
+    PE_SCHEMES,
+    PEName,
+    RelativePositionTable,
+    SequenceModelConfig,
+    SequenceTransformer,
+    relative_position_index,
+    t5_relative_bucket,
+)
+from .tasks import (
+    FIRST_INPUT_TOKEN,
+    NUM_SPECIAL_TOKENS,
+    PAD_INDEX,
+    SyntheticBatch,
+    SyntheticTask,
+    TaskName,
+)
+from .train import (
+    RUN_PRESETS,
+    SyntheticConfig,
+    evaluate,
+    linear_warmup_decay,
+    masked_loss_and_hits,
+    plot_positional_tables,
+    synthetic_config,
+    train_synthetic,
+)
+
+__all__ = [
+    "FIRST_INPUT_TOKEN",
+    "NUM_SPECIAL_TOKENS",
+    "PAD_INDEX",
+    "PE_SCHEMES",
+    "PEName",
+    "RUN_PRESETS",
+    "RelativePositionTable",
+    "SequenceModelConfig",
+    "SequenceTransformer",
+    "SyntheticBatch",
+    "SyntheticConfig",
+    "SyntheticTask",
+    "TaskName",
+    "add_synthetic_parser",
+    "evaluate",
+    "linear_warmup_decay",
+    "masked_loss_and_hits",
+    "plot_positional_tables",
+    "relative_position_index",
+    "run_synthetic",
+    "synthetic_config",
+    "t5_relative_bucket",
+    "train_synthetic",
+]
