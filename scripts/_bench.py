@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -73,6 +74,33 @@ def pyg_graphs(items: list[dict], multi_hop_max_dist: int) -> list:
         )
         for it in items
     ]
+
+
+def setup(
+    doc: str, smoke_molecules: int, **extra: dict
+) -> tuple[argparse.Namespace, list[dict], str]:
+    """Parse the flags shared by the throughput benchmarks and load the molecules.
+
+    ``extra`` adds benchmark-specific flags (name -> ``add_argument`` keywords).
+
+    Returns:
+        ``(args, items, source)``: the flags, OGB-featurised molecules and their source name.
+    """
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--molecules", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--multi-hop-max-dist", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--peer", choices=["hf"], default=None)
+    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    for flag, kw in extra.items():
+        p.add_argument(flag, **kw)
+    a = p.parse_args()
+    if a.smoke:
+        a.molecules, a.repeats = smoke_molecules, 1
+    torch.set_num_threads(a.threads)
+    smiles, source = molecules(a.molecules)
+    return a, ogb_items(smiles), source
 
 
 def median_rate(fn: Callable[[], int], repeats: int) -> tuple[float, list[float]]:

@@ -10,29 +10,14 @@ identical. Run::
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-import torch
-from _bench import hf_graphormer, median_rate, molecules, ogb_items, report
+from _bench import hf_graphormer, median_rate, report, setup
 
 from graphormer_urpe.graph.features import graph_structure
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--molecules", type=int, default=2000)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--multi-hop-max-dist", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--peer", choices=["hf"], default=None)
-    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
-    a = p.parse_args()
-    if a.smoke:
-        a.molecules, a.repeats = 40, 1
-    torch.set_num_threads(a.threads)
-    smiles, source = molecules(a.molecules)
-    items = ogb_items(smiles)
+    a, items, source = setup(__doc__, 40)
     mh = a.multi_hop_max_dist
 
     def ours() -> int:
