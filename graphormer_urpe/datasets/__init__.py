@@ -24,6 +24,12 @@ name              source                                       default root    f
 ``ogbg-mol*`` (:mod:`.ogbg`) go through ``ogb.graphproppred`` and its ``Evaluator`` and carry
 their task type (``binary`` classification with BCE, or regression) and metric direction.
 
+Bad input follows one policy (the full table is ``docs/bad_input.md``): a molecule that cannot
+be featurised is reported with its row and SMILES and skipped (``strict=True``: an error);
+:func:`load_dataset` then drops from the *train* split only the graphs that cannot teach
+anything (every target missing) or that exceed ``max_nodes`` atoms, logs how many, and never
+drops a valid or test graph. An empty split is an error naming the split and the dataset.
+
 Example::
 
     from graphormer_urpe.datasets import load_dataset
@@ -39,11 +45,15 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
+from torch_geometric.data import Dataset as PyGDataset
+from torch_geometric.data import InMemoryDataset
 
 from .featurize import (
     FEATURIZERS,
@@ -60,6 +70,7 @@ from .ogbg import OGBGEvaluator, OGBGMolDataset, load_ogbg, ogbg_molecule_names
 from .pcqm import LSC_DATASETS, LSCData, LSCEvaluator, load_lsc_splits, open_lsc, preprocess_lsc
 from .smiles import (
     DEFAULT_FRACTIONS,
+    SPLITS,
     MoleculeDataset,
     SmilesCSVDataset,
     random_split,
@@ -71,6 +82,8 @@ from .zinc_target import penalized_logp
 __all__ = [
     "DatasetSplits",
     "load_dataset",
+    "apply_input_policy",
+    "graph_sizes",
     "load_nci5k",
     "load_csv",
     "load_zinc_splits",
@@ -198,6 +211,12 @@ class DatasetSplits:
         higher_is_better: direction of ``metric`` (``True`` for ROC-AUC / AP).
         evaluator: ``(y_pred [N, T], y_true [N, T]) -> {metric: value, ...}`` replacing the
             default MAE / RMSE (e.g. OGB's evaluator); ``None`` for the default.
+        max_nodes: the ``max_nodes`` the splits were filtered with (``None``: no limit).
+        dropped_train_unlabelled: training graphs left out because every target is missing.
+        dropped_train_oversize: training graphs left out because they have more than
+            ``max_nodes`` atoms (graphs counted above are not counted again).
+        oversize_valid: validation graphs with more than ``max_nodes`` atoms (kept).
+        oversize_test: test graphs with more than ``max_nodes`` atoms (kept).
     """
 
     name: str
@@ -210,6 +229,11 @@ class DatasetSplits:
     task_type: str = "regression"
     higher_is_better: bool = False
     evaluator: Callable[[Tensor, Tensor], dict[str, float]] | None = None
+    max_nodes: int | None = None
+    dropped_train_unlabelled: int = 0
+    dropped_train_oversize: int = 0
+    oversize_valid: int = 0
+    oversize_test: int = 0
 
     def __post_init__(self) -> None:
         if self.task_type not in ("regression", "binary"):
@@ -219,6 +243,21 @@ class DatasetSplits:
     def num_targets(self) -> int:
         """Number of regression targets ``T``."""
         return len(self.target_names)
+
+    def input_report(self) -> dict[str, int | None]:
+        """What :func:`apply_input_policy` left out or flagged, for a run's metrics.
+
+        Returns:
+            ``{"max_nodes", "dropped_train_unlabelled", "dropped_train_oversize",
+            "oversize_valid", "oversize_test"}``.
+        """
+        return {
+            "max_nodes": self.max_nodes,
+            "dropped_train_unlabelled": self.dropped_train_unlabelled,
+            "dropped_train_oversize": self.dropped_train_oversize,
+            "oversize_valid": self.oversize_valid,
+            "oversize_test": self.oversize_test,
+        }
 
     def evaluate(self, y_pred: Tensor, y_true: Tensor) -> dict[str, float]:
         """Metrics of predictions ``[N, T]`` against targets ``[N, T]`` (``NaN`` ignored).
@@ -256,7 +295,8 @@ def _split_dataset(
     parts = dataset.subsets(dataset.split_indices(split, fractions, seed))
     for part, ds in parts.items():
         if len(ds) == 0:
-            logger.warning("%s: the %s split is empty", name, part)
+            why = _why_empty(dataset, split, part, fractions)
+            raise ValueError(f"{name}: the {part} split is empty: {why}")
     return DatasetSplits(
         name=name,
         train=parts["train"],
@@ -264,6 +304,21 @@ def _split_dataset(
         test=parts["test"],
         featurizer=dataset.featurizer,
         target_names=list(dataset.target_names),
+    )
+
+
+def _why_empty(dataset: MoleculeDataset, method: str, part: str, fractions: Sequence[float]) -> str:
+    """Why ``part`` got no graph when ``dataset`` was split by ``method``."""
+    if method == "column":
+        labels = sorted(set(dataset.split_labels or []))
+        column = getattr(dataset, "split_column", None)
+        return (
+            f"no valid row of {dataset.describe()} has the label {part!r} in split column "
+            f"{column!r} (labels present: {labels})"
+        )
+    return (
+        f"a {method} split of {len(dataset)} graph(s) with fractions {tuple(fractions)} "
+        f"leaves it none; add molecules or give a split column"
     )
 
 
@@ -385,6 +440,214 @@ def load_csv(
     )
 
 
+# --------------------------------------------------------------------------------------
+# The split policy: what load_dataset leaves out of train, and what it only reports
+# --------------------------------------------------------------------------------------
+
+_MAX_LISTED = 10
+
+
+def _storage(dataset: Dataset) -> tuple[Any, dict[str, Tensor], np.ndarray] | None:
+    """``(collated data, slices, storage index of each graph)`` of an in-memory PyG dataset."""
+    if not isinstance(dataset, InMemoryDataset):
+        return None
+    slices = getattr(dataset, "slices", None)
+    if not slices:  # a single stored graph has no slices
+        return None
+    return dataset._data, slices, np.asarray(dataset.indices(), dtype=np.int64)
+
+
+def graph_sizes(dataset: Dataset) -> np.ndarray:
+    """Number of nodes (atoms) of every graph of ``dataset``.
+
+    Read from the storage without building any graph for the datasets of this package
+    (in-memory PyG datasets and their views, memory-mapped caches); other datasets are
+    iterated.
+
+    Returns:
+        ``[len(dataset)]`` int64 node counts.
+    """
+    if len(dataset) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if isinstance(dataset, CachedGraphDataset):
+        ptr = dataset.cache.open()["node_ptr"]
+        return (ptr[dataset.positions + 1] - ptr[dataset.positions]).astype(np.int64)
+    stored = _storage(dataset)
+    if stored is not None and "x" in stored[1]:
+        ptr = stored[1]["x"].numpy()
+        return (ptr[stored[2] + 1] - ptr[stored[2]]).astype(np.int64)
+    return np.array([int(dataset[i].num_nodes) for i in range(len(dataset))], dtype=np.int64)
+
+
+def _target_values(dataset: Dataset) -> np.ndarray:
+    """``[len(dataset), T]`` float64 targets (``NaN`` = missing), read without building graphs
+    where the storage allows it."""
+    if len(dataset) == 0:
+        return np.zeros((0, 1), dtype=np.float64)
+    if callable(getattr(dataset, "target_matrix", None)):
+        return dataset.target_matrix().to(torch.float64).numpy()
+    stored = _storage(dataset)
+    if stored is not None and "y" in stored[1]:
+        data, slices, index = stored
+        ptr = slices["y"]
+        if bool((ptr[1:] - ptr[:-1] == 1).all()):  # one target row per graph
+            y = data.y.to(torch.float64).reshape(ptr.numel() - 1, -1)
+            return y[torch.from_numpy(index)].numpy()
+    ys = [dataset[i].y.to(torch.float64).reshape(1, -1) for i in range(len(dataset))]
+    return torch.cat(ys).numpy()
+
+
+def _where(dataset: Dataset, positions: np.ndarray) -> str:
+    """Where the graphs at ``positions`` of ``dataset`` come from (the first few), for logs."""
+    shown = [int(p) for p in positions[:_MAX_LISTED]]
+    if isinstance(dataset, CachedGraphDataset):
+        source = dataset.source_index
+        names = [f"row {int(source[p])}" for p in shown]
+    elif isinstance(dataset, MoleculeDataset):
+        index = dataset.indices()
+        names = [
+            f"{dataset.describe_row(int(dataset.rows[index[p]]))} {dataset.smiles[index[p]]!r}"
+            for p in shown
+        ]
+    elif isinstance(dataset, PyGDataset):
+        index = dataset.indices()
+        names = [f"graph {int(index[p])}" for p in shown]
+    else:
+        names = [f"graph {p}" for p in shown]
+    more = f" and {len(positions) - len(shown)} more" if len(positions) > len(shown) else ""
+    return ", ".join(names) + more
+
+
+def _subset(dataset: Dataset, keep: np.ndarray) -> Dataset:
+    """The graphs of ``dataset`` at positions ``keep``, as the same kind of dataset."""
+    keep = np.asarray(keep, dtype=np.int64)
+    if isinstance(dataset, CachedGraphDataset):
+        return CachedGraphDataset(
+            dataset.cache, dataset.positions[keep], dataset.multi_hop_max_dist, dataset.name
+        )
+    if isinstance(dataset, PyGDataset):
+        return dataset.index_select(keep)
+    return Subset(dataset, keep.tolist())
+
+
+def apply_input_policy(splits: DatasetSplits, max_nodes: int | None = None) -> DatasetSplits:
+    """Check the splits and leave out of *train* the graphs that must not be trained on.
+
+    The policy (the same for every source):
+
+    * an empty split raises;
+    * training graphs whose every target is missing (``NaN``) are left out, with a warning
+      giving their number and the first rows; partially labelled graphs stay (the loss masks
+      the missing targets);
+    * a validation split without a single target value raises (it selects the checkpoint);
+    * with ``max_nodes``, training graphs with more than ``max_nodes`` atoms are left out
+      (logged: how many, the largest size, the first rows); validation and test graphs are
+      **never** left out: the oversized ones are counted, logged and evaluated anyway;
+    * unlabelled validation / test graphs are kept (the metrics ignore missing targets).
+
+    Args:
+        splits: the splits of one source.
+        max_nodes: the largest training graph to keep, in atoms (``None``: no limit).
+
+    Returns:
+        ``splits`` with the filtered train split and the counts recorded
+        (:meth:`DatasetSplits.input_report`).
+
+    Raises:
+        ValueError: an empty split (before or after filtering), a validation split without
+            labels, or a ``max_nodes`` below 1; the message names the split and the dataset.
+    """
+    if max_nodes is not None and (isinstance(max_nodes, bool) or int(max_nodes) < 1):
+        raise ValueError(f"max_nodes must be a positive number of atoms or None, got {max_nodes}")
+    name = splits.name
+    for part in SPLITS:
+        if len(getattr(splits, part)) == 0:
+            raise ValueError(f"{name}: the {part} split is empty")
+
+    train = splits.train
+    total = len(train)
+    unlabelled = ~np.isfinite(_target_values(train)).any(axis=1)
+    sizes = graph_sizes(train) if max_nodes is not None else np.zeros(total, dtype=np.int64)
+    oversize = sizes > max_nodes if max_nodes is not None else np.zeros(total, dtype=bool)
+    n_unlabelled = int(unlabelled.sum())
+    n_oversize = int((oversize & ~unlabelled).sum())
+    if n_unlabelled:
+        logger.warning(
+            "%s: left %d of %d training graphs out: every target is missing (%s)",
+            name,
+            n_unlabelled,
+            total,
+            _where(train, np.flatnonzero(unlabelled)),
+        )
+    if n_oversize:
+        logger.warning(
+            "%s: left %d of %d training graphs out: more than max_nodes=%d atoms (largest %d; %s)",
+            name,
+            n_oversize,
+            total,
+            max_nodes,
+            int(sizes.max()),
+            _where(train, np.flatnonzero(oversize & ~unlabelled)),
+        )
+    keep = np.flatnonzero(~(unlabelled | oversize))
+    if keep.size == 0:
+        reasons = [f"{n_unlabelled} have no target value"] if n_unlabelled else []
+        if n_oversize:
+            reasons.append(f"{n_oversize} have more than max_nodes={max_nodes} atoms")
+        raise ValueError(
+            f"{name}: the train split is empty after filtering: of its {total} graphs "
+            + ", ".join(reasons)
+        )
+    if keep.size < total:
+        train = _subset(train, keep)
+
+    valid_y = _target_values(splits.valid)
+    if not np.isfinite(valid_y).any():
+        raise ValueError(
+            f"{name}: the valid split ({len(splits.valid)} graphs) has no target value; the "
+            "validation metric, which selects the checkpoint, needs labels"
+        )
+    oversize_eval = {}
+    for part in ("valid", "test"):
+        ds = getattr(splits, part)
+        y = valid_y if part == "valid" else _target_values(ds)
+        missing = int((~np.isfinite(y).any(axis=1)).sum())
+        if missing:
+            logger.info(
+                "%s: %d of %d %s graphs have no target value; kept (the metrics ignore them)",
+                name,
+                missing,
+                len(ds),
+                part,
+            )
+        oversize_eval[part] = 0
+        if max_nodes is not None:
+            part_sizes = graph_sizes(ds)
+            over = np.flatnonzero(part_sizes > max_nodes)
+            oversize_eval[part] = int(over.size)
+            if over.size:
+                logger.warning(
+                    "%s: %d of %d %s graphs have more than max_nodes=%d atoms (largest %d; %s); "
+                    "they are kept and evaluated anyway",
+                    name,
+                    over.size,
+                    len(ds),
+                    part,
+                    max_nodes,
+                    int(part_sizes.max()),
+                    _where(ds, over),
+                )
+    return replace(
+        splits,
+        train=train,
+        max_nodes=None if max_nodes is None else int(max_nodes),
+        dropped_train_unlabelled=n_unlabelled,
+        dropped_train_oversize=n_oversize,
+        oversize_valid=oversize_eval["valid"],
+        oversize_test=oversize_eval["test"],
+    )
+
+
 def load_dataset(
     name: str,
     root: str | None = None,
@@ -397,6 +660,7 @@ def load_dataset(
     split: str = "random",
     seed: int = 0,
     featurizer: str | None = None,
+    max_nodes: int | None = None,
 ) -> DatasetSplits:
     """Load a dataset by name: ``nci5k``, ``zinc``, ``zinc-full``, ``csv:PATH``,
     ``csv:TRAIN,VALID,TEST``, ``pcqm4mv2``, ``pcqm4m`` or an ``ogbg-mol*`` name.
@@ -416,14 +680,48 @@ def load_dataset(
         seed: seed of the random split.
         featurizer: ``"zinc"`` or ``"ogb"``; default ``zinc`` for ZINC, ``ogb`` otherwise
             (OGB sets accept only ``ogb``).
+        max_nodes: leave training graphs with more than this many atoms out (logged);
+            validation and test graphs are always kept. ``None``: no limit.
 
     Returns:
-        The :class:`DatasetSplits`.
+        The :class:`DatasetSplits`, filtered by :func:`apply_input_policy` (training graphs
+        without any target value, and above ``max_nodes``, left out and counted).
 
     Raises:
-        ValueError: unknown name, featuriser or split method; bad CSV columns.
+        ValueError: unknown name, featuriser or split method; bad CSV columns; an empty split
+            or a validation split without labels (the message names the split and dataset).
+        InvalidMoleculeError: with ``strict``, any molecule that cannot be featurised (the
+            message names the file, the rows and the SMILES).
         DatasetUnavailableError: ZINC's raw files missing and not downloadable.
     """
+    splits = _load_splits(
+        name,
+        root,
+        multi_hop_max_dist,
+        strict=strict,
+        smiles_column=smiles_column,
+        target_columns=target_columns,
+        split_column=split_column,
+        split=split,
+        seed=seed,
+        featurizer=featurizer,
+    )
+    return apply_input_policy(splits, max_nodes)
+
+
+def _load_splits(
+    name: str,
+    root: str | None,
+    multi_hop_max_dist: int,
+    *,
+    strict: bool,
+    smiles_column: str,
+    target_columns: list[str] | None,
+    split_column: str | None,
+    split: str,
+    seed: int,
+    featurizer: str | None,
+) -> DatasetSplits:
     if name == "nci5k":
         return load_nci5k(
             root, multi_hop_max_dist, featurizer=featurizer, split=split, seed=seed, strict=strict

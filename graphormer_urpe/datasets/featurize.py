@@ -32,6 +32,21 @@ Two featurisers are registered in :data:`FEATURIZERS`:
 
 :func:`featurize_smiles` parses and featurises one SMILES, raising
 :class:`InvalidMoleculeError` (a ``ValueError``) that names the SMILES when it cannot.
+
+Edge cases, the same for both featurisers:
+
+* an empty SMILES (``""``, blanks) or a molecule without atoms raises
+  :class:`InvalidMoleculeError`;
+* a single atom (``"C"``, ``"[Na+]"``) is a valid graph with one node and no edges;
+* disconnected molecules (salts and mixtures, ``"CC(=O)[O-].[Na+]"``) stay **one** graph with
+  several components; no fragment is removed. Pairs of atoms in different components get the
+  shortest-path distance 510 ("unreachable") and no path bond features, as in Graphormer's
+  preprocessing; the model embeds that distance with the spatial table's last row (like any
+  long distance) and masks the pair only when ``spatial_pos_max`` is at most 510. Strip salts
+  before featurising (e.g. with RDKit's ``SaltRemover``) to keep only the largest fragment;
+* an atom outside the ZINC benchmark's 28 types (another element such as ``[U]``, or a charge
+  or hydrogen state ZINC does not have, such as ``[C-]``) raises :class:`UnknownAtomTypeError`
+  naming the SMILES, the atom index and its type (``"ogb"`` encodes every element).
 """
 
 from __future__ import annotations

@@ -10,13 +10,17 @@ result, so changing an option re-processes instead of silently reusing a stale c
 :class:`SmilesCSVDataset` reads a CSV (or gzipped CSV) with a SMILES column and one or more
 numeric target columns:
 
-* **Invalid SMILES** (unparsable, empty, or atoms the featuriser cannot encode) are reported
-  with their row and string, skipped, and counted in the log; ``strict=True`` turns them into an
-  :class:`~graphormer_urpe.datasets.featurize.InvalidMoleculeError` instead.
+* **Invalid SMILES** (unparsable, empty, no atoms, or atoms the featuriser cannot encode) are
+  reported with their row and string, skipped, and counted in the log; ``strict=True`` turns
+  them into an :class:`~graphormer_urpe.datasets.featurize.InvalidMoleculeError` naming the
+  file, the rows and the SMILES instead. A file in which no molecule is valid is an error.
 * **Missing target values** (empty cells, ``NA``, ``nan``, ...) become ``NaN`` and the molecule
   is kept: training and evaluation mask ``NaN`` targets out, so a multi-target file with gaps
-  needs no special handling. A non-numeric target value is an error naming its row and column.
-* **Extra columns** are ignored. A missing column is an error listing the available ones.
+  needs no special handling (:func:`~graphormer_urpe.datasets.load_dataset` leaves training
+  rows without any target value out, and logs them). A non-numeric or infinite target value is
+  an error naming its row and column.
+* **Extra columns** are ignored. A missing column is an error naming the file, the missing
+  column(s) and the available ones; a file with a header and no rows is an error.
 
 Rows are numbered from 0 over the data rows (the header excluded); messages also give the file
 line (``row + 2``).
@@ -419,7 +423,10 @@ class MoleculeDataset(InMemoryDataset):
             if self.strict:
                 raise InvalidMoleculeError(self._skip_summary(skipped), skipped[0].smiles)
         if not data_list:
-            raise ValueError(f"{self.describe()}: no valid molecule among {total} rows")
+            raise ValueError(
+                f"{self.describe()}: no valid molecule among {total} rows"
+                + (f"; {self._skip_summary(skipped)}" if skipped else "")
+            )
         os.makedirs(self.processed_dir, exist_ok=True)
         data_path, meta_path = self.processed_paths
         tmp = f"{data_path}.tmp-{os.getpid()}"
@@ -581,7 +588,7 @@ class SmilesCSVDataset(MoleculeDataset):
         text = df[column].str.strip()
         missing = text.isin(_NA_STRINGS).to_numpy()
         values = pd.to_numeric(text.where(~missing), errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.flatnonzero(np.isnan(values) & ~missing)
+        bad = np.flatnonzero(~np.isfinite(values) & ~missing)  # text, inf and -inf
         return values, [int(i) for i in bad]
 
     def read_records(self) -> MoleculeRecords:
@@ -595,6 +602,8 @@ class SmilesCSVDataset(MoleculeDataset):
             raise ValueError(
                 f"{self.path}: column(s) {missing} not found; available columns: {columns}"
             )
+        if len(df) == 0:
+            raise ValueError(f"{self.path}: no data rows (only the header {columns})")
         if self.target_columns is None:
             candidates = [c for c in columns if c not in (self.smiles_column, self.split_column)]
             targets = []
@@ -617,8 +626,8 @@ class SmilesCSVDataset(MoleculeDataset):
                 row = bad[0]
                 raise ValueError(
                     f"{self.path}: {self.describe_row(row)}: target column {c!r} holds "
-                    f"{df[c].iloc[row]!r}, which is not a number ({len(bad)} such value(s) in "
-                    "this column; leave a cell empty for a missing value)"
+                    f"{df[c].iloc[row]!r}, which is not a finite number ({len(bad)} such "
+                    "value(s) in this column; leave a cell empty for a missing value)"
                 )
             matrix[:, j] = values
         n_missing = int(np.isnan(matrix).sum())
