@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -193,6 +194,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="CSV: ZINC atom types or OGB features (default ogb)",
     )
     d.add_argument(
+        "--max-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="leave training graphs above N atoms out (logged); valid/test graphs are always kept",
+    )
+    d.add_argument(
         "--strict",
         action="store_true",
         default=None,
@@ -232,7 +240,38 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--num-workers", type=int, default=None, help="data-loader worker processes")
     r.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
-    r.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in OUT (last.pt, else OUT/checkpoints)",
+    )
+    r.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="also checkpoint every STEPS optimizer steps (default: at epoch ends only)",
+    )
+    r.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        default=None,
+        metavar="K",
+        help="rolling checkpoints kept in OUT/checkpoints (default 3)",
+    )
+    r.add_argument(
+        "--bucket-size",
+        type=int,
+        default=None,
+        metavar="K",
+        help="size-bucketed batches: sort chunks of K batches by graph size (default 0: off)",
+    )
+    r.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="run the model through torch.compile",
+    )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_model_flags(p)
     p.set_defaults(func=run_train)
@@ -526,9 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("graphormer-urpe: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGINT during training (saved)
+        print(f"graphormer-urpe: {exc or 'interrupted'}", file=sys.stderr)
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))
     except Exception as exc:  # one line for the user; --verbose shows the traceback
         if args.verbose:
             raise

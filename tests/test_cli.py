@@ -9,10 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from graphormer_urpe import cli
-from graphormer_urpe.training import loop
 
 SMILES = [
     "CCO",
@@ -157,37 +155,6 @@ def test_train_evaluate_predict_plot(table, tmp_path, capsys):
     assert (out / "urpe_scale.png").stat().st_size > 1000
 
 
-def test_resume_after_interruption_equals_uninterrupted(table, tmp_path, monkeypatch):
-    root = tmp_path / "data"
-    full = tmp_path / "full"
-    assert cli.main(_train_args(table, root, full)) == 0
-    reference = json.loads((full / "metrics.json").read_text())
-
-    part = tmp_path / "part"
-    real_save = loop.save_checkpoint
-    calls = {"last": 0}
-
-    def interrupting_save(path, state):
-        real_save(path, state)
-        if Path(path).name == "last.pt":
-            calls["last"] += 1
-            if calls["last"] == 1:
-                raise KeyboardInterrupt
-
-    monkeypatch.setattr(loop, "save_checkpoint", interrupting_save)
-    assert cli.main(_train_args(table, root, part)) == 130
-    assert not (part / "metrics.json").exists()
-    monkeypatch.setattr(loop, "save_checkpoint", real_save)
-    assert cli.main([*_train_args(table, root, part), "--resume"]) == 0
-    resumed = json.loads((part / "metrics.json").read_text())
-    assert resumed["steps"] == reference["steps"]
-    assert resumed["best_valid_mae"] == pytest.approx(reference["best_valid_mae"], abs=1e-6)
-    assert resumed["test_mae"] == pytest.approx(reference["test_mae"], abs=1e-6)
-    a = torch.load(full / "last.pt", weights_only=True)["model"]
-    b = torch.load(part / "last.pt", weights_only=True)["model"]
-    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-
-
 def test_errors_are_one_line(tmp_path, capsys):
     code = cli.main(["train", "--dataset", f"csv:{tmp_path / 'missing.csv'}", "--no-progress"])
     err = capsys.readouterr().err
@@ -236,3 +203,16 @@ def test_demo_runs_forward_and_backward(capsys):
     assert cli.main(["demo", "--molecules", "4", "--layers", "1", "--preset", "small"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["molecules"] == 4 and report["prediction_shape"] == [4, 1]
+
+
+def test_max_nodes_leaves_only_training_graphs_out(table, tmp_path):
+    full, capped = tmp_path / "full", tmp_path / "capped"
+    common = ("--epochs", "1")
+    assert cli.main(_train_args(table, tmp_path / "data", full, *common)) == 0
+    assert cli.main(_train_args(table, tmp_path / "data", capped, *common, "--max-nodes", "6")) == 0
+    a = json.loads((full / "metrics.json").read_text())
+    b = json.loads((capped / "metrics.json").read_text())
+    assert a["dropped_train_oversize"] == 0 and b["max_nodes"] == 6
+    assert b["dropped_train_oversize"] > 0
+    assert b["train_graphs"] == a["train_graphs"] - b["dropped_train_oversize"]
+    assert (b["valid_graphs"], b["test_graphs"]) == (a["valid_graphs"], a["test_graphs"])

@@ -99,3 +99,37 @@ def test_make_config_presets_and_overrides():
     assert back == cfg
     with pytest.raises(KeyError, match="unknown preset"):
         make_config("huge")
+
+
+def test_fp16_trains_with_a_grad_scaler_whose_state_is_checkpointed(tmp_path):
+    import csv
+
+    from graphormer_urpe.training import load_checkpoint, make_config, train
+
+    from .test_cli import SMILES
+
+    table = tmp_path / "mols.csv"
+    with open(table, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "y"])
+        for s in SMILES:
+            w.writerow([s, len(s)])
+    cfg = make_config(
+        "small",
+        model_overrides=dict(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=2),
+        dataset=f"csv:{table}",
+        data_root=str(tmp_path / "data"),
+        target_columns=["y"],
+        out=str(tmp_path / "run"),
+        epochs=2,
+        batch_size=8,
+        warmup_steps=2,
+        precision="fp16",
+        device="cpu",
+        threads=1,
+    )
+    metrics = train(cfg, progress=False)
+    assert metrics["precision"] == "fp16"
+    assert math.isfinite(metrics["best_valid_mae"]) and math.isfinite(metrics["test_mae"])
+    scaler = load_checkpoint(tmp_path / "run" / "last.pt")["scaler"]
+    assert scaler["scale"] > 0 and "_growth_tracker" in scaler  # an enabled scaler's state

@@ -8,8 +8,11 @@ the training position (epoch, step, best validation metric).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,9 +29,12 @@ __all__ = [
     "load_checkpoint",
     "rng_state",
     "set_rng_state",
+    "CheckpointKeeper",
 ]
 
 FORMAT = "graphormer-urpe/1"
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(RuntimeError):
@@ -133,3 +139,74 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         except json.JSONDecodeError as exc:
             raise CheckpointError(f"checkpoint {path} holds an unreadable config: {exc}") from exc
     return ckpt
+
+
+class CheckpointKeeper:
+    """The rolling training checkpoints of a run folder.
+
+    Every save writes ``checkpoints/step-<step>.pt`` atomically, points ``last.pt`` at it (a
+    hard link, or a copy where links are not supported) and deletes all but the newest ``keep``
+    step files. :meth:`latest` finds the checkpoint to resume from: ``last.pt``, or, when it
+    is missing or unreadable, the newest readable step file.
+
+    Args:
+        out: the run folder.
+        keep: step checkpoints to keep (at least 1).
+    """
+
+    _NAME = re.compile(r"^step-(\d+)\.pt$")
+
+    def __init__(self, out: str | os.PathLike, keep: int = 3) -> None:
+        if keep < 1:
+            raise ValueError(f"keep_checkpoints must be at least 1, got {keep}")
+        self.out = Path(out)
+        self.dir = self.out / "checkpoints"
+        self.keep = keep
+
+    @property
+    def last(self) -> Path:
+        return self.out / "last.pt"
+
+    def step_files(self) -> list[Path]:
+        """Step checkpoints, oldest first."""
+        if not self.dir.is_dir():
+            return []
+        found = [
+            (int(m.group(1)), f) for f in self.dir.iterdir() if (m := self._NAME.match(f.name))
+        ]
+        return [f for _, f in sorted(found)]
+
+    def save(self, state: dict[str, Any], step: int) -> Path:
+        """Write ``state`` as the checkpoint of ``step``; returns its path."""
+        path = self.dir / f"step-{step:09d}.pt"
+        save_checkpoint(path, state)
+        fd, tmp = tempfile.mkstemp(prefix=".last.pt.", suffix=".tmp", dir=self.out)
+        os.close(fd)
+        os.unlink(tmp)
+        try:
+            os.link(path, tmp)
+        except OSError:  # no hard links here: copy instead
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, self.last)
+        for old in self.step_files()[: -self.keep]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def latest(self) -> tuple[Path, dict] | None:
+        """``(path, checkpoint)`` to resume from, or ``None`` when the run has none.
+
+        Raises:
+            CheckpointError: checkpoints exist but none of them can be read.
+        """
+        candidates = [self.last] if self.last.exists() else []
+        candidates += self.step_files()[::-1]
+        errors = []
+        for path in candidates:
+            try:
+                return path, load_checkpoint(path)
+            except CheckpointError as exc:
+                log.warning("%s; trying an older checkpoint", exc)
+                errors.append(str(exc))
+        if errors:
+            raise CheckpointError(errors[0])
+        return None

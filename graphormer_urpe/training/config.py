@@ -48,6 +48,14 @@ class TrainConfig:
     """CPU threads for torch (``None``: torch's default, one per core)."""
     eval_every: int = 1
     """Evaluate on the validation split every this many epochs."""
+    checkpoint_every: int | None = None
+    """Also write a checkpoint every this many optimizer steps (``None``: at epoch ends only)."""
+    keep_checkpoints: int = 3
+    """Rolling step checkpoints kept in ``OUT/checkpoints`` (``last.pt`` is the newest)."""
+    bucket_size: int = 0
+    """Size-bucketed batches: sort chunks of this many batches by graph size (``0``: off)."""
+    compile: bool = False
+    """Run the model through ``torch.compile`` (dynamic shapes)."""
     out: str = "runs/default"
     smiles_column: str = "smiles"
     target_columns: list[str] | None = None
@@ -57,6 +65,8 @@ class TrainConfig:
     """Seed of the random split (kept apart from ``seed`` so the split stays fixed)."""
     featurizer: str | None = None
     strict: bool = False
+    max_nodes: int | None = None
+    """Leave training graphs with more atoms out (logged); valid/test graphs are always kept."""
 
     def to_dict(self) -> dict:
         return asdict(self)

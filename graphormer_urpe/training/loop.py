@@ -5,7 +5,12 @@ and writes into ``config.out``:
 
 * ``config.json``: the resolved config (model included)
 * ``history.csv``: one row per evaluated epoch (TensorBoard events too when installed)
-* ``last.pt`` / ``best.pt``: checkpoints (atomic; ``torch.load(weights_only=True)``)
+* ``checkpoints/step-<step>.pt``: rolling checkpoints (the newest ``keep_checkpoints``), written
+  at every epoch end and every ``checkpoint_every`` steps, each holding model, optimizer,
+  scheduler, grad scaler, every process's RNG states and the data position (epoch, batch);
+  ``last.pt`` is the newest of them and ``best.pt`` the best validation epoch (all atomic,
+  loaded with ``torch.load(weights_only=True)``). SIGTERM / SIGINT save one at the current
+  step before stopping; ``resume=True`` continues exactly where a checkpoint left off.
 * ``metrics.json``: dataset, attention, preset, parameters, steps, epochs,
   ``best_valid_<metric>``, ``test_<metric>`` at the best checkpoint (only when the test split
   has labels: ``test_has_labels``), the mean-predictor baseline, wall time and training graphs
@@ -25,6 +30,8 @@ import json
 import logging
 import math
 import random
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -37,9 +44,10 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from ..graph.batch import GraphormerBatch, GraphormerCollator
+from ..graph.batch import GraphormerCollator
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from .checkpoint import (
+    CheckpointKeeper,
     atomic_write_bytes,
     atomic_write_text,
     load_checkpoint,
@@ -48,9 +56,12 @@ from .checkpoint import (
     set_rng_state,
 )
 from .config import TrainConfig
+from .distributed import DistContext, gather_in_order, init_distributed
+from .sampler import EpochBatchSampler
 
 __all__ = [
     "train",
+    "TrainingInterrupted",
     "predict",
     "masked_loss",
     "linear_schedule",
@@ -202,10 +213,13 @@ def predict(
 class _History:
     """Per-epoch metric rows: CSV (rewritten atomically) and TensorBoard when installed."""
 
-    def __init__(self, out: Path, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, out: Path, rows: list[dict[str, Any]], write: bool = True) -> None:
         self.path = out / "history.csv"
         self.rows = rows
+        self.write = write
         self.tb = None
+        if not write:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -215,6 +229,8 @@ class _History:
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
+        if not self.write:
+            return
         keys: list[str] = []
         for r in self.rows:
             keys.extend(k for k in r if k not in keys)
@@ -234,13 +250,6 @@ class _History:
             self.tb.close()
 
 
-def _batches_for_epoch(loader: DataLoader, seed: int, epoch: int) -> Iterator[GraphormerBatch]:
-    # The shuffling order of an epoch depends only on (seed, epoch): resumable and reproducible.
-    if loader.generator is not None:
-        loader.generator.manual_seed(seed * 100_003 + epoch)
-    return iter(loader)
-
-
 def load_splits(config: TrainConfig):
     """The :class:`~graphormer_urpe.datasets.DatasetSplits` a run's config names."""
     from ..datasets import load_dataset
@@ -256,67 +265,199 @@ def load_splits(config: TrainConfig):
         split=config.split,
         seed=config.split_seed,
         featurizer=config.featurizer,
+        max_nodes=config.max_nodes,
     )
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT stopped training; a checkpoint of the exact position was saved.
+
+    Attributes:
+        signum: the signal received.
+        checkpoint: the checkpoint written before stopping (``None`` on processes other than
+            rank 0, which do not write).
+    """
+
+    def __init__(self, signum: int, checkpoint: Path | None) -> None:
+        self.signum = signum
+        self.checkpoint = checkpoint
+        name = signal.Signals(signum).name
+        where = f"checkpoint saved to {checkpoint}" if checkpoint else "checkpoint saved by rank 0"
+        super().__init__(f"{name} received: {where}; continue with --resume")
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[dict[str, int]]:
+    """Turn SIGTERM / SIGINT into a request to stop after the current step (twice: at once)."""
+    flag = {"signal": 0}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag["signal"]:  # asked twice: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        flag["signal"] = signum
+        log.warning("%s received: saving a checkpoint after this step", signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield flag
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _collator(config: GraphormerConfig) -> GraphormerCollator:
+    return GraphormerCollator(config.multi_hop_max_dist, config.spatial_pos_max)
+
+
+def _eval_loader(
+    dataset: Dataset, config: GraphormerConfig, batch_size: int, ctx: DistContext, workers: int
+) -> tuple[DataLoader, Tensor]:
+    """This process's share of an evaluation split (graphs ``rank::world``, none twice) and
+    their positions ``[n_r]``."""
+    index = torch.arange(ctx.rank, len(dataset), ctx.world_size)
+    batches = [index[i : i + batch_size].tolist() for i in range(0, len(index), batch_size)]
+    loader = DataLoader(
+        dataset,
+        batch_sampler=batches,
+        collate_fn=_collator(config),
+        num_workers=workers,
+        pin_memory=ctx.device.type == "cuda",
+        persistent_workers=workers > 0 and len(batches) > 0,
+        generator=torch.Generator(),  # never draw from the global RNG
+    )
+    return loader, index
+
+
+def _evaluate(
+    model: nn.Module,
+    loader: DataLoader,
+    index: Tensor,
+    total: int,
+    num_targets: int,
+    ctx: DistContext,
+    precision: Precision,
+) -> Tensor:
+    """Predictions ``[total, T]`` for a whole split, each graph computed by one process."""
+    if len(index):
+        pred, _ = predict(model, loader, ctx.device, precision)
+    else:
+        pred = torch.empty(0, num_targets)
+    return gather_in_order(ctx, index, pred, total)
 
 
 def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Train, select on the validation split, test at the best checkpoint; see module doc.
 
+    Under ``torchrun`` (``WORLD_SIZE > 1`` in the environment) this runs distributed data
+    parallel: ``config.batch_size`` graphs per process and step, metrics over whole splits,
+    rank 0 writing everything.
+
     Args:
         config: the run.
-        resume: continue from ``config.out/last.pt`` when it exists (the saved config wins,
-            except for ``out`` and ``device``).
+        resume: continue from the newest checkpoint in ``config.out`` when there is one (the
+            saved config wins, except for ``out``, ``device`` and the checkpointing fields).
         progress: show a tqdm progress bar.
 
     Returns:
         The ``metrics.json`` contents.
+
+    Raises:
+        TrainingInterrupted: SIGTERM or SIGINT arrived; a checkpoint was saved first.
+        RuntimeError: the loss became non-finite (the last good state is in ``nonfinite.pt``).
     """
+    ctx = init_distributed(resolve_device(config.device))
+    try:
+        with _stop_requests() as stop:
+            return _train(config, ctx, resume, progress, stop)
+    finally:
+        ctx.close()
+
+
+def _train(
+    config: TrainConfig,
+    ctx: DistContext,
+    resume: bool,
+    progress: bool,
+    stop: dict[str, int],
+) -> dict[str, Any]:
+    from ..datasets import graph_sizes
+
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(config.device)
-    precision = Precision(config.precision, device)
+    device = ctx.device
+    main = ctx.is_main
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+    keeper = CheckpointKeeper(out, config.keep_checkpoints)
     ckpt = None
-    if resume and (out / "last.pt").exists():
-        ckpt = load_checkpoint(out / "last.pt")
-        saved = TrainConfig.from_dict(ckpt["config"])
-        config = replace(saved, out=config.out, device=config.device)
-        log.info("resuming %s after epoch %d, step %d", out, ckpt["epoch"], ckpt["step"])
+    if resume:
+        found = keeper.latest()
+        if found is not None:
+            path, ckpt = found
+            saved = TrainConfig.from_dict(ckpt["config"])
+            config = replace(
+                saved,
+                out=config.out,
+                device=config.device,
+                checkpoint_every=config.checkpoint_every,
+                keep_checkpoints=config.keep_checkpoints,
+                num_workers=config.num_workers,
+                threads=config.threads,
+            )
+            log.info("resuming from %s (step %d)", path, ckpt["step"])
+        else:
+            log.info("nothing to resume in %s: starting afresh", out)
+    precision = Precision(config.precision, device)
     seed_everything(config.seed)
     if config.threads:
         torch.set_num_threads(config.threads)
 
-    splits = load_splits(config)
+    # one process per machine builds any missing processed cache; the others then read it
+    if ctx.local_rank == 0:
+        splits = load_splits(config)
+    ctx.barrier()
+    if ctx.local_rank != 0:
+        splits = load_splits(config)
     for name in ("train", "valid", "test"):
         if len(getattr(splits, name)) == 0:
             raise ValueError(f"the {name} split of {splits.name} is empty")
     model = build_model(config.model, splits.featurizer, splits.num_targets).to(device)
     config = replace(config, model=model.config)
-    atomic_write_text(out / "config.json", config.to_json())
+    if main:
+        atomic_write_text(out / "config.json", config.to_json())
     n_params = sum(p.numel() for p in model.parameters())
     metric = splits.metric
+    if ctx.enabled:  # different dropout masks per process
+        torch.manual_seed(config.seed * 1_000 + ctx.rank)
 
-    train_loader = make_loader(
-        splits.train,
-        model.config,
+    sampler = EpochBatchSampler(
+        len(splits.train),
         config.batch_size,
-        True,
-        config.seed,
-        config.num_workers,
-        device.type == "cuda",
+        shuffle=True,
+        seed=config.seed,
+        num_replicas=ctx.world_size,
+        rank=ctx.rank,
+        sizes=graph_sizes(splits.train) if config.bucket_size else None,  # [n_train]
+        bucket_size=config.bucket_size,
+    )
+    train_loader = DataLoader(
+        splits.train,
+        batch_sampler=sampler,
+        collate_fn=_collator(model.config),
+        num_workers=config.num_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=False,  # a new epoch may start mid-way (resume)
+        generator=torch.Generator(),  # the loader never draws from the global RNG
     )
     eval_loaders = {
-        name: make_loader(
-            getattr(splits, name),
-            model.config,
-            config.batch_size,
-            False,
-            0,
-            config.num_workers,
-            device.type == "cuda",
+        name: _eval_loader(
+            getattr(splits, name), model.config, config.batch_size, ctx, config.num_workers
         )
         for name in ("valid", "test")
     }
-    steps_per_epoch = len(train_loader)
+    steps_per_epoch = len(sampler)
     total = config.max_steps or (config.epochs or 1) * steps_per_epoch
     epochs = math.ceil(total / steps_per_epoch)
     warmup = config.warmup_steps
@@ -345,10 +486,11 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
     higher = splits.higher_is_better
     train_y = dataset_targets(splits.train)
     mean = torch.nanmean(train_y, dim=0, keepdim=True)  # [1, T]
+    targets: dict[str, Tensor] = {}
     baseline: dict[str, float | None] = {}
     test_labelled = True
     for name in eval_loaders:
-        y = dataset_targets(getattr(splits, name))
+        y = targets[name] = dataset_targets(getattr(splits, name))
         if name == "test" and not bool(torch.isfinite(y).any()):
             test_labelled, baseline[name] = False, None  # e.g. PCQM4Mv2 test-dev
             log.info("the test split of %s has no labels: no test metric", splits.name)
@@ -356,7 +498,8 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         baseline[name] = splits.evaluate(mean.expand_as(y), y)[metric]
     log.info(
         "%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
-        "(%d epochs x %d), batch %d, lr %.2g, device %s, %s",
+        "(%d epochs x %d), batch %d x %d process(es) = %d graphs per step, peak lr %.2g, "
+        "device %s, %s",
         splits.name,
         len(splits.train),
         len(splits.valid),
@@ -370,29 +513,56 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         epochs,
         steps_per_epoch,
         config.batch_size,
+        ctx.world_size,
+        sampler.global_batch_size,
         config.lr,
         device,
         precision.kind,
     )
 
-    start_epoch, step, best, best_epoch = 0, 0, -math.inf if higher else math.inf, -1
+    epoch, start_batch, step = 0, 0, 0
+    best, best_epoch = -math.inf if higher else math.inf, -1
     rows: list[dict[str, Any]] = []
     train_seconds, train_graphs = 0.0, 0
+    loss_sum, loss_count = 0.0, 0  # the current epoch's training loss so far
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         precision.scaler.load_state_dict(ckpt["scaler"])
-        set_rng_state(ckpt["rng"])
-        start_epoch, step = ckpt["epoch"] + 1, ckpt["step"]
+        ranks = ckpt.get("rng_ranks")
+        if ranks is not None and len(ranks) == ctx.world_size:
+            set_rng_state(ranks[ctx.rank])
+        else:
+            if ctx.enabled:
+                log.warning("the checkpoint was written by another number of processes")
+            set_rng_state(ckpt["rng"])
+        position = ckpt.get("position") or {"epoch": ckpt["epoch"] + 1, "batch": 0}
+        epoch, start_batch, step = position["epoch"], position["batch"], ckpt["step"]
+        loss_sum, loss_count = ckpt.get("epoch_loss", (0.0, 0))
         best, best_epoch = ckpt["best"], ckpt["best_epoch"]
         rows = json.loads(ckpt["history"])
         train_seconds, train_graphs = ckpt["train_seconds"], ckpt["train_graphs"]
-    history = _History(out, [])
+        if start_batch >= steps_per_epoch:
+            epoch, start_batch = epoch + 1, 0
+    history = _History(out, [], write=main)
     for r in rows:
         history.add(r)
 
-    def state(epoch: int) -> dict[str, Any]:
+    net: nn.Module = model
+    if ctx.enabled:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None
+        )
+    if config.compile:
+        net = torch.compile(net, dynamic=True)
+
+    def state(epoch: int, batch: int) -> dict[str, Any]:
+        """Everything needed to continue at batch ``batch`` of epoch ``epoch``."""
+        ranks = None
+        if ctx.enabled:
+            ranks = [None] * ctx.world_size
+            torch.distributed.all_gather_object(ranks, rng_state())
         return {
             "config": config.to_json(),
             "model": model.state_dict(),
@@ -400,36 +570,51 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
             "scheduler": scheduler.state_dict(),
             "scaler": precision.scaler.state_dict(),
             "rng": rng_state(),
+            "rng_ranks": ranks,
             "epoch": epoch,
+            "position": {"epoch": epoch, "batch": batch},
+            "epoch_loss": (loss_sum, loss_count),
             "step": step,
             "best": best,
             "best_epoch": best_epoch,
             "history": json.dumps(history.rows),
             "train_seconds": train_seconds,
             "train_graphs": train_graphs,
+            "world_size": ctx.world_size,
             "featurizer": splits.featurizer,
             "target_names": list(splits.target_names),
             "metric": metric,
             "train_mean": mean,
         }
 
+    def checkpoint(epoch: int, batch: int) -> Path | None:
+        s = state(epoch, batch)  # collective under DDP: every process takes part
+        return keeper.save(s, step) if main else None
+
     wall_start = time.perf_counter()
-    bar = tqdm(total=total, initial=step, desc="train", disable=not progress, dynamic_ncols=True)
-    for epoch in range(start_epoch, epochs):
-        if step >= total:
-            break
-        model.train()
-        losses = []
+    bar = tqdm(
+        total=total, initial=step, desc="train", disable=not (progress and main), dynamic_ncols=True
+    )
+    while epoch < epochs and step < total:
+        net.train()
+        sampler.set_epoch(epoch, start_batch)
+        batch_index = start_batch
         t0 = time.perf_counter()
-        for batch in _batches_for_epoch(train_loader, config.seed, epoch):
+        for batch in train_loader:
             if step >= total:
                 break
             batch = batch.to(device, non_blocking=True)
             with precision.autocast():
-                pred = model(batch)
+                pred = net(batch)
             loss = masked_loss(pred, batch.y, loss_kind)
-            if not torch.isfinite(loss):
-                save_checkpoint(out / "nonfinite.pt", state(epoch - 1))
+            # one collective per step: the loss (for the log and the finiteness check) and
+            # whether any process was asked to stop
+            flags = torch.tensor([float(loss.detach()), float(stop["signal"])])
+            shared = ctx.all_sum(flags)
+            if not math.isfinite(float(shared[0])):
+                good = state(epoch, batch_index)  # the weights before this step
+                if main:
+                    save_checkpoint(out / "nonfinite.pt", good)
                 raise RuntimeError(
                     f"non-finite loss at step {step} (epoch {epoch}); last good state saved to "
                     f"{out / 'nonfinite.pt'}; lower --lr or check the data"
@@ -443,25 +628,41 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
             precision.scaler.update()
             scheduler.step()
             step += 1
-            train_graphs += batch.num_graphs
-            losses.append(loss.item())
+            batch_index += 1
+            train_graphs += batch.num_graphs * ctx.world_size
+            loss_sum += float(shared[0]) / ctx.world_size
+            loss_count += 1
             bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f"{losses[-1]:.4f}")
+            bar.set_postfix(epoch=epoch, loss=f"{float(shared[0]) / ctx.world_size:.4f}")
+            signum = int(shared[1]) and (stop["signal"] or signal.SIGTERM)
+            mid_epoch = batch_index < steps_per_epoch and step < total
+            if signum and mid_epoch:
+                train_seconds += time.perf_counter() - t0
+                raise TrainingInterrupted(signum, checkpoint(epoch, batch_index))
+            if config.checkpoint_every and step % config.checkpoint_every == 0 and mid_epoch:
+                train_seconds += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                checkpoint(epoch, batch_index)
         train_seconds += time.perf_counter() - t0
         row: dict[str, Any] = {
             "epoch": epoch,
             "step": step,
             "lr": optimizer.param_groups[0]["lr"],
-            "train_loss": float(np.mean(losses)) if losses else math.nan,
+            "train_loss": loss_sum / loss_count if loss_count else math.nan,
         }
         last_epoch = epoch == epochs - 1 or step >= total
         if (epoch + 1) % config.eval_every == 0 or last_epoch:
-            p, y = predict(model, eval_loaders["valid"], device, precision)
-            value = splits.evaluate(p, y)[metric]
+            loader, index = eval_loaders["valid"]
+            n_valid = len(splits.valid)
+            p = _evaluate(model, loader, index, n_valid, splits.num_targets, ctx, precision)
+            value = splits.evaluate(p, targets["valid"])[metric]
             row[f"valid_{metric}"] = value
             if (value > best) if higher else (value < best):
                 best, best_epoch = value, epoch
-                save_checkpoint(out / "best.pt", state(epoch))
+                if main:
+                    save_checkpoint(out / "best.pt", state(epoch + 1, 0))
+                else:
+                    state(epoch + 1, 0)  # take part in the collective
             log.info(
                 "epoch %d step %d: train %s %.4f, valid %s %.4f (best %.4f @ %d)",
                 epoch,
@@ -475,18 +676,24 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
             )
         row["seconds"] = round(train_seconds, 2)
         history.add(row)
-        save_checkpoint(out / "last.pt", state(epoch))
+        epoch, start_batch, loss_sum, loss_count = epoch + 1, 0, 0.0, 0
+        saved = checkpoint(epoch, 0)
+        requested = int(ctx.all_sum(torch.tensor([float(stop["signal"])]))[0])
+        if requested and epoch < epochs and step < total:
+            raise TrainingInterrupted(stop["signal"] or signal.SIGTERM, saved)
     bar.close()
     history.close()
 
-    if not (out / "best.pt").exists():
+    if main and not (out / "best.pt").exists():
         raise RuntimeError(f"no validation result was recorded in {out}")
-    best_ckpt = load_checkpoint(out / "best.pt")
-    model.load_state_dict(best_ckpt["model"])
+    if main:
+        model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
+    ctx.broadcast_state(model)
     test: dict[str, float] = {}
     if test_labelled:
-        p, y = predict(model, eval_loaders["test"], device, precision)
-        test = splits.evaluate(p, y)
+        loader, index = eval_loaders["test"]
+        p = _evaluate(model, loader, index, len(splits.test), splits.num_targets, ctx, precision)
+        test = splits.evaluate(p, targets["test"])
     metrics = {
         "dataset": splits.name,
         "attention": model.config.attention,
@@ -511,6 +718,10 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         "train_graphs": len(splits.train),
         "valid_graphs": len(splits.valid),
         "test_graphs": len(splits.test),
+        **splits.input_report(),
+        "processes": ctx.world_size,
+        "batch_per_process": config.batch_size,
+        "global_batch": sampler.global_batch_size,
         "wall_seconds": round(time.perf_counter() - wall_start, 2),
         "train_seconds": round(train_seconds, 2),
         "graphs_per_second": round(train_graphs / train_seconds, 2) if train_seconds else None,
@@ -518,7 +729,8 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         "precision": precision.kind,
         "seed": config.seed,
     }
-    atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
+    if main:
+        atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     log.info(
         "best valid %s %.4f (epoch %d), test %s %s; mean predictor valid %.4f test %s",
         metric,
