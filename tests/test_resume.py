@@ -168,3 +168,23 @@ def test_resume_with_nothing_to_resume_starts_afresh(table, reference, tmp_path)
         == 0
     )
     _assert_same_run(ref_out, out)
+
+
+def test_resume_from_an_incompatible_checkpoint_is_one_line(table, reference, tmp_path, capsys):
+    ref_out, _ = reference
+    out = tmp_path / "run"
+    out.mkdir()
+    ckpt = load_checkpoint(ref_out / "last.pt")
+    ckpt["model"] = {k: v[..., :1] if v.dim() else v for k, v in ckpt["model"].items()}
+    ckpt["config"] = json.dumps(ckpt["config"])
+    torch.save(ckpt, out / "last.pt")
+    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe")
+    assert cli.main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(out / "last.pt") in err and "does not match" in err
+    capsys.readouterr()
+    ckpt["config"] = json.dumps({**json.loads(ckpt["config"]), "no_such_field": 1})
+    torch.save(ckpt, out / "last.pt")
+    assert cli.main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no_such_field" in err

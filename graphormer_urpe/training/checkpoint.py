@@ -7,6 +7,7 @@ the training position (epoch, step, best validation metric).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "rng_state",
     "set_rng_state",
     "CheckpointKeeper",
+    "incompatible_checkpoint",
 ]
 
 FORMAT = "graphormer-urpe/1"
@@ -102,6 +105,23 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def incompatible_checkpoint(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a failure to restore a checkpoint's contents into a one-line :class:`CheckpointError`.
+
+    Wrap the code that rebuilds a config and loads state dicts from a checkpoint: missing keys,
+    unknown config fields and mismatched tensor shapes then read
+    ``checkpoint PATH does not match its config: <first line of the error>``.
+    """
+    try:
+        yield
+    except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"checkpoint {path} does not match its config: {first}") from exc
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:

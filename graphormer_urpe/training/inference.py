@@ -15,7 +15,7 @@ from torch_geometric.data import Data
 
 from ..graph.features import GraphormerFeatures
 from ..graph.model import Graphormer
-from .checkpoint import CheckpointError, load_checkpoint
+from .checkpoint import incompatible_checkpoint, load_checkpoint
 from .config import TrainConfig
 from .loop import Precision, load_splits, make_loader, predict, resolve_device
 
@@ -39,13 +39,10 @@ class LoadedModel:
 def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
     """Restore the model of a checkpoint (``best.pt`` or ``last.pt``) in eval mode."""
     ckpt = load_checkpoint(path)
-    try:
+    with incompatible_checkpoint(path):
         config = TrainConfig.from_dict(ckpt["config"])
         model = Graphormer(config.model)
         model.load_state_dict(ckpt["model"])
-    except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {path} does not match its config: {first}") from exc
     dev = resolve_device(device)
     return LoadedModel(
         model=model.to(dev).eval(),

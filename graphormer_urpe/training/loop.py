@@ -50,6 +50,7 @@ from .checkpoint import (
     CheckpointKeeper,
     atomic_write_bytes,
     atomic_write_text,
+    incompatible_checkpoint,
     load_checkpoint,
     rng_state,
     save_checkpoint,
@@ -396,7 +397,8 @@ def _train(
         found = keeper.latest()
         if found is not None:
             path, ckpt = found
-            saved = TrainConfig.from_dict(ckpt["config"])
+            with incompatible_checkpoint(path):
+                saved = TrainConfig.from_dict(ckpt["config"])
             config = replace(
                 saved,
                 out=config.out,
@@ -526,10 +528,11 @@ def _train(
     train_seconds, train_graphs = 0.0, 0
     loss_sum, loss_count = 0.0, 0  # the current epoch's training loss so far
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        precision.scaler.load_state_dict(ckpt["scaler"])
+        with incompatible_checkpoint(path):
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scheduler.load_state_dict(ckpt["scheduler"])
+            precision.scaler.load_state_dict(ckpt["scaler"])
         ranks = ckpt.get("rng_ranks")
         if ranks is not None and len(ranks) == ctx.world_size:
             set_rng_state(ranks[ctx.rank])
