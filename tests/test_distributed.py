@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_cli import SMILES
+from .test_cli import SMILES, _train_args
 
 EXTRA = ["CCCCO", "CCCCN", "OCC(O)CO", "c1ccc2ccccc2c1"]  # 44 molecules in all
 
@@ -29,51 +29,23 @@ def _table(path: Path) -> Path:
 
 
 def _args(table: Path, root: Path, out: Path, batch: int) -> list[str]:
-    return [
-        "train",
-        "--dataset",
-        f"csv:{table}",
-        "--data-root",
-        str(root),
-        "--target-columns",
-        "heavy_atoms",
+    # later flags override _train_args' own (argparse keeps the last value)
+    return _train_args(
+        table,
+        root,
+        out,
         "--split-column",
         "split",
-        "--out",
-        str(out),
         "--attention",
         "urpe",
-        "--num-layers",
-        "2",
-        "--hidden-dim",
-        "16",
-        "--ffn-dim",
-        "16",
-        "--num-heads",
-        "2",
         "--batch-size",
         str(batch),
         "--bucket-size",
         "2",
-        "--epochs",
-        "3",
-        "--warmup-steps",
-        "2",
-        "--lr",
-        "1e-3",
         # no dropout: the processes draw different masks than one process would
-        "--dropout",
-        "0",
-        "--attention-dropout",
-        "0",
-        "--input-dropout",
-        "0",
-        "--activation-dropout",
-        "0",
-        "--threads",
-        "1",
-        "--no-progress",
-    ]
+        *("--dropout", "0", "--attention-dropout", "0"),
+        *("--input-dropout", "0", "--activation-dropout", "0"),
+    )
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -694,52 +694,26 @@ def load_dataset(
             message names the file, the rows and the SMILES).
         DatasetUnavailableError: ZINC's raw files missing and not downloadable.
     """
-    splits = _load_splits(
-        name,
-        root,
-        multi_hop_max_dist,
-        strict=strict,
-        smiles_column=smiles_column,
-        target_columns=target_columns,
-        split_column=split_column,
-        split=split,
-        seed=seed,
-        featurizer=featurizer,
-    )
-    return apply_input_policy(splits, max_nodes)
-
-
-def _load_splits(
-    name: str,
-    root: str | None,
-    multi_hop_max_dist: int,
-    *,
-    strict: bool,
-    smiles_column: str,
-    target_columns: list[str] | None,
-    split_column: str | None,
-    split: str,
-    seed: int,
-    featurizer: str | None,
-) -> DatasetSplits:
+    splits: DatasetSplits
     if name == "nci5k":
-        return load_nci5k(
+        splits = load_nci5k(
             root, multi_hop_max_dist, featurizer=featurizer, split=split, seed=seed, strict=strict
         )
-    if name in ("zinc", "zinc-full"):
-        return load_zinc_splits(
+    elif name in ("zinc", "zinc-full"):
+        splits = load_zinc_splits(
             root, multi_hop_max_dist, subset=name == "zinc", featurizer=featurizer
         )
-    if name in LSC_DATASETS or name.startswith("ogbg-"):
+    elif name in LSC_DATASETS or name.startswith("ogbg-"):
         if featurizer not in (None, "ogb"):
             raise ValueError(
                 f"{name} ships OGB features; featurizer must be 'ogb', got {featurizer!r}"
             )
         if name in LSC_DATASETS:
-            return load_lsc_splits(name, root, multi_hop_max_dist, strict=strict)
-        return load_ogbg(name, root, multi_hop_max_dist)
-    if name.startswith("csv:") and len(name) > 4:
-        return load_csv(
+            splits = load_lsc_splits(name, root, multi_hop_max_dist, strict=strict)
+        else:
+            splits = load_ogbg(name, root, multi_hop_max_dist)
+    elif name.startswith("csv:") and len(name) > 4:
+        splits = load_csv(
             name[4:],
             root,
             multi_hop_max_dist,
@@ -751,4 +725,6 @@ def _load_splits(
             seed=seed,
             featurizer=featurizer,
         )
-    raise ValueError(f"unknown dataset {name!r}; choose one of {list(DATASET_NAMES)}")
+    else:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {list(DATASET_NAMES)}")
+    return apply_input_policy(splits, max_nodes)
