@@ -1,8 +1,17 @@
-"""Benchmark per-graph Graphormer features (shortest paths + multi-hop path bond features).
+"""Benchmark Graphormer's structural features (shortest paths + multi-hop path bond features).
 
-Prints JSON: graphs/s (median of repeats) for this library and, with ``--peer hf``, for
-Hugging Face's Cython ``preprocess_item`` on the same molecules, plus whether the outputs are
-identical. Run::
+Prints JSON: graphs/s (median of repeats, the same molecules each time) for
+
+* ``ours_per_graph``: ``graph_structure`` called graph by graph (numpy arrays in and out);
+* ``ours_batched``: ``batched_graph_structure`` on all molecules at once (the same arrays in,
+  every graph's features out);
+* ``ours_per_graph_pyg`` / ``ours_batched_pyg``: the same two paths on PyG ``Data`` objects,
+  ``GraphormerFeatures`` graph by graph against ``add_graphormer_features`` on the list (what
+  dataset processing runs);
+
+whether the batched outputs equal the per-graph ones, and, with ``--peer hf``, Hugging Face's
+Cython ``preprocess_item`` on the same molecules and whether both of our paths reproduce it
+exactly. Run::
 
     python scripts/bench_preprocess.py --molecules 2000 --threads 1 [--peer hf]
     python scripts/bench_preprocess.py --smoke
@@ -11,23 +20,86 @@ identical. Run::
 from __future__ import annotations
 
 import numpy as np
+import torch
 from _bench import hf_graphormer, median_rate, report, setup
+from torch_geometric.data import Data
 
-from graphormer_urpe.graph.features import graph_structure
+from graphormer_urpe.graph.fast_features import BatchedStructures, batched_graph_structure
+from graphormer_urpe.graph.features import (
+    GraphormerFeatures,
+    add_graphormer_features,
+    graph_structure,
+)
+
+
+def _batched(items: list[dict], multi_hop_max_dist: int | None) -> BatchedStructures:
+    """Features of all ``items`` (OGB dicts of numpy arrays) in one batched call."""
+    return batched_graph_structure(
+        np.array([it["num_nodes"] for it in items]),
+        np.concatenate([it["edge_index"] for it in items], axis=1),
+        np.array([it["edge_index"].shape[1] for it in items]),
+        np.concatenate([it["edge_feat"] for it in items]),
+        multi_hop_max_dist,
+    )
+
+
+def _rate(fn, repeats: int) -> dict:
+    rate, rates = median_rate(fn, repeats)
+    return {"graphs_per_s": round(rate, 1), "all": [round(r) for r in rates]}
 
 
 def main() -> None:
     a, items, source = setup(__doc__, 40)
     mh = a.multi_hop_max_dist
+    graphs = [
+        Data(
+            x=torch.from_numpy(it["node_feat"]),
+            edge_index=torch.from_numpy(it["edge_index"]),
+            edge_attr=torch.from_numpy(it["edge_feat"]),
+            num_nodes=it["num_nodes"],
+        )
+        for it in items
+    ]
+    transform = GraphormerFeatures(mh)
 
-    def ours() -> int:
+    def per_graph() -> int:
         for it in items:
             graph_structure(it["edge_index"], it["num_nodes"], it["edge_feat"], mh)
         return len(items)
 
-    results: dict = {}
-    rate, rates = median_rate(ours, a.repeats)
-    results["ours_per_graph"] = {"graphs_per_s": round(rate, 1), "all": [round(r) for r in rates]}
+    def batched() -> int:
+        return len(_batched(items, mh))
+
+    def per_graph_pyg() -> int:
+        for g in graphs:
+            transform(g)
+        return len(graphs)
+
+    def batched_pyg() -> int:
+        return len(add_graphormer_features(graphs, mh))
+
+    results: dict = {
+        "ours_per_graph": _rate(per_graph, a.repeats),
+        "ours_batched": _rate(batched, a.repeats),
+        "ours_per_graph_pyg": _rate(per_graph_pyg, a.repeats),
+        "ours_batched_pyg": _rate(batched_pyg, a.repeats),
+    }
+
+    # the batched outputs against the per-graph ones (values, shapes, dtypes)
+    s = _batched(items, mh)
+    same = True
+    for g, it in enumerate(items):
+        ref = graph_structure(it["edge_index"], it["num_nodes"], it["edge_feat"], mh)
+        got = s.graph(g)
+        same &= bool(np.array_equal(got.spatial_pos, ref.spatial_pos))
+        same &= got.edge_input.shape == ref.edge_input.shape
+        same &= bool(np.array_equal(got.edge_input, ref.edge_input))
+        same &= bool(np.array_equal(got.degree, ref.degree))
+    for got, want in zip(add_graphormer_features(graphs, mh), map(transform, graphs), strict=True):
+        for key in ("spatial_pos", "edge_input", "edge_input_hops", "degree"):
+            x, y = got[key], want[key]
+            same &= x.dtype == y.dtype and x.shape == y.shape and bool(torch.equal(x, y))
+    results["batched_identical_to_per_graph"] = same
 
     if a.peer == "hf":
         hf = hf_graphormer()
@@ -40,19 +112,31 @@ def main() -> None:
                 collating.preprocess_item(dict(it))
             return len(items)
 
-        rate, rates = median_rate(peer, a.repeats)
-        results["hf_cython"] = {"graphs_per_s": round(rate, 1), "all": [round(r) for r in rates]}
-        identical = True
-        for it in items:
+        results["hf_cython"] = _rate(peer, a.repeats)
+        # all hops (no truncation), as the peer stores them, shifted by one for padding
+        full = _batched(items, None)
+        identical, batched_identical = True, True
+        for g, it in enumerate(items):
             ref = collating.preprocess_item(dict(it))
-            s = graph_structure(it["edge_index"], it["num_nodes"], it["edge_feat"], None)
-            # the peer stores everything shifted by one for padding
-            identical &= bool(np.array_equal(ref["spatial_pos"] - 1, s.spatial_pos))
-            identical &= bool(np.array_equal(ref["input_edges"] - 1, s.edge_input))
+            spatial_pos, edge_input = ref["spatial_pos"] - 1, ref["input_edges"] - 1
+            one = graph_structure(it["edge_index"], it["num_nodes"], it["edge_feat"], None)
+            identical &= bool(np.array_equal(spatial_pos, one.spatial_pos))
+            identical &= bool(np.array_equal(edge_input, one.edge_input))
+            many = full.graph(g)
+            batched_identical &= bool(np.array_equal(spatial_pos, many.spatial_pos))
+            batched_identical &= bool(np.array_equal(edge_input, many.edge_input))
         results["identical_to_peer"] = identical
-        results["speedup"] = round(
-            results["ours_per_graph"]["graphs_per_s"] / results["hf_cython"]["graphs_per_s"], 2
-        )
+        results["batched_identical_to_peer"] = batched_identical
+        hf_rate = results["hf_cython"]["graphs_per_s"]
+        for key, name in (
+            ("speedup", "ours_per_graph"),
+            ("batched_speedup", "ours_batched"),
+            ("batched_pyg_speedup", "ours_batched_pyg"),
+        ):
+            results[key] = round(results[name]["graphs_per_s"] / hf_rate, 2)
+    results["batched_vs_per_graph"] = round(
+        results["ours_batched"]["graphs_per_s"] / results["ours_per_graph"]["graphs_per_s"], 2
+    )
     nodes = [it["num_nodes"] for it in items]
     report(
         "preprocess",

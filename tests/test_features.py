@@ -1,6 +1,8 @@
-"""Structural features against the plain reference algorithm (bit-identical)."""
+"""Structural features against the plain reference (bit-identical), per graph and batched."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -8,9 +10,15 @@ import torch
 from torch_geometric.data import Batch, Data, InMemoryDataset
 
 from graphormer_urpe import GraphormerFeatures, graph_structure
-from graphormer_urpe.graph.features import floyd_warshall
-from tests.conftest import graph_zoo, load_zinc_val_graphs
-from tests.reference import ref_floyd_warshall, ref_preprocess
+from graphormer_urpe.graph import features as features_module
+from graphormer_urpe.graph.fast_features import batched_graph_structure, next_hop_floyd_warshall
+from graphormer_urpe.graph.features import (
+    add_graphormer_features,
+    floyd_warshall,
+    has_graphormer_features,
+)
+from tests.conftest import graph_zoo, load_zinc_val_graphs, random_graph
+from tests.reference import _all_edges, ref_floyd_warshall, ref_preprocess
 
 
 def _check(data: Data, hops: int | None) -> None:
@@ -128,3 +136,227 @@ def test_pre_transform_round_trips_through_inmemory_dataset_and_batch(tmp_path):
         np.testing.assert_array_equal(
             got.edge_input.view(n, n, hops, got.edge_input.shape[1]).numpy(), s.edge_input
         )
+
+
+# --------------------------------------------------------------------------------------
+# The batched path: many graphs at once, identical to the per-graph transform
+# --------------------------------------------------------------------------------------
+
+
+def _assert_same_graph(got: Data, want: Data) -> None:
+    assert sorted(got.keys()) == sorted(want.keys())
+    for key in want.keys():
+        a, b = got[key], want[key]
+        if isinstance(b, torch.Tensor):
+            assert a.dtype == b.dtype and a.shape == b.shape, (key, a.dtype, a.shape, b.shape)
+            assert torch.equal(a, b), key
+        else:
+            assert a == b, key
+
+
+def _assert_batched_equals_per_graph(graphs: list[Data], hops: int) -> None:
+    before = [sorted(g.keys()) for g in graphs]
+    transform = GraphormerFeatures(multi_hop_max_dist=hops)
+    want = [transform(g) for g in graphs]
+    got = add_graphormer_features(graphs, hops)
+    assert len(got) == len(graphs)
+    for g, w in zip(got, want, strict=True):
+        _assert_same_graph(g, w)
+    assert [sorted(g.keys()) for g in graphs] == before  # the inputs are left as they were
+    again = transform.apply_many(graphs)
+    for g, w in zip(again, want, strict=True):
+        _assert_same_graph(g, w)
+
+
+@pytest.mark.parametrize("hops", [1, 3, 20])
+@pytest.mark.parametrize("edge_features", [1, 3])
+def test_batched_features_equal_transform_on_random_graphs(hops, edge_features):
+    # 1-node, edgeless, disconnected, rings with tied shortest paths, sizes 1..25 in one call
+    graphs = graph_zoo(seed=40 + hops + edge_features, count=150, edge_features=edge_features)
+    _assert_batched_equals_per_graph(graphs, hops)
+
+
+def _odd_graphs() -> list[Data]:
+    """Graphs the batched path must handle exactly like the transform, in one list."""
+    rng = np.random.default_rng(11)
+    zoo = graph_zoo(seed=3, count=12)
+    empty = Data(
+        x=torch.zeros((0, 1), dtype=torch.long),
+        edge_index=torch.zeros((2, 0), dtype=torch.long),
+        edge_attr=torch.zeros((0,), dtype=torch.long),
+        num_nodes=0,
+    )
+    no_attr = graph_zoo(seed=4, count=3)[2]
+    del no_attr.edge_attr
+    float_attr = graph_zoo(seed=5, count=3)[2]
+    float_attr.edge_attr = float_attr.edge_attr.float()  # not batchable: per graph
+    wide = graph_zoo(seed=6, count=4, edge_features=3)
+    # directed edges, self-loops and a repeated edge with other features (the last one wins)
+    src, dst = np.nonzero(rng.random((9, 9)) < 0.3)
+    src, dst = np.append(src, [4, 2, src[0]]), np.append(dst, [4, 2, dst[0]])
+    directed = Data(
+        edge_index=torch.from_numpy(np.stack([src, dst]).astype(np.int64)),
+        edge_attr=torch.from_numpy(rng.integers(0, 5, size=src.size)),
+        num_nodes=9,
+    )
+    # large graphs: the narrow (<= 63 nodes) and wide Floyd–Warshall variants
+    big = [random_graph(rng, size, 0.04) for size in (64, 130)]
+    return [*zoo[:6], empty, no_attr, float_attr, *wide, directed, *big, *zoo[6:]]
+
+
+@pytest.mark.parametrize("chunk_pairs", [None, 60])
+def test_batched_features_equal_transform_on_odd_graphs(chunk_pairs, monkeypatch):
+    if chunk_pairs is not None:  # many small chunks
+        monkeypatch.setattr(features_module, "_PAIRS_PER_CHUNK", chunk_pairs)
+    _assert_batched_equals_per_graph(_odd_graphs(), 4)
+
+
+def test_batched_graph_structure_matches_reference():
+    rng = np.random.default_rng(8)
+    graphs = _odd_graphs()[:14]
+    graphs = [g for g in graphs if g.edge_attr is not None and not g.edge_attr.is_floating_point()]
+    graphs = [g for g in graphs if g.edge_attr.dim() == 1]
+    rng.shuffle(graphs)  # not in order of size
+    n = [g.num_nodes for g in graphs]
+    for hops in (None, 2, 7):
+        s = batched_graph_structure(
+            np.array(n),
+            np.concatenate([g.edge_index.numpy() for g in graphs], axis=1),
+            np.array([g.edge_index.shape[1] for g in graphs]),
+            np.concatenate([g.edge_attr.numpy() for g in graphs]),
+            hops,
+        )
+        assert len(s) == len(graphs)
+        for k, g in enumerate(graphs):
+            ei, ea = g.edge_index.numpy(), g.edge_attr.numpy()
+            sp, edge_input, deg = ref_preprocess(ei, ea, n[k], hops)
+            got = s.graph(k)
+            np.testing.assert_array_equal(got.spatial_pos, sp)
+            assert got.edge_input.shape == edge_input.shape
+            np.testing.assert_array_equal(got.edge_input, edge_input)
+            np.testing.assert_array_equal(got.degree, deg)
+            assert s.hops[k] == edge_input.shape[2]
+
+
+def test_next_hop_is_the_second_node_of_the_reference_path():
+    rng = np.random.default_rng(9)
+    for size, p in ((7, 0.3), (12, 0.2), (70, 0.05)):
+        adj = rng.random((5, size, size)) < p
+        adj[1] |= adj[1].T  # undirected ones too
+        dist, nxt = next_hop_floyd_warshall(adj)
+        for g in range(adj.shape[0]):
+            ref_dist, ref_path = ref_floyd_warshall(adj[g])
+            np.testing.assert_array_equal(dist[g], ref_dist)
+            for i in range(size):
+                for j in range(size):
+                    if 0 < ref_dist[i, j] < 510:
+                        nodes = [i, *_all_edges(ref_path, i, j), j]
+                        assert nxt[g, i, j] == nodes[1]
+
+
+def test_real_zinc_validation_graphs_batched_equal_transform():
+    graphs = load_zinc_val_graphs()
+    assert len(graphs) == 1000
+    _assert_batched_equals_per_graph(graphs, 20)
+
+
+def test_batched_errors_name_the_graph():
+    graphs = graph_zoo(seed=2, count=6)
+    ring = graphs[1]  # the zoo's second graph is a ring
+    bad = ring.clone()
+    bad.edge_index = bad.edge_index.clone()
+    bad.edge_index[0, 0] = bad.num_nodes + 3
+    with pytest.raises(ValueError, match=r"graph 4: .*outside"):
+        add_graphormer_features([*graphs[:4], bad, graphs[5]], 5)
+    neg = ring.clone()
+    neg.edge_attr = neg.edge_attr.clone()
+    neg.edge_attr[0] = -1
+    with pytest.raises(ValueError, match=r"graph 1: .*integers"):
+        add_graphormer_features([graphs[0], neg], 5)
+    with warnings.catch_warnings(), pytest.raises(ValueError, match=r"graph 1: .*num_nodes"):
+        warnings.simplefilter("ignore")  # PyG warns that it cannot infer num_nodes
+        add_graphormer_features([graphs[0], Data()], 5)
+    with pytest.raises(ValueError, match="num_edges"):
+        batched_graph_structure(np.array([3]), np.zeros((2, 2), dtype=np.int64), np.array([1]))
+
+
+def test_batched_progress_bar_and_subclass_fallback():
+    graphs = graph_zoo(seed=13, count=10)
+    out = add_graphormer_features(graphs, 3, progress=True)
+    assert all(has_graphormer_features(g) for g in out)
+
+    class Tagged(GraphormerFeatures):
+        def forward(self, data: Data) -> Data:
+            data = super().forward(data)
+            data.tag = torch.ones(1)
+            return data
+
+    tagged = Tagged(3).apply_many(graphs)
+    assert all(hasattr(g, "tag") for g in tagged)
+    for g, w in zip(tagged, out, strict=True):
+        assert torch.equal(g.edge_input, w.edge_input)
+
+
+class _BatchedToy(_Toy):
+    def process(self):
+        self.save(self.pre_transform.apply_many(self._graphs), self.processed_paths[0])
+
+
+def test_batched_processing_gives_the_same_inmemory_dataset(tmp_path):
+    graphs = graph_zoo(seed=14, count=30, edge_features=3)
+    per_graph = _Toy(str(tmp_path / "a"), graphs)
+    batched = _BatchedToy(str(tmp_path / "b"), graphs)
+    assert len(per_graph) == len(batched) == 30
+    _assert_same_graph(batched._data, per_graph._data)
+    assert sorted(batched.slices) == sorted(per_graph.slices)
+    for key, value in per_graph.slices.items():
+        assert torch.equal(batched.slices[key], value), key
+
+
+def _without_features(data: Data) -> Data:
+    raw = data.clone()
+    for key in ("spatial_pos", "edge_input", "edge_input_hops", "degree"):
+        del raw[key]
+    return raw
+
+
+def _assert_stored_features_are_the_transforms(dataset, hops: int) -> None:
+    transform = GraphormerFeatures(multi_hop_max_dist=hops)
+    for k in range(len(dataset)):
+        stored = dataset.get(k)
+        _assert_same_graph(stored, transform(_without_features(stored)))
+
+
+def test_zinc_processing_is_batched_and_gives_pyg_per_graph_files(tmp_path):
+    from torch_geometric.datasets import ZINC
+
+    from graphormer_urpe.datasets import load_zinc
+    from tests.test_datasets import _write_zinc_raw
+
+    _write_zinc_raw(tmp_path / "ours")
+    _write_zinc_raw(tmp_path / "pyg")
+    train, val, test = load_zinc(tmp_path / "ours", subset=False, multi_hop_max_dist=3)
+    for split, ours in (("train", train), ("val", val), ("test", test)):
+        # PyG's own processing, calling the transform graph by graph
+        pyg = ZINC(str(tmp_path / "pyg"), False, split, pre_transform=GraphormerFeatures(3))
+        assert len(ours) == len(pyg) > 0
+        _assert_same_graph(ours._data, pyg._data)
+        assert sorted(ours.slices) == sorted(pyg.slices)
+        for key, value in pyg.slices.items():
+            assert torch.equal(ours.slices[key], value), key
+        _assert_stored_features_are_the_transforms(ours, 3)
+
+
+def test_smiles_csv_processing_stores_the_transforms_features(tmp_path):
+    from graphormer_urpe.datasets import SmilesCSVDataset
+
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CC1C(=O)O", "CC[NH3+].CC(=O)[O-]", "C"]
+    path = tmp_path / "mols.csv"
+    rows = [f"{s},{k * 0.5}" for k, s in enumerate(smiles)]
+    path.write_text("smiles,y\n" + "\n".join(rows) + "\n")
+    for featurizer, hops in (("ogb", 5), ("zinc", 2)):
+        ds = SmilesCSVDataset(
+            tmp_path / featurizer, path, featurizer=featurizer, multi_hop_max_dist=hops
+        )
+        assert len(ds) == len(smiles)
+        _assert_stored_features_are_the_transforms(ds, hops)

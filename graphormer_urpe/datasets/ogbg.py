@@ -342,7 +342,11 @@ class OGBGMolDataset(PygGraphPropPredDataset):
         for i, g in enumerate(tqdm(data_list, desc=f"processing {self.name}", leave=False)):
             y = torch.from_numpy(np.asarray(labels[i], dtype=np.float64)).view(1, -1)
             g.y = y.long() if classification and not has_nan else y.float()
-            out.append(self.pre_transform(g) if self.pre_transform is not None else g)
+            out.append(g)
+        if isinstance(self.pre_transform, GraphormerFeatures):  # all graphs at once (batched)
+            out = self.pre_transform.apply_many(out, progress=None)
+        elif self.pre_transform is not None:
+            out = [self.pre_transform(g) for g in out]
         path = self.processed_paths[0]
         tmp = f"{path}.tmp-{os.getpid()}"
         try:

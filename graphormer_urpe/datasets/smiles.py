@@ -398,7 +398,7 @@ class MoleculeDataset(InMemoryDataset):
                 continue
             y = np.asarray(records.targets[i], dtype=np.float32).reshape(1, num_targets)
             data.y = torch.from_numpy(y)  # [1, T]
-            data_list.append(self.pre_transform(data))
+            data_list.append(data)
             kept.append(i)
         skipped.sort(key=lambda s: s.row)
         total = len(records.smiles) + len(records.skipped)
@@ -427,6 +427,8 @@ class MoleculeDataset(InMemoryDataset):
                 f"{self.describe()}: no valid molecule among {total} rows"
                 + (f"; {self._skip_summary(skipped)}" if skipped else "")
             )
+        # the structural features of all graphs at once (batched; same result as per graph)
+        data_list = self.pre_transform.apply_many(data_list, progress=None)
         os.makedirs(self.processed_dir, exist_ok=True)
         data_path, meta_path = self.processed_paths
         tmp = f"{data_path}.tmp-{os.getpid()}"

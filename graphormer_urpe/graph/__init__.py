@@ -2,7 +2,12 @@
 
 from .batch import GraphormerBatch, GraphormerCollator, collate
 from .encodings import AttentionBias, NodeEmbedding, SpatialScale
-from .features import GraphormerFeatures, GraphStructure, graph_structure
+from .features import (
+    GraphormerFeatures,
+    GraphStructure,
+    add_graphormer_features,
+    graph_structure,
+)
 from .model import PRESETS, Graphormer, GraphormerConfig, GraphormerEncoder, get_preset
 
 __all__ = [
@@ -17,6 +22,7 @@ __all__ = [
     "NodeEmbedding",
     "PRESETS",
     "SpatialScale",
+    "add_graphormer_features",
     "collate",
     "get_preset",
     "graph_structure",
