@@ -10,9 +10,15 @@ relative-position matrix :math:`C`, both per head:
 
 (Luo et al., "Your Transformer May Not be as Powerful as You Expect", NeurIPS 2022,
 Eq. 8). :math:`C` multiplies the probabilities *after* the softmax and *before* the
-attention dropout; rows are not renormalised. With :math:`C` absent the module is
-standard biased multi-head attention and runs on
-:func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels where available).
+attention dropout; rows are not renormalised. With :math:`C` absent the multiply is skipped.
+
+Kernels: on GPUs, attention without :math:`C` runs on
+:func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels). Everywhere else the
+product runs in one autograd function (:class:`_AttentionCore`) that keeps only the
+probabilities, the (scaled, dropped) attention weights and the dropout mask for the backward
+pass, adds :math:`B` inside the ``Q K^T`` product and applies the softmax gradient in one
+kernel. Under :func:`torch.compile` plain tensor operations are used so that the compiler can
+fuse them.
 
 Masking conventions:
 
@@ -22,6 +28,11 @@ Masking conventions:
   and gradients stay finite.
 
 The softmax always runs in float32, also under float16 / bfloat16 inputs or autocast.
+
+Unpadded tokens: :class:`TokenLayout` maps a padded batch ``[B, N, d]`` to its ``T`` real
+tokens ``[T, d]`` and back. :class:`URPEAttention` given a layout takes and returns ``[T, d]``
+and pads only the projected heads for the attention product, so that projections (and
+everything around them in :mod:`graphormer_urpe.encoder`) skip the padding.
 """
 
 from __future__ import annotations
@@ -33,7 +44,206 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["URPEAttention", "urpe_attention", "PreparedBias", "prepare_bias"]
+__all__ = [
+    "URPEAttention",
+    "urpe_attention",
+    "PreparedBias",
+    "prepare_bias",
+    "TokenLayout",
+    "Dropout",
+    "dropout",
+    "dropout_mask",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout
+
+
+def _fast_random(device: torch.device) -> bool:
+    """Whether this library's CPU dropout masks apply (eager CPU; compiled code uses its own)."""
+    return device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def dropout_mask(
+    shape: torch.Size | tuple[int, ...], p: float, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    r"""A dropout keep-mask: entries 0 with probability ``p``, else :math:`1 / (1 - p)`.
+
+    On the CPU the mask is drawn from 16-bit uniform integers (four per 64-bit draw of the
+    generator, several times faster than ``bernoulli_``); ``p`` is then rounded to a multiple
+    of :math:`2^{-16}` and the kept entries are scaled by the exact inverse keep rate, so the
+    mask is unbiased. Elsewhere it is ``bernoulli_``.
+
+    Args:
+        shape: the mask's shape.
+        p: drop probability in ``[0, 1)``.
+        device: where to build it.
+        dtype: its floating dtype.
+
+    Returns:
+        ``shape`` tensor of ``dtype``.
+    """
+    if device.type != "cpu":
+        keep = torch.empty(shape, device=device, dtype=dtype).bernoulli_(1.0 - p)
+        return keep.div_(1.0 - p)
+    n = math.prod(shape)
+    drop = round(p * 65536)
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
+    bits.random_(-(2**63), None)  # full 64-bit range: four uniform int16 per draw
+    keep = torch.empty(shape, dtype=dtype, device=device)
+    torch.ge(bits.view(torch.int16)[:n].view(shape), drop - 32768, out=keep)  # 1.0 = kept
+    return keep.mul_(65536.0 / (65536 - drop))
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Same as :func:`torch.nn.functional.dropout`, with the faster CPU mask of
+    :func:`dropout_mask` (and nothing at all when ``p == 0`` or not training).
+
+    Shapes:
+        any → same.
+    """
+    if not training or p == 0.0:
+        return x
+    if p >= 1.0 or not _fast_random(x.device):
+        return F.dropout(x, p, training=True)
+    return x * dropout_mask(x.shape, p, x.device, x.dtype)
+
+
+def dropout_add(x: Tensor, h: Tensor, p: float, training: bool) -> Tensor:
+    """``x + dropout(h)`` in one pass on the CPU (``addcmul`` with the keep-mask).
+
+    Shapes:
+        ``x``, ``h``: same shape → same shape.
+    """
+    if not training or p == 0.0:
+        return x + h
+    if p >= 1.0 or not _fast_random(h.device):
+        return x + F.dropout(h, p, training=True)
+    return torch.addcmul(x, h, dropout_mask(h.shape, p, h.device, h.dtype))
+
+
+class Dropout(nn.Dropout):
+    """:class:`torch.nn.Dropout` with the faster CPU mask of :func:`dropout_mask`.
+
+    Shapes:
+        any → same.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unpadded tokens
+
+
+class TokenLayout:
+    """Where the real tokens of a padded batch are: ``[B, N, *]`` ↔ ``[T, *]``.
+
+    Tokens are kept in row-major order (sequence by sequence). Build one per forward pass and
+    hand it to every layer, so that the index is computed once.
+
+    Args:
+        real: ``[B, N]`` bool, ``True`` on real tokens.
+
+    Attributes:
+        index: ``[T]`` long, flat positions of the real tokens in ``[B * N]``.
+        batch_index: ``[T]`` long, the sequence of each real token.
+        position: ``[T]`` long, the position of each real token in its sequence.
+        key_padding_mask: ``[B, N]`` bool, ``True`` on padding.
+    """
+
+    @torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
+    def __init__(self, real: Tensor) -> None:
+        if real.dim() != 2 or real.dtype != torch.bool:
+            raise ValueError(f"expected a [B, N] bool mask, got {real.dtype} {list(real.shape)}")
+        self.batch_size, self.seq_len = (int(s) for s in real.shape)
+        self.index = real.reshape(-1).nonzero().squeeze(1)  # [T]
+        self.batch_index = torch.div(self.index, self.seq_len, rounding_mode="floor")
+        self.position = self.index - self.batch_index * self.seq_len
+        self.key_padding_mask = ~real
+        counts = real.sum(dim=1)
+        self._first = torch.cumsum(counts, 0) - counts  # [B]
+        self._first_real = bool(real[:, 0].all()) if real.shape[1] else False
+
+    @property
+    def first(self) -> Tensor:
+        """``[B]`` long, the row in ``[T]`` of each sequence's first token (which must be real)."""
+        if not self._first_real:
+            raise ValueError("every sequence needs a real first token")
+        return self._first
+
+    @property
+    def num_tokens(self) -> int:
+        """``T``, the number of real tokens."""
+        return int(self.index.shape[0])
+
+    def pad(self, x: Tensor) -> Tensor:
+        """``[T, *]`` → ``[B, N, *]``, zeros on padding."""
+        rest = x.shape[1:]
+        out = x.new_zeros((self.batch_size * self.seq_len, *rest))
+        return out.index_copy(0, self.index, x).view(self.batch_size, self.seq_len, *rest)
+
+    def unpad(self, x: Tensor) -> Tensor:
+        """``[B, N, *]`` → ``[T, *]``."""
+        return x.reshape(self.batch_size * self.seq_len, *x.shape[2:]).index_select(0, self.index)
+
+    def pad_heads(self, x: Tensor, num_heads: int) -> Tensor:
+        """``[T, H * d_h]`` → ``[B, H, N, d_h]`` (contiguous), zeros on padding: the padded,
+        head-major layout of the attention product in one scatter."""
+        shape = (self.batch_size, num_heads, self.seq_len, x.shape[1] // num_heads)
+        return _PadHeads.apply(x, self.batch_index, self.position, shape)
+
+    def unpad_heads(self, x: Tensor) -> Tensor:
+        """``[B, H, N, d_h]`` → ``[T, H * d_h]``, in one gather."""
+        return _UnpadHeads.apply(x, self.batch_index, self.position)
+
+
+def _scatter_heads(x: Tensor, batch: Tensor, pos: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """``[T, H * d_h]`` into a zero ``shape = [B, H, N, d_h]`` grid at ``(batch, :, pos)``."""
+    out = x.new_zeros(shape)
+    out[batch, :, pos] = x.view(x.shape[0], shape[1], shape[3])
+    return out
+
+
+def _gather_heads(y: Tensor, batch: Tensor, pos: Tensor) -> Tensor:
+    """``[B, H, N, d_h]`` at ``(batch, :, pos)`` → ``[T, H * d_h]``."""
+    return y[batch, :, pos].reshape(batch.shape[0], -1)
+
+
+class _PadHeads(torch.autograd.Function):
+    """:func:`_scatter_heads` with :func:`_gather_heads` as backward (no accumulation)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, batch: Tensor, pos: Tensor, shape: tuple[int, ...]) -> Tensor:
+        ctx.save_for_backward(batch, pos)
+        return _scatter_heads(x, batch, pos, shape)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        batch, pos = ctx.saved_tensors
+        return _gather_heads(grad, batch, pos), None, None, None
+
+
+class _UnpadHeads(torch.autograd.Function):
+    """:func:`_gather_heads` with :func:`_scatter_heads` as backward: the positions are
+    distinct, so the backward needs no accumulating scatter (autograd's default)."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, batch: Tensor, pos: Tensor) -> Tensor:
+        ctx.save_for_backward(batch, pos)
+        ctx.shape = tuple(y.shape)
+        return _gather_heads(y, batch, pos)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        batch, pos = ctx.saved_tensors
+        return _scatter_heads(grad, batch, pos, ctx.shape), None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# The attention product
 
 
 class PreparedBias(NamedTuple):
@@ -72,9 +282,134 @@ def prepare_bias(attn_bias: Tensor | None, key_padding_mask: Tensor | None = Non
     if bias is None:
         return PreparedBias(None, None)
     dead = torch.isneginf(bias).all(dim=-1, keepdim=True)  # [B|1, H|1, N_q, 1]
+    if torch.compiler.is_compiling():
+        # no data-dependent branch under compile: resolve dead rows unconditionally
+        return PreparedBias(bias.masked_fill(dead, 0.0), dead)
     if not bool(dead.any()):
         return PreparedBias(bias, None)
     return PreparedBias(bias.masked_fill(dead, 0.0), dead)
+
+
+class _AttentionCore(torch.autograd.Function):
+    r""":math:`(\operatorname{softmax}(q k^\top / \sqrt{d_h} + B) \odot C \odot M)\, v`.
+
+    ``M`` is a dropout keep-mask (0 or :math:`1/(1-p)`) or absent. Saved for backward: the
+    inputs, the float32 probabilities and the weights actually applied to ``v`` (in ``v``'s
+    dtype). Half-precision inputs are multiplied in their dtype; the softmax, ``C`` and ``M``
+    act in float32.
+
+    Shapes:
+        ``q`` ``[B, H, N_q, d_h]``, ``k`` / ``v`` ``[B, H, N_k, d_h]``; ``bias`` / ``scale`` /
+        ``mask`` broadcastable to ``[B, H, N_q, N_k]`` (``mask`` full size) or ``None``;
+        output ``[B, H, N_q, d_h]`` in ``v``'s dtype.
+    """
+
+    @staticmethod
+    def forward(
+        ctx,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        bias: Tensor | None,
+        scale: Tensor | None,
+        mask: Tensor | None,
+    ) -> Tensor:
+        b, h, nq, dh = q.shape
+        nk = k.shape[-2]
+        sm = 1.0 / math.sqrt(dh)
+        q3 = q.reshape(b * h, nq, dh)
+        k3 = k.reshape(b * h, nk, dh)
+        v3 = v.reshape(b * h, nk, dh)
+        acc = torch.promote_types(q.dtype, torch.float32)  # softmax dtype
+        with torch.autocast(q.device.type, enabled=False):
+            full = (b, h, nq, nk)
+            if (
+                bias is not None
+                and q.dtype == acc
+                and bias.dtype == acc
+                and tuple(bias.shape) == full
+            ):
+                s = torch.baddbmm(bias.reshape(b * h, nq, nk), q3, k3.transpose(1, 2), alpha=sm)
+            else:
+                s = torch.bmm(q3, k3.transpose(1, 2)).to(acc).mul_(sm)
+                if bias is not None:
+                    s = s.view(full).add_(bias).view(b * h, nq, nk)
+            probs = torch.softmax(s, dim=-1)  # [B*H, N_q, N_k], float32 (or float64)
+            del s
+            weights = probs
+            if scale is not None:
+                weights = (weights.view(full) * scale).view(b * h, nq, nk)
+            if mask is not None:
+                m = mask.reshape(b * h, nq, nk)
+                weights = weights * m if weights is probs else weights.mul_(m)
+            weights = weights.to(v.dtype)  # what multiplies v (kept for its gradient)
+            out = torch.bmm(weights, v3)
+        ctx.save_for_backward(q3, k3, v3, probs, weights, scale, mask)
+        ctx.shapes = (full, None if bias is None else bias.shape, bias is not None)
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return out.view(b, h, nq, dh)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        q3, k3, v3, probs, weights, scale, mask = ctx.saved_tensors
+        full, bias_shape, has_bias = ctx.shapes
+        b, h, nq, nk = full
+        dh = q3.shape[-1]
+        sm = 1.0 / math.sqrt(dh)
+        go = grad_out.reshape(b * h, nq, dh).to(v3.dtype)
+        need_q, need_k, need_v, need_bias, need_scale, _ = ctx.needs_input_grad
+        dv = torch.bmm(weights.transpose(1, 2), go) if need_v else None
+        dw = torch.bmm(go, v3.transpose(1, 2)).to(probs.dtype)  # [B*H, N_q, N_k], of the weights
+        if mask is not None:
+            dw.mul_(mask.reshape(b * h, nq, nk))
+        dscale = None
+        if scale is not None:
+            if need_scale:
+                dscale = (dw.view(full) * probs.view(full)).sum_to_size(scale.shape)
+                dscale = dscale.to(scale.dtype)
+            dw = dw.view(full).mul_(scale).view(b * h, nq, nk)
+        ds = torch._softmax_backward_data(dw, probs, -1, probs.dtype)  # grad of the scores
+        del dw
+        dbias = None
+        if has_bias and need_bias:
+            dbias = ds.view(full)
+            if tuple(bias_shape) != full:
+                dbias = dbias.sum_to_size(bias_shape)
+            dbias = dbias.to(ctx.bias_dtype)
+        ds_q = ds.to(q3.dtype)
+        dq = dk = None
+        if need_q:
+            dq = torch.baddbmm(q3, ds_q, k3, beta=0.0, alpha=sm).view(b, h, nq, dh)
+        if need_k:
+            dk = torch.baddbmm(k3, ds_q.transpose(1, 2), q3, beta=0.0, alpha=sm)
+            dk = dk.view(b, h, nk, dh)
+        if dv is not None:
+            dv = dv.view(b, h, nk, dh)
+        return dq, dk, dv, dbias, dscale, None
+
+
+def _composite_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    scale: Tensor | None,
+    p: float,
+) -> Tensor:
+    """The attention product in plain tensor operations (for compilers and fused kernels)."""
+    if scale is None and (q.device.type != "cpu" or torch.compiler.is_compiling()):
+        mask = None if bias is None else bias.to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+    d_h = q.shape[-1]
+    scores = torch.matmul(q * (1.0 / math.sqrt(d_h)), k.transpose(-1, -2)).float()
+    if bias is not None:
+        scores = scores + bias
+    probs = torch.softmax(scores, dim=-1)  # [B, H, N_q, N_k], float32
+    if scale is not None:
+        probs = probs * scale.float()
+    if p > 0.0:
+        probs = F.dropout(probs, p=p, training=True)
+    return torch.matmul(probs.to(v.dtype), v)
 
 
 def urpe_attention(
@@ -91,7 +426,7 @@ def urpe_attention(
 
     Computes :math:`\operatorname{Dropout}(\operatorname{softmax}(q k^\top/\sqrt{d_h} + B)
     \odot C)\, v`. With ``attn_scale=None`` this is exactly biased scaled-dot-product
-    attention and uses the fused PyTorch kernel.
+    attention (the fused PyTorch kernel on GPUs).
 
     Args:
         q: ``[B, H, N_q, d_h]`` queries (not yet scaled).
@@ -107,7 +442,6 @@ def urpe_attention(
     Returns:
         ``[B, H, N_q, d_h]`` attention output, zero on fully masked query rows.
     """
-    d_h = q.shape[-1]
     if isinstance(attn_bias, PreparedBias):
         if key_padding_mask is not None:
             raise ValueError("pass key_padding_mask to prepare_bias, not with a PreparedBias")
@@ -116,21 +450,34 @@ def urpe_attention(
         bias, dead_rows = prepare_bias(attn_bias, key_padding_mask)
     p = dropout_p if training else 0.0
 
-    if attn_scale is None:
-        mask = None if bias is None else bias.to(q.dtype)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+    fused_gpu = attn_scale is None and q.device.type != "cpu"
+    if torch.compiler.is_compiling() or fused_gpu or p >= 1.0:
+        out = _composite_attention(q, k, v, bias, attn_scale, p)
     else:
-        scores = torch.matmul(q * (1.0 / math.sqrt(d_h)), k.transpose(-1, -2)).float()
-        if bias is not None:
-            scores = scores + bias
-        probs = torch.softmax(scores, dim=-1)  # [B, H, N_q, N_k], float32
-        probs = probs * attn_scale.float()
+        b, h, nq, _ = q.shape
+        mask = None
         if p > 0.0:
-            probs = F.dropout(probs, p=p, training=True)
-        out = torch.matmul(probs.to(v.dtype), v)
+            mask = dropout_mask((b, h, nq, k.shape[-2]), p, q.device, torch.float32)
+        out = _AttentionCore.apply(q, k, v, bias, attn_scale, mask)
     if dead_rows is not None:
         out = out.masked_fill(dead_rows, 0.0)
     return out
+
+
+def _row0(t: Tensor | None) -> Tensor | None:
+    """The first query row of a ``[..., N_q, N_k]`` matrix (kept when it broadcasts)."""
+    return t if t is None or t.shape[-2] == 1 else t[..., :1, :]
+
+
+def _first_rows(
+    attn_bias: Tensor | PreparedBias | None, key_padding_mask: Tensor | None
+) -> PreparedBias:
+    """The prepared bias of the first query of every sequence."""
+    if not isinstance(attn_bias, PreparedBias):
+        attn_bias = prepare_bias(_row0(attn_bias), key_padding_mask)
+    elif key_padding_mask is not None:
+        raise ValueError("pass key_padding_mask to prepare_bias, not with a PreparedBias")
+    return PreparedBias(_row0(attn_bias.bias), _row0(attn_bias.dead_rows))
 
 
 class URPEAttention(nn.Module):
@@ -151,11 +498,15 @@ class URPEAttention(nn.Module):
         bias: whether the four projections have a bias.
 
     Shapes:
-        - input ``x``: ``[B, N, d]``
+        - input ``x``: ``[B, N, d]``, or ``[T, d]`` real tokens with ``layout``
         - ``attn_bias``: broadcastable to ``[B, H, N, N]`` (float, may hold ``-inf``)
         - ``attn_scale``: broadcastable to ``[B, H, N, N]`` or ``None`` (plain RPE attention)
         - ``key_padding_mask``: ``[B, N]`` bool, ``True`` on padding
-        - output: ``[B, N, d]``
+        - ``layout``: a :class:`TokenLayout` of the ``[B, N]`` batch, or ``None``; without a
+          ``key_padding_mask`` its padding is masked (unless ``attn_bias`` is a
+          :class:`PreparedBias`, which must then forbid the padded keys itself)
+        - output: same shape as ``x``; with ``first_query_only`` only the first token of every
+          sequence attends: ``[B, d]``
     """
 
     def __init__(
@@ -193,12 +544,32 @@ class URPEAttention(nn.Module):
         attn_bias: Tensor | PreparedBias | None = None,
         attn_scale: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
+        layout: TokenLayout | None = None,
+        first_query_only: bool = False,
     ) -> Tensor:
-        """Self-attention over ``x`` (``[B, N, d]``); returns ``[B, N, d]``."""
-        b, n, d = x.shape
-        q = self._heads(self.q_proj(x))  # [B, H, N, d_h]
-        k = self._heads(self.k_proj(x))
-        v = self._heads(self.v_proj(x))
+        """Self-attention over ``x``: ``[B, N, d]`` → ``[B, N, d]``, or ``[T, d]`` → ``[T, d]``
+        with ``layout`` (projections on the real tokens only). With ``first_query_only`` only
+        the first token of each sequence is a query and the output is ``[B, d]``."""
+        h = self.num_heads
+        if layout is not None and key_padding_mask is None:
+            if not isinstance(attn_bias, PreparedBias):  # (a PreparedBias already masks them)
+                key_padding_mask = layout.key_padding_mask
+        if layout is None:
+            k = self._heads(self.k_proj(x))  # [B, H, N, d_h]
+            v = self._heads(self.v_proj(x))
+            xq = x[:, :1] if first_query_only else x
+            q = self._heads(self.q_proj(xq))  # [B, H, N_q, d_h]
+        else:  # [T, d] -> padded [B, H, N, d_h]
+            k = layout.pad_heads(self.k_proj(x), h)
+            v = layout.pad_heads(self.v_proj(x), h)
+            if first_query_only:
+                q = self.q_proj(x.index_select(0, layout.first))  # [B, d]
+                q = q.view(-1, 1, h, self.head_dim).transpose(1, 2)  # [B, H, 1, d_h]
+            else:
+                q = layout.pad_heads(self.q_proj(x), h)
+        if first_query_only:
+            attn_bias, attn_scale = _first_rows(attn_bias, key_padding_mask), _row0(attn_scale)
+            key_padding_mask = None
         out = urpe_attention(
             q,
             k,
@@ -208,8 +579,14 @@ class URPEAttention(nn.Module):
             key_padding_mask=key_padding_mask,
             dropout_p=self.dropout,
             training=self.training,
-        )
-        out = out.transpose(1, 2).reshape(b, n, d)  # [B, N, d]
+        )  # [B, H, N_q, d_h]
+        if first_query_only:
+            out = out.reshape(out.shape[0], self.embed_dim)  # [B, d]
+        elif layout is None:
+            b, _, n, _ = out.shape
+            out = out.transpose(1, 2).reshape(b, n, self.embed_dim)  # [B, N, d]
+        else:
+            out = layout.unpad_heads(out)  # [T, d]
         return self.out_proj(out)
 
     def extra_repr(self) -> str:

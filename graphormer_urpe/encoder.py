@@ -11,6 +11,12 @@ and a post-LN layer (RoBERTa, used by the paper's synthetic tasks) computes
 :math:`x \leftarrow \operatorname{LN}_1(x + \operatorname{Drop}(\operatorname{MHA}(x)))`,
 :math:`x \leftarrow \operatorname{LN}_2(x + \operatorname{Drop}(\operatorname{FFN}(x)))`, with
 :math:`\operatorname{FFN} = W_2\,\operatorname{Drop}_{act}(\operatorname{GELU}(W_1 x))`.
+
+Every layer takes either a dense padded batch ``x`` ``[B, N, d]`` or, with a
+:class:`~graphormer_urpe.attention.TokenLayout`, only its ``T`` real tokens ``[T, d]``: then
+the LayerNorms, projections, feed-forward block and dropouts skip the padding, and only the
+attention product itself sees the padded ``[B, H, N, N]`` layout. Both give the same values
+on the real tokens.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Protocol
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import PreparedBias, URPEAttention, prepare_bias
+from .attention import Dropout, PreparedBias, TokenLayout, URPEAttention, dropout_add, prepare_bias
 
 __all__ = ["EncoderLayer", "Encoder", "LayerScales"]
 
@@ -47,8 +53,14 @@ class EncoderLayer(nn.Module):
         pre_ln: pre-LN (``True``, Graphormer v1) or post-LN (``False``, RoBERTa).
 
     Shapes:
-        ``x`` ``[B, N, d]`` → ``[B, N, d]``; ``attn_bias`` / ``attn_scale`` broadcastable to
-        ``[B, H, N, N]``; ``key_padding_mask`` ``[B, N]``.
+        ``x`` ``[B, N, d]`` → ``[B, N, d]``, or with ``layout`` the real tokens ``[T, d]`` →
+        ``[T, d]``; ``attn_bias`` / ``attn_scale`` broadcastable to ``[B, H, N, N]``;
+        ``key_padding_mask`` ``[B, N]``. With ``layout`` and no ``key_padding_mask`` the
+        layout's padding mask is used, unless ``attn_bias`` is a
+        :class:`~graphormer_urpe.attention.PreparedBias` (which must then forbid padded keys).
+        With ``first_token_only`` only the first token of each sequence is updated (it
+        attends to all tokens) and the output is ``[B, d]``: the last layer of a model that
+        reads out a ``[CLS]``-like token needs no more.
     """
 
     def __init__(
@@ -68,8 +80,8 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(embed_dim)
         self.fc1 = nn.Linear(embed_dim, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, embed_dim)
-        self.dropout = nn.Dropout(dropout)
-        self.activation_dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(dropout)
+        self.activation_dropout = Dropout(activation_dropout)
 
     def reset_parameters(self) -> None:
         self.self_attn.reset_parameters()
@@ -85,14 +97,26 @@ class EncoderLayer(nn.Module):
         attn_bias: Tensor | PreparedBias | None = None,
         attn_scale: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
+        layout: TokenLayout | None = None,
+        first_token_only: bool = False,
     ) -> Tensor:
+        p, training = self.dropout.p, self.training
+        first = first_token_only
+
+        def residual(t: Tensor) -> Tensor:  # the rows that this layer outputs
+            if not first:
+                return t
+            return t[:, 0] if layout is None else t.index_select(0, layout.first)
+
         if self.pre_ln:
-            h = self.self_attn(self.attn_norm(x), attn_bias, attn_scale, key_padding_mask)
-            x = x + self.dropout(h)
-            return x + self.dropout(self._ffn(self.ffn_norm(x)))
-        h = self.self_attn(x, attn_bias, attn_scale, key_padding_mask)
-        x = self.attn_norm(x + self.dropout(h))
-        return self.ffn_norm(x + self.dropout(self._ffn(x)))
+            h = self.self_attn(
+                self.attn_norm(x), attn_bias, attn_scale, key_padding_mask, layout, first
+            )
+            x = dropout_add(residual(x), h, p, training)
+            return dropout_add(x, self._ffn(self.ffn_norm(x)), p, training)
+        h = self.self_attn(x, attn_bias, attn_scale, key_padding_mask, layout, first)
+        x = self.attn_norm(dropout_add(residual(x), h, p, training))
+        return self.ffn_norm(dropout_add(x, self._ffn(x), p, training))
 
 
 class Encoder(nn.Module):
@@ -105,9 +129,14 @@ class Encoder(nn.Module):
 
     ``attn_scale`` is ``None`` (no URPE), one tensor shared by every layer, or a sequence
     (e.g. a lazy :class:`LayerScales`) whose item ``i`` is the ``C`` of layer ``i``.
+    ``attn_bias`` may be a :class:`~graphormer_urpe.attention.PreparedBias` already holding the
+    padding mask (then ``key_padding_mask`` must be ``None``).
 
     Shapes:
-        ``x`` ``[B, N, d]`` → ``[B, N, d]``.
+        ``x`` ``[B, N, d]`` → ``[B, N, d]``, or with ``layout`` (a
+        :class:`~graphormer_urpe.attention.TokenLayout` of the ``[B, N]`` batch) the real
+        tokens ``[T, d]`` → ``[T, d]``. With ``first_token_only`` the output is the first
+        token of each sequence, ``[B, d]`` (the last layer then computes nothing else).
     """
 
     def __init__(self, num_layers: int, final_norm: bool = True, **layer_kwargs) -> None:
@@ -119,18 +148,28 @@ class Encoder(nn.Module):
     def forward(
         self,
         x: Tensor,
-        attn_bias: Tensor | None = None,
+        attn_bias: Tensor | PreparedBias | None = None,
         attn_scale: Tensor | Sequence[Tensor | None] | LayerScales | None = None,
         key_padding_mask: Tensor | None = None,
+        layout: TokenLayout | None = None,
+        first_token_only: bool = False,
     ) -> Tensor:
-        bias = prepare_bias(attn_bias, key_padding_mask)  # masks folded in once for all layers
+        if isinstance(attn_bias, PreparedBias):
+            if key_padding_mask is not None:
+                raise ValueError("pass key_padding_mask to prepare_bias, not with a PreparedBias")
+            bias = attn_bias
+        else:
+            if layout is not None and key_padding_mask is None:
+                key_padding_mask = layout.key_padding_mask
+            bias = prepare_bias(attn_bias, key_padding_mask)  # masks folded in once for all layers
         for i, layer in enumerate(self.layers):
             scale = (
                 attn_scale
                 if attn_scale is None or isinstance(attn_scale, Tensor)
                 else (attn_scale[i])
             )
-            x = layer(x, bias, scale)
+            last = i == len(self.layers) - 1
+            x = layer(x, bias, scale, layout=layout, first_token_only=first_token_only and last)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x

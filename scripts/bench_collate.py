@@ -5,6 +5,7 @@ features were computed beforehand, for this library and, with ``--peer hf``, for
 Face's ``GraphormerDataCollator`` on the same molecules. Run::
 
     python scripts/bench_collate.py --molecules 2000 --batch-size 64 --threads 1 [--peer hf]
+    python scripts/bench_collate.py --pad-to-multiple 8
     python scripts/bench_collate.py --smoke
 """
 
@@ -16,7 +17,14 @@ from graphormer_urpe import collate
 
 
 def main() -> None:
-    a, items, source = setup(__doc__, 64, **{"--batch-size": dict(type=int, default=64)})
+    a, items, source = setup(
+        __doc__,
+        64,
+        **{
+            "--batch-size": dict(type=int, default=64),
+            "--pad-to-multiple": dict(type=int, default=1),
+        },
+    )
     mh = a.multi_hop_max_dist
     graphs = pyg_graphs(items, mh)
     bs = a.batch_size
@@ -24,7 +32,7 @@ def main() -> None:
 
     def ours() -> int:
         for c in chunks:
-            collate(c, multi_hop_max_dist=mh)
+            collate(c, multi_hop_max_dist=mh, pad_to_multiple=a.pad_to_multiple)
         return len(graphs)
 
     results: dict = {}
@@ -55,6 +63,7 @@ def main() -> None:
             "source": source,
             "batch_size": bs,
             "multi_hop_max_dist": mh,
+            "pad_to_multiple": a.pad_to_multiple,
             "repeats": a.repeats,
         },
         results,

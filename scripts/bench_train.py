@@ -6,9 +6,19 @@ size on the same pre-collated batches. Run::
 
     python scripts/bench_train.py --preset zinc-slim --batch-size 64 --threads 2 --peer hf
     python scripts/bench_train.py --preset pcqm4mv2-base --batch-size 16 --peer hf
+    python scripts/bench_train.py --preset pcqm4mv2-base --batch-size 256 --precision bf16 \
+        --steps 1 --warmup 1 --molecules 600
     python scripts/bench_train.py --device cuda --precision bf16 --preset pcqm4mv2-base \
-        --batch-size 256
+        --batch-size 256 --pad-to-multiple 8
+    python scripts/bench_train.py --compile
     python scripts/bench_train.py --smoke
+
+Memory: on a GPU, ``torch.cuda.max_memory_allocated``. On the CPU (no allocator statistics),
+one extra step per model runs under ``torch.profiler`` with ``profile_memory=True``; the
+allocator's alloc/free events give the peak of tensor bytes allocated during the step above
+its start (activations, gradients, temporaries). Parameters and optimizer state live across
+steps and are counted separately; their sum with the step's peak is the CPU proxy of a GPU's
+peak allocated memory (allocator caching and fragmentation excluded).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from _bench import hf_graphormer, molecules, ogb_items, pyg_graphs, report
@@ -24,6 +35,19 @@ from graphormer_urpe import Graphormer, collate, get_preset
 from graphormer_urpe.graph.model import fit_tables
 from graphormer_urpe.training import Precision
 
+MIB = 2**20
+
+MEMORY_NOTE = {
+    "cpu": (
+        "peak_step_mib: peak of tensor bytes allocated during one training step (zero_grad, "
+        "forward, backward, AdamW) above the step's start, from torch.profiler allocator "
+        "events (profile_memory=True); persistent_mib: parameters + AdamW state, alive "
+        "between steps; peak_total_mib = persistent_mib + peak_step_mib, a CPU proxy of a "
+        "GPU's peak allocated memory (no allocator caching or fragmentation)"
+    ),
+    "cuda": "torch.cuda.max_memory_allocated over one step; peak_step_mib above its start",
+}
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -31,7 +55,7 @@ def _sync(device: torch.device) -> None:
 
 
 def time_steps(step, batches, steps: int, warmup: int, device: torch.device) -> list[float]:
-    """Seconds per step for ``steps`` steps after ``warmup`` untimed ones."""
+    """Seconds per step for ``warmup + steps`` steps (the first ``warmup`` are untimed)."""
     out = []
     for i in range(warmup + steps):
         batch = batches[i % len(batches)]
@@ -39,33 +63,71 @@ def time_steps(step, batches, steps: int, warmup: int, device: torch.device) -> 
         start = time.perf_counter()
         step(batch)
         _sync(device)
-        if i >= warmup:
-            out.append(time.perf_counter() - start)
+        out.append(time.perf_counter() - start)
     return out
 
 
+def tensor_mib(tensors) -> float:
+    return round(sum(t.numel() * t.element_size() for t in tensors) / MIB, 1)
+
+
+def step_memory(step: Callable, batch, device: torch.device) -> dict:
+    """Peak memory of one training step (see the module docstring for what it counts)."""
+    if device.type == "cuda":
+        _sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        step(batch)
+        _sync(device)
+        peak = torch.cuda.max_memory_allocated(device)
+        return {"peak_step_mib": round((peak - start) / MIB, 1), "peak_gpu_mib": round(peak / MIB)}
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step(batch)
+    events = [
+        e
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+    ]
+    current = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        current += e.nbytes()
+        peak = max(peak, current)
+    return {"peak_step_mib": round(peak / MIB, 1)}
+
+
 def measure(model, loss_fn, batches, a, precision: Precision, device: torch.device) -> dict:
-    """Median graphs/s of AdamW training steps of ``model`` on ``batches`` (and peak memory)."""
+    """Median graphs/s of AdamW training steps of ``model`` on ``batches``, and memory."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    run = torch.compile(model, dynamic=True) if a.compile else model
 
     def step(batch) -> None:
         opt.zero_grad(set_to_none=True)
         with precision.autocast():
-            loss = loss_fn(model, batch)
+            loss = loss_fn(run, batch)
         precision.scaler.scale(loss).backward()
         precision.scaler.step(opt)
         precision.scaler.update()
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    med = statistics.median(time_steps(step, batches, a.steps, a.warmup, device))
+    times = time_steps(step, batches, a.steps, a.warmup, device)
+    timed = times[a.warmup :]
+    med = statistics.median(timed)
     entry = {
         "graphs_per_s": round(a.batch_size / med, 1),
         "step_ms": round(1000 * med, 1),
+        "step_ms_all": [round(1000 * t, 1) for t in timed],
         "parameters": sum(q.numel() for q in model.parameters()),
     }
-    if device.type == "cuda":
-        entry["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    if a.compile:
+        entry["first_step_s"] = round(times[0], 1)  # includes compilation
+    if not a.no_memory:
+        mem = step_memory(step, batches[0], device)
+        state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+        persistent = tensor_mib(model.parameters()) + tensor_mib(state)
+        mem = {"persistent_mib": round(persistent, 1), **mem}
+        mem["peak_total_mib"] = round(persistent + mem["peak_step_mib"], 1)
+        entry["memory"] = mem
     return entry
 
 
@@ -80,6 +142,9 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--attention", nargs="+", default=["graphormer", "urpe"])
+    p.add_argument("--pad-to-multiple", type=int, default=1, help="collate option (ours)")
+    p.add_argument("--compile", action="store_true", help="torch.compile(dynamic=True) models")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory step")
     p.add_argument("--peer", choices=["hf"], default=None)
     p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
     a = p.parse_args()
@@ -97,9 +162,14 @@ def main() -> None:
     mh = cfg.multi_hop_max_dist
     graphs = pyg_graphs(items, mh)
     bs = a.batch_size
+    if len(graphs) < bs:
+        raise SystemExit(f"--molecules gives {len(graphs)} graphs, fewer than --batch-size {bs}")
     batches = [
-        collate(graphs[i : i + bs], mh).to(device) for i in range(0, len(graphs) - bs + 1, bs)
+        collate(graphs[i : i + bs], mh, pad_to_multiple=a.pad_to_multiple).to(device)
+        for i in range(0, len(graphs) - bs + 1, bs)
     ]
+    real = sum(int(b.num_nodes.sum()) + b.num_graphs for b in batches)
+    grid = sum(b.attn_bias.shape[0] * b.attn_bias.shape[1] for b in batches)
     results: dict = {}
     for attention in a.attention:
         torch.manual_seed(0)
@@ -149,23 +219,25 @@ def main() -> None:
             results[f"speedup_{attention}"] = round(
                 results[f"ours_{attention}"]["graphs_per_s"] / entry["graphs_per_s"], 2
             )
-    report(
-        "train",
-        {
-            "preset": a.preset,
-            "layers": cfg.num_layers,
-            "hidden": cfg.hidden_dim,
-            "heads": cfg.num_heads,
-            "batch_size": bs,
-            "steps": a.steps,
-            "warmup": a.warmup,
-            "device": str(device),
-            "precision": precision.kind,
-            "molecules": len(graphs),
-            "source": source,
-        },
-        results,
-    )
+    config = {
+        "preset": a.preset,
+        "layers": cfg.num_layers,
+        "hidden": cfg.hidden_dim,
+        "heads": cfg.num_heads,
+        "batch_size": bs,
+        "steps": a.steps,
+        "warmup": a.warmup,
+        "device": str(device),
+        "precision": precision.kind,
+        "compile": a.compile,
+        "pad_to_multiple": a.pad_to_multiple,
+        "molecules": len(graphs),
+        "source": source,
+        "real_token_fraction": round(real / grid, 3),
+    }
+    if not a.no_memory:
+        config["memory_note"] = MEMORY_NOTE["cuda" if device.type == "cuda" else "cpu"]
+    report("train", config, results)
 
 
 if __name__ == "__main__":

@@ -175,3 +175,111 @@ def test_dropout_only_in_training():
 def test_rejects_indivisible_width():
     with pytest.raises(ValueError, match="divisible"):
         URPEAttention(embed_dim=10, num_heads=4)
+
+
+# --- the fused attention product, dropout masks and unpadded tokens -------------------------
+
+
+@pytest.mark.parametrize(
+    "bias_shape, scale_shape, with_mask",
+    [
+        ((2, 3, 5, 5), (2, 3, 5, 5), True),
+        ((1, 3, 5, 5), (1, 3, 1, 5), False),
+        (None, None, False),
+        ((2, 3, 5, 5), None, True),
+        (None, (2, 3, 5, 5), False),
+    ],
+)
+def test_attention_core_gradients(bias_shape, scale_shape, with_mask):
+    """The hand-written backward of the attention product against finite differences."""
+    from graphormer_urpe.attention import _AttentionCore, dropout_mask
+
+    g = torch.Generator().manual_seed(0)
+
+    def leaf(t):
+        return t.double().requires_grad_(True)
+
+    q, k, v = (leaf(torch.randn(2, 3, 5, 4, generator=g)) for _ in range(3))
+    bias = None if bias_shape is None else leaf(torch.randn(bias_shape, generator=g))
+    scale = None if scale_shape is None else leaf(torch.rand(scale_shape, generator=g))
+    mask = None
+    if with_mask:
+        mask = dropout_mask((2, 3, 5, 5), 0.3, torch.device("cpu"), torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda *a: _AttentionCore.apply(*a, mask), (q, k, v, bias, scale)
+    )
+
+
+@pytest.mark.parametrize("with_scale", [False, True])
+def test_attention_dropout_matches_naive_formula_with_the_same_mask(with_scale, monkeypatch):
+    """Dropout acts on softmax(.) ⊙ C (after C), with the usual 1/(1-p) rescaling."""
+    import graphormer_urpe.attention as attention
+
+    q, k, v, bias, scale, kpm = _inputs(7)
+    mask = attention.dropout_mask((3, 4, 7, 7), 0.4, torch.device("cpu"), torch.float32)
+    monkeypatch.setattr(attention, "dropout_mask", lambda *a, **kw: mask)
+    s = scale if with_scale else torch.ones(1, 1, 1, 1)
+    out = urpe_attention(
+        q, k, v, bias, s if with_scale else None, kpm, dropout_p=0.4, training=True
+    )
+    ref = naive_attention(q, k, v, bias, s * mask, kpm)
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_dropout_mask_is_unbiased():
+    from graphormer_urpe.attention import Dropout, dropout, dropout_mask
+
+    torch.manual_seed(0)
+    m = dropout_mask((400, 500), 0.1, torch.device("cpu"), torch.float32)
+    kept = m != 0
+    assert abs(1.0 - kept.float().mean().item() - 0.1) < 3e-3
+    assert abs(m.mean().item() - 1.0) < 5e-3
+    assert torch.unique(m[kept]).numel() == 1
+    x = torch.randn(10, 10)
+    assert dropout(x, 0.5, training=False) is x and dropout(x, 0.0, training=True) is x
+    layer = Dropout(0.3)
+    assert isinstance(layer, torch.nn.Dropout) and layer.p == 0.3
+    layer.eval()
+    assert layer(x) is x
+
+
+def _layout(seed=0, b=4, n=6):
+    from graphormer_urpe.attention import TokenLayout
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, n + 1, (b,), generator=g)
+    lengths[0] = n  # one full row
+    real = torch.arange(n)[None, :] < lengths[:, None]  # [B, N]
+    return TokenLayout(real), real
+
+
+def test_token_layout_round_trips():
+    layout, real = _layout()
+    t = int(real.sum())
+    x = torch.randn(t, 8)
+    dense = layout.pad(x)  # [B, N, 8]
+    assert dense.shape == (4, 6, 8) and (dense[~real] == 0).all()
+    torch.testing.assert_close(dense[real], x)
+    torch.testing.assert_close(layout.unpad(dense), x)
+    heads = layout.pad_heads(x, 2)  # [B, 2, N, 4]
+    torch.testing.assert_close(heads, dense.view(4, 6, 2, 4).transpose(1, 2))
+    torch.testing.assert_close(layout.unpad_heads(heads), x)
+    torch.testing.assert_close(layout.first, torch.cumsum(real.sum(1), 0) - real.sum(1))
+
+
+@pytest.mark.parametrize("with_scale", [False, True])
+def test_attention_on_real_tokens_equals_padded_attention(with_scale):
+    layout, real = _layout(1)
+    torch.manual_seed(0)
+    m = URPEAttention(embed_dim=16, num_heads=4).eval()
+    x = torch.randn(4, 6, 16)
+    bias = torch.randn(4, 4, 6, 6)
+    scale = torch.rand(4, 4, 6, 6) if with_scale else None
+    dense = m(x, attn_bias=bias, attn_scale=scale, key_padding_mask=~real)
+    xt = x[real].requires_grad_(True)
+    tokens = m(xt, attn_bias=bias, attn_scale=scale, layout=layout)  # padding mask from layout
+    torch.testing.assert_close(tokens, dense[real], atol=1e-6, rtol=1e-5)
+    first = m(xt, attn_bias=bias, attn_scale=scale, layout=layout, first_query_only=True)
+    torch.testing.assert_close(first, dense[:, 0], atol=1e-6, rtol=1e-5)
+    dense_first = m(x, bias, scale, key_padding_mask=~real, first_query_only=True)
+    torch.testing.assert_close(dense_first, dense[:, 0], atol=1e-6, rtol=1e-5)

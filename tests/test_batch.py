@@ -122,3 +122,40 @@ def test_batch_keeps_fewer_hops_than_stored():
     got = collate(graphs, multi_hop_max_dist=2)
     for key, val in ref.items():
         np.testing.assert_array_equal(getattr(got, key).numpy(), val, err_msg=key)
+
+
+def test_pad_to_multiple_only_adds_padding():
+    import pytest
+
+    graphs = graph_zoo(seed=41, count=9, node_features=2, edge_features=2)
+    plain = collate(graphs, multi_hop_max_dist=3)
+    n = plain.x.shape[1]
+    for m in (1, 4, 8):
+        b = collate(graphs, multi_hop_max_dist=3, pad_to_multiple=m)
+        k = b.x.shape[1]
+        assert (k + 1) % m == 0 and k >= n and k + 1 - (n + 1) < m
+        assert b.attn_bias.shape == (9, k + 1, k + 1)
+        # the original batch sits in the top-left corner, the rest is padding
+        torch.testing.assert_close(b.x[:, :n], plain.x)
+        torch.testing.assert_close(b.spatial_pos[:, :n, :n], plain.spatial_pos)
+        torch.testing.assert_close(b.edge_input[:, :n, :n], plain.edge_input)
+        torch.testing.assert_close(b.attn_bias[:, : n + 1, : n + 1], plain.attn_bias)
+        torch.testing.assert_close(b.node_mask[:, :n], plain.node_mask)
+        assert not b.node_mask[:, n:].any() and (b.x[:, n:] == 0).all()
+        assert (b.in_degree[:, n:] == 0).all() and (b.spatial_pos[:, n:] == 0).all()
+        assert (b.attn_bias[:, :, n + 1 :] == NEG).all()  # extra keys are masked
+        assert (b.attn_bias[:, n + 1 :, 0] == 0).all()  # extra query rows see the graph token
+        torch.testing.assert_close(
+            b.token_mask, torch.cat([torch.ones(9, 1).bool(), b.node_mask], 1)
+        )
+    with pytest.raises(ValueError, match="pad_to_multiple"):
+        collate(graphs, pad_to_multiple=0)
+
+
+def test_collator_pads_to_multiple():
+    graphs = graph_zoo(seed=42, count=8)
+    collator = GraphormerCollator(multi_hop_max_dist=3, pad_to_multiple=8)
+    assert "pad_to_multiple=8" in repr(collator)
+    loader = DataLoader(graphs, batch_size=4, collate_fn=collator)
+    for b in loader:
+        assert (b.x.shape[1] + 1) % 8 == 0

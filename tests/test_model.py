@@ -18,6 +18,7 @@ from graphormer_urpe import (
     collate,
     get_preset,
 )
+from graphormer_urpe.graph.encodings import LayerSpatialScales
 from tests.conftest import graph_zoo, load_zinc_val_graphs
 
 PAPER_GRAPHORMER_PARAMS = 489_321
@@ -86,6 +87,8 @@ def reference_attention_bias(module, batch):
     edge_input = batch.edge_input[:, :, :, : module.multi_hop_max_dist, :]
     edge_input = module.edge_encoder(edge_input).mean(-2)
     max_dist = edge_input.size(-2)
+    if max_dist == 0:  # no graph has an edge: no multi-hop term
+        return graph_attn_bias + attn_bias.unsqueeze(1)
     flat = edge_input.permute(3, 0, 1, 2, 4).reshape(max_dist, -1, h)
     flat = torch.bmm(flat, module.edge_dis_encoder.weight.reshape(-1, h, h)[:max_dist, :, :])
     edge_input = flat.reshape(max_dist, n_graph, n_node, n_node, h).permute(1, 2, 3, 0, 4)
@@ -272,3 +275,178 @@ def test_too_small_tables_give_a_clear_error():
     graphs = graph_zoo(seed=17, count=3, node_features=9, edge_features=3)
     with pytest.raises(ValueError, match="num_atoms"):
         model(graphs)
+
+
+# --- unpadded tokens against the plain padded computation ---------------------------------
+
+
+def plain_padded_forward(enc: GraphormerEncoder, batch) -> torch.Tensor:
+    """The whole encoder written plainly on padded ``[B, n+1, d]`` tensors (the oracle).
+
+    Node embeddings by ``nn.Embedding`` sums, ``B`` by the Graphormer transcription above,
+    ``C`` by ``nn.functional.embedding`` + permute, and every layer as the paper's equations.
+    """
+    ne = enc.node_embedding
+    x = ne.atom_encoder(batch.x).sum(-2) + ne.in_degree_encoder(batch.in_degree)
+    x = x + ne.out_degree_encoder(batch.out_degree)
+    b = x.shape[0]
+    x = torch.cat([ne.graph_token.weight.expand(b, 1, -1), x], dim=1)  # [B, n+1, d]
+    bias = reference_attention_bias(enc.attention_bias, batch)  # [B, H, n+1, n+1]
+    index = None
+    if enc.spatial_scale is not None:
+        index = enc.spatial_scale.index(batch.spatial_pos, batch.node_mask)
+    for i, layer in enumerate(enc.encoder.layers):
+        att = layer.self_attn
+        hn = layer.attn_norm(x)
+
+        def heads(t, att=att):
+            return t.view(b, -1, att.num_heads, att.head_dim).transpose(1, 2)
+
+        q, k, v = heads(att.q_proj(hn)), heads(att.k_proj(hn)), heads(att.v_proj(hn))
+        probs = torch.softmax(q @ k.transpose(-1, -2) / att.head_dim**0.5 + bias, dim=-1)
+        if index is not None:
+            sc = enc.spatial_scale
+            table = sc.scale[i if sc.scale.shape[0] > 1 else 0]
+            rows = torch.cat([table, sc.graph_token_scale, table.new_zeros(1, table.shape[1])])
+            probs = probs * torch.nn.functional.embedding(index, rows).permute(0, 3, 1, 2)
+        out = (probs @ v).transpose(1, 2).reshape(b, -1, att.embed_dim)
+        x = x + att.out_proj(out)
+        x = x + layer.fc2(torch.nn.functional.gelu(layer.fc1(layer.ffn_norm(x))))
+    return enc.encoder.final_norm(x)
+
+
+def _equal_sized_graphs(n: int, count: int, seed: int) -> list[Data]:
+    from tests.conftest import random_graph
+
+    rng = __import__("numpy").random.default_rng(seed)
+    return [random_graph(rng, n, 0.3, node_features=3, edge_features=3) for _ in range(count)]
+
+
+def _perturbed_encoder(attention: str, **kw) -> GraphormerEncoder:
+    torch.manual_seed(0)
+    cfg = tiny_config(
+        attention=attention,
+        multi_hop_max_dist=4,
+        num_atoms=512 * 3 + 1,
+        num_edges=512 * 3 + 1,
+        **kw,
+    )
+    enc = GraphormerEncoder(cfg).train()  # train mode: all dropouts are 0
+    with torch.no_grad():  # move every parameter away from its initial value
+        for p in enc.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        for m in enc.modules():
+            if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None:
+                m.weight[m.padding_idx].zero_()
+    return enc
+
+
+def _grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
+        for n, p in module.named_parameters()
+    }
+
+
+BATCHES = {
+    "mixed_sizes_and_single_atoms": lambda: graph_zoo(
+        seed=31, count=18, node_features=3, edge_features=3
+    ),
+    "nothing_padded": lambda: _equal_sized_graphs(7, 5, seed=32),
+    "single_atoms_only": lambda: _equal_sized_graphs(1, 3, seed=33),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BATCHES))
+@pytest.mark.parametrize("attention", ["graphormer", "urpe"])
+@pytest.mark.parametrize("pad_to_multiple", [1, 8])
+def test_unpadded_encoder_equals_padded_computation(case, attention, pad_to_multiple):
+    """Forward values of the real tokens and gradients of every parameter, in float32."""
+    enc = _perturbed_encoder(attention)
+    graphs = BATCHES[case]()
+    batch = collate(graphs, 4, spatial_pos_max=6, pad_to_multiple=pad_to_multiple)
+    assert (batch.x.shape[1] + 1) % pad_to_multiple == 0
+    real = batch.token_mask  # [B, n+1]
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(int(real.sum()), 32, generator=g)
+
+    ref = plain_padded_forward(enc, batch)[real]  # [T, d]
+    (ref * weight).sum().backward()
+    ref_grads = _grads(enc)
+    enc.zero_grad(set_to_none=True)
+
+    got, tokens = enc.forward_tokens(batch)
+    (got * weight).sum().backward()
+    got_grads = _grads(enc)
+
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    assert tokens.num_tokens == int(real.sum())
+    for name, r in ref_grads.items():
+        torch.testing.assert_close(got_grads[name], r, atol=1e-5, rtol=1e-4, msg=name)
+    # the dense view pads with zeros around the same values
+    dense = enc.forward_dense(batch)
+    torch.testing.assert_close(dense[real], got)
+    assert (dense[~real] == 0).all()
+
+
+@pytest.mark.parametrize("attention", ["graphormer", "urpe"])
+def test_graph_token_readout_equals_full_last_layer(attention):
+    """Graphormer computes only the graph tokens in the last layer: same values and grads."""
+    torch.manual_seed(0)
+    model = Graphormer(tiny_config(attention=attention)).train()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    batch = model.encoder.collate(graph_zoo(seed=34, count=12))
+    out = model(batch)
+    out.square().sum().backward()
+    fast = _grads(model)
+    model.zero_grad(set_to_none=True)
+    h, tokens = model.encoder.forward_tokens(batch)
+    ref = model.head(h.index_select(0, tokens.graph_index))
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    for name, r in _grads(model).items():
+        torch.testing.assert_close(fast[name], r, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_attention_bias_gradients_match_graphormer_reference():
+    torch.manual_seed(0)
+    graphs = graph_zoo(seed=35, count=12, node_features=3, edge_features=3)
+    cfg = tiny_config(multi_hop_max_dist=4, num_atoms=512 * 3 + 1, num_edges=512 * 3 + 1)
+    enc = GraphormerEncoder(cfg)
+    module = enc.attention_bias
+    batch = enc.collate(graphs)
+    ref = reference_attention_bias(module, batch)
+    upstream = torch.randn(ref.shape).masked_fill(~torch.isfinite(ref), 0.0)
+    (ref.masked_fill(~torch.isfinite(ref), 0.0) * upstream).sum().backward()
+    ref_grads = _grads(module)
+    module.zero_grad(set_to_none=True)
+    got = module(batch)
+    (got.masked_fill(~torch.isfinite(got), 0.0) * upstream).sum().backward()
+    for name, r in ref_grads.items():
+        torch.testing.assert_close(_grads(module)[name], r, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_dense_encoder_layer_api_still_works():
+    """A user calling the layers on dense [B, N, d] input gets the padded computation."""
+    enc = _perturbed_encoder("urpe")
+    batch = collate(graph_zoo(seed=36, count=8, node_features=3, edge_features=3), 4)
+    h = enc.node_embedding(batch)  # [B, n+1, d]
+    scales = LayerSpatialScales(enc.spatial_scale, batch.spatial_pos, batch.node_mask, 3)
+    dense = enc.encoder(h, attn_bias=enc.attention_bias(batch), attn_scale=scales)
+    real = batch.token_mask
+    torch.testing.assert_close(dense[real], enc.forward_tokens(batch)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["graphormer", "urpe"])
+def test_outputs_unchanged_by_pad_to_multiple(attention):
+    enc = _perturbed_encoder(attention).eval()
+    model = Graphormer(enc.config).eval()
+    graphs = graph_zoo(seed=43, count=11, node_features=3, edge_features=3)
+    b1 = collate(graphs, 4, pad_to_multiple=1)
+    b8 = collate(graphs, 4, pad_to_multiple=8)
+    assert b8.x.shape[1] > b1.x.shape[1]
+    for a, b in zip(enc(b1), enc(b8), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model(b1), model(b8), atol=1e-5, rtol=1e-5)

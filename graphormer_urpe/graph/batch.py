@@ -13,6 +13,10 @@ Every index tensor is shifted so that **0 is padding**:
 ``attn_bias`` ``[B, n+1, n+1]`` (row/column 0 = graph token) is 0 where attention is allowed
 and ``-inf`` on padded keys and on pairs whose raw distance is ``>= spatial_pos_max``; padded
 *query* rows get 0 on the real keys so that no softmax row is entirely ``-inf``.
+
+``pad_to_multiple=m`` pads further so that the attention length ``n + 1`` (graph token
+included) is a multiple of ``m`` (e.g. 8 for GPU tensor cores); the extra positions are padding
+like any other (masked keys, ``node_mask`` ``False``).
 """
 
 from __future__ import annotations
@@ -61,6 +65,11 @@ class GraphormerBatch:
     def num_graphs(self) -> int:
         return int(self.x.shape[0])
 
+    @property
+    def token_mask(self) -> Tensor:
+        """``[B, n + 1]`` bool, ``True`` on the graph token (position 0) and the real nodes."""
+        return torch.cat([self.node_mask.new_ones(self.num_graphs, 1), self.node_mask], dim=1)
+
     def __len__(self) -> int:
         return self.num_graphs
 
@@ -97,6 +106,7 @@ def collate(
     data_list: Sequence[Data] | Batch,
     multi_hop_max_dist: int = 20,
     spatial_pos_max: int = 1024,
+    pad_to_multiple: int = 1,
 ) -> GraphormerBatch:
     """Pad a list of graphs into one :class:`GraphormerBatch`.
 
@@ -106,10 +116,14 @@ def collate(
         data_list: graphs (or a PyG ``Batch``), each with integer ``x`` ``[N]``/``[N, F]``.
         multi_hop_max_dist: keep at most this many hops of path bond features.
         spatial_pos_max: pairs at raw distance ``>= spatial_pos_max`` are masked (``-inf``).
+        pad_to_multiple: pad the attention length ``n + 1`` (graph token included) up to a
+            multiple of this (1 = to the largest graph only).
 
     Returns:
         The dense batch.
     """
+    if pad_to_multiple < 1:
+        raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
     if isinstance(data_list, Batch):
         data_list = data_list.to_data_list()
     if len(data_list) == 0:
@@ -135,6 +149,7 @@ def collate(
     sizes = torch.tensor([x.shape[0] for x in xs], dtype=torch.long)  # [B]
     stored_hops = torch.cat([d.edge_input_hops.view(-1) for d in graphs]).long()  # [B]
     b, n = len(graphs), int(sizes.max())
+    n = -(-(n + 1) // pad_to_multiple) * pad_to_multiple - 1  # n + 1 a multiple of it
     dmax = int(stored_hops.clamp(max=multi_hop_max_dist).max())
 
     ks = sizes.tolist()
@@ -217,17 +232,29 @@ class GraphormerCollator:
 
         loader = DataLoader(dataset, batch_size=256, shuffle=True,
                             collate_fn=GraphormerCollator(multi_hop_max_dist=20))
+
+    Args:
+        multi_hop_max_dist: see :func:`collate`.
+        spatial_pos_max: see :func:`collate`.
+        pad_to_multiple: see :func:`collate` (e.g. 8 on GPUs with tensor cores).
     """
 
-    def __init__(self, multi_hop_max_dist: int = 20, spatial_pos_max: int = 1024) -> None:
+    def __init__(
+        self, multi_hop_max_dist: int = 20, spatial_pos_max: int = 1024, pad_to_multiple: int = 1
+    ) -> None:
+        if pad_to_multiple < 1:
+            raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
         self.multi_hop_max_dist = multi_hop_max_dist
         self.spatial_pos_max = spatial_pos_max
+        self.pad_to_multiple = pad_to_multiple
 
     def __call__(self, data_list: Sequence[Data]) -> GraphormerBatch:
-        return collate(data_list, self.multi_hop_max_dist, self.spatial_pos_max)
+        return collate(
+            data_list, self.multi_hop_max_dist, self.spatial_pos_max, self.pad_to_multiple
+        )
 
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}(multi_hop_max_dist={self.multi_hop_max_dist}, "
-            f"spatial_pos_max={self.spatial_pos_max})"
+            f"spatial_pos_max={self.spatial_pos_max}, pad_to_multiple={self.pad_to_multiple})"
         )

@@ -14,6 +14,12 @@ r"""Graphormer's input embeddings and relative-position matrices ``B`` and ``C``
 * :class:`SpatialScale` (``C``, URPE): :math:`C_{h,ij} = c_h[\min(\phi(i,j), K-1)]` for
   node pairs, learned per-head scalars on the graph token's row and column, 0 on padded keys;
   one table per layer or one shared by all layers, every entry initialised to 1.
+* :class:`GraphTokens`: where the graph tokens and nodes of a batch sit among its ``T`` real
+  tokens, so that the encoder runs on ``[T, d]`` instead of the padded ``[B, n + 1, d]``.
+
+``B`` and ``C`` are built directly in the head-major ``[B, H, n + 1, n + 1]`` layout of the
+attention product, as gathers from small tables at a flat index computed once per batch
+(:func:`head_major_index`); ``C``'s backward is a batched GEMM against the one-hot index.
 """
 
 from __future__ import annotations
@@ -22,9 +28,57 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..attention import TokenLayout
 from .batch import GraphormerBatch
+from .features import UNREACHABLE
 
-__all__ = ["NodeEmbedding", "AttentionBias", "SpatialScale", "LayerSpatialScales"]
+__all__ = [
+    "head_major_index",
+    "GraphTokens",
+    "NodeEmbedding",
+    "AttentionBias",
+    "SpatialScale",
+    "LayerSpatialScales",
+]
+
+
+class GraphTokens:
+    """The real tokens of a :class:`GraphormerBatch`: each graph's token, then its nodes.
+
+    Tokens are ordered graph by graph (graph token first, then the nodes in their order), so
+    the nodes among them are in PyG's flat order.
+
+    Args:
+        batch: the dense batch (``n`` nodes per graph, ``n + 1`` tokens with the graph token).
+
+    Attributes:
+        layout: the :class:`~graphormer_urpe.attention.TokenLayout` of the ``[B, n + 1]``
+            token grid.
+        graph_index: ``[B]`` long, position of every graph token among the ``T`` tokens.
+        node_index: ``[num_nodes]`` long, position of every real node among the ``T`` tokens.
+        node_flat: ``[num_nodes]`` long, position of every real node in ``[B * n]``.
+        source: ``[T]`` long, row of each token in ``cat([graph tokens [B], nodes])``.
+    """
+
+    @torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
+    def __init__(self, batch: GraphormerBatch) -> None:
+        b, n = batch.node_mask.shape
+        real = torch.cat([batch.node_mask.new_ones(b, 1), batch.node_mask], dim=1)  # [B, n+1]
+        self.layout = TokenLayout(real)
+        pos = self.layout.index  # [T] in [B * (n + 1)]
+        is_graph = pos % (n + 1) == 0  # [T]
+        self.graph_index = is_graph.nonzero().squeeze(1)  # [B]
+        self.node_index = (~is_graph).nonzero().squeeze(1)  # [num_nodes]
+        node_pos = pos.index_select(0, self.node_index)
+        self.node_flat = node_pos - node_pos // (n + 1) - 1  # (g, i + 1) -> g * n + i
+        rank_graph = torch.cumsum(is_graph, 0) - 1
+        rank_node = torch.arange(pos.shape[0], device=pos.device) - rank_graph - 1 + b
+        self.source = torch.where(is_graph, rank_graph, rank_node)  # [T]
+
+    @property
+    def num_tokens(self) -> int:
+        """``T`` = graphs + real nodes."""
+        return self.layout.num_tokens
 
 
 class NodeEmbedding(nn.Module):
@@ -36,7 +90,8 @@ class NodeEmbedding(nn.Module):
         hidden_dim: width ``d``.
 
     Shapes:
-        ``batch.x`` ``[B, n, F]``, ``batch.in_degree`` ``[B, n]`` → ``[B, n + 1, d]``.
+        ``batch.x`` ``[B, n, F]``, ``batch.in_degree`` ``[B, n]`` → ``[B, n + 1, d]``;
+        :meth:`forward_tokens` → the real tokens ``[T, d]`` (see :class:`GraphTokens`).
     """
 
     def __init__(self, num_atoms: int, num_degree: int, hidden_dim: int) -> None:
@@ -46,21 +101,41 @@ class NodeEmbedding(nn.Module):
         self.out_degree_encoder = nn.Embedding(num_degree, hidden_dim, padding_idx=0)
         self.graph_token = nn.Embedding(1, hidden_dim)
 
+    def _nodes(self, x: Tensor, in_degree: Tensor, out_degree: Tensor) -> Tensor:
+        """``x`` ``[M, F]``, degrees ``[M]`` → ``[M, d]``."""
+        h = F.embedding_bag(x, self.atom_encoder.weight, mode="sum", padding_idx=0)  # [M, d]
+        return h + self.in_degree_encoder(in_degree) + self.out_degree_encoder(out_degree)
+
     def forward(self, batch: GraphormerBatch) -> Tensor:
-        h = self.atom_encoder(batch.x).sum(dim=-2)  # [B, n, d]
-        h = h + self.in_degree_encoder(batch.in_degree) + self.out_degree_encoder(batch.out_degree)
-        token = self.graph_token.weight.expand(h.shape[0], 1, -1)  # [B, 1, d]
-        return torch.cat([token, h], dim=1)  # [B, n + 1, d]
+        b, n, f = batch.x.shape
+        h = self._nodes(
+            batch.x.reshape(b * n, f), batch.in_degree.reshape(-1), batch.out_degree.reshape(-1)
+        )
+        token = self.graph_token.weight.expand(b, 1, -1)  # [B, 1, d]
+        return torch.cat([token, h.view(b, n, -1)], dim=1)  # [B, n + 1, d]
+
+    def forward_tokens(self, batch: GraphormerBatch, tokens: GraphTokens) -> Tensor:
+        """Embeddings of the real tokens only: ``[T, d]`` in :class:`GraphTokens` order."""
+        b, n, f = batch.x.shape
+        rows = tokens.node_flat
+        h = self._nodes(
+            batch.x.reshape(b * n, f).index_select(0, rows),
+            batch.in_degree.reshape(-1).index_select(0, rows),
+            batch.out_degree.reshape(-1).index_select(0, rows),
+        )  # [num_nodes, d]
+        token = self.graph_token.weight.expand(b, -1)  # [B, d]
+        return torch.cat([token, h]).index_select(0, tokens.source)  # [T, d]
 
 
 class AttentionBias(nn.Module):
     r"""Graphormer's attention bias ``B``: spatial + multi-hop edge encoding + graph token.
 
     The multi-hop sum :math:`\sum_t \bar e_t W_t` is computed from per-hop projected tables
-    :math:`P_t = E W_t` (``[D, num_edges, H]``): one gather of the rows of the real path hops
-    and one scatter-add per node pair. This equals the reference's per-hop batched matrix
-    product without materialising the ``[B, n, n, D, F_e, H]`` embeddings or touching padded
-    hops.
+    :math:`P_t = E W_t` (``[D, num_edges, H]``): the real path hops of every node pair (listed
+    from the shortest-path distances) form one bag of table rows, summed by one
+    ``embedding_bag`` (backward: one gather and one ``index_add``). This equals the
+    reference's per-hop batched matrix product without materialising the
+    ``[B, n, n, D, F_e, H]`` embeddings or touching padded hops.
 
     Args:
         num_heads: ``H``.
@@ -96,34 +171,149 @@ class AttentionBias(nn.Module):
 
     def edge_bias(self, spatial_pos: Tensor, edge_input: Tensor) -> Tensor:
         """Multi-hop edge encoding ``[B, n, n, H]`` from ``spatial_pos`` and ``edge_input``."""
+        n = spatial_pos.shape[1]
+        return self._edge_sum(spatial_pos, edge_input, n).permute(0, 2, 3, 1)
+
+    def _edge_sum(self, spatial_pos: Tensor, edge_input: Tensor, m: int) -> Tensor:
+        """Multi-hop edge encoding on a ``[B, m, m]`` grid whose last ``n`` rows and columns
+        are the nodes (``m = n``, or ``n + 1`` with the graph token first).
+
+        Returns:
+            ``[B, H, m, m]`` (contiguous), 0 outside node pairs.
+        """
         b, n, _, d, fe = edge_input.shape
         h = self.num_heads
-        if d == 0:
-            return edge_input.new_zeros((b, n, n, h), dtype=self.edge_encoder.weight.dtype)
+        weight = self.edge_encoder.weight
+        if d == 0 or fe == 0:
+            return weight.new_zeros(b, h, m, m)
         w = self.edge_dis_encoder.weight.view(-1, h, h)[:d]  # [D, H, H]
-        table = torch.einsum("vh,thk->tvk", self.edge_encoder.weight, w)  # [D, V, H]
-        num_edges = table.shape[1]
-        # Only real path hops contribute (padding rows of E are zero): gather their projected
-        # rows and sum them per node pair, instead of touching every padded [D, F_e] slot.
-        flat = edge_input.reshape(b * n * n, d * fe)  # [P, D*F_e]
-        pair, slot = (flat > 0).nonzero(as_tuple=True)  # [M] each
-        rows = flat[pair, slot] + torch.div(slot, fe, rounding_mode="floor") * num_edges
-        vals = table.reshape(d * num_edges, h).index_select(0, rows)  # [M, H]
-        out = vals.new_zeros(b * n * n, h).index_add_(0, pair, vals)
-        out = out.view(b, n, n, h) / fe
-        divisor = (spatial_pos - 1).clamp(min=1, max=self.multi_hop_max_dist)  # [B, n, n]
-        return out / divisor.unsqueeze(-1).to(out.dtype)
+        table = torch.einsum("vh,thk->tvk", weight, w)  # [D, V, H], P_t = E W_t
+        v = table.shape[1]
+        table = torch.cat([table.reshape(d * v, h), table.new_zeros(1, h)])  # + a zero row
+        rows, offsets, bag, inv = _path_hops(
+            spatial_pos, edge_input, m, v, self.multi_hop_max_dist, table.dtype
+        )
+        out = _HopSum.apply(table, rows, offsets, bag, inv, b)  # [B, H, m*m]
+        return out.view(b, h, m, m)
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
-        spatial_pos = batch.spatial_pos.clamp(max=self.spatial_pos_encoder.num_embeddings - 1)
-        node_bias = self.spatial_pos_encoder(spatial_pos)  # [B, n, n, H]
-        node_bias = node_bias + self.edge_bias(batch.spatial_pos, batch.edge_input)
-        bias = batch.attn_bias.unsqueeze(1).repeat(1, self.num_heads, 1, 1)  # [B, H, n+1, n+1]
-        bias[:, :, 1:, 1:] += node_bias.permute(0, 3, 1, 2)
-        t = self.graph_token_virtual_distance.weight.view(1, self.num_heads, 1)
-        bias[:, :, 1:, 0] += t
-        bias[:, :, 0, :] += t
-        return bias
+        b, n = batch.spatial_pos.shape[:2]
+        m, h = n + 1, self.num_heads
+        s = self.spatial_pos_encoder.num_embeddings
+        # One gather from [spatial rows; graph-token distance t; -inf; 0] for the whole grid.
+        sp = batch.spatial_pos
+        idx = sp.new_full((b, m, m), s)  # graph-token row and column -> t
+        # padded pairs (0) read a constant zero row, so the padding row gets no gradient
+        idx[:, 1:, 1:] = sp.clamp(max=s - 1).masked_fill_(sp == 0, s + 2)
+        idx.masked_fill_(torch.isneginf(batch.attn_bias), s + 1)  # forbidden pairs -> -inf
+        w = self.spatial_pos_encoder.weight
+        table = torch.cat(
+            [
+                w,
+                self.graph_token_virtual_distance.weight,
+                w.new_full((1, h), float("-inf")),
+                w.new_zeros(1, h),
+            ]
+        )  # [S + 3, H]
+        bias = table.view(-1).index_select(0, head_major_index(idx, h)).view(b, h, m, m)
+        return bias + self._edge_sum(batch.spatial_pos, batch.edge_input, m)  # [B, H, m, m]
+
+
+@torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
+def _path_hops(
+    spatial_pos: Tensor,
+    edge_input: Tensor,
+    m: int,
+    num_edges: int,
+    max_dist: int,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The real path hops of a batch as bags of table rows, one bag per grid cell.
+
+    A pair at distance ``s`` has ``min(s, D)`` real path hops (``edge_input`` is 0 beyond
+    them), so the hops are listed from ``spatial_pos`` instead of scanning all of
+    ``edge_input``.
+
+    Args:
+        spatial_pos: ``[B, n, n]`` shifted distances (0 = padding).
+        edge_input: ``[B, n, n, D, F_e]`` shifted path bond features (0 = none).
+        m: side of the output grid (node ``i`` at row ``i + m - n``).
+        num_edges: ``V``, rows per hop in the table (row ``t * V + e`` = hop ``t``, feature
+            ``e``; row ``D * V`` is a zero row for padded feature columns).
+        max_dist: ``D_max``, the divisor cap.
+        dtype: dtype of the returned scales.
+
+    Returns:
+        ``(rows [E], offsets [B*m*m], bag [E], inv [B*m*m])``: table rows, start of each
+        cell's bag, the cell of each row, and each cell's ``1 / (F_e min(max(s, 1), D_max))``.
+    """
+    b, n, _, d, fe = edge_input.shape
+    device = spatial_pos.device
+    sp = spatial_pos.reshape(-1)  # [P]
+    hops = (sp - 1).clamp(min=0, max=d).masked_fill_(sp > UNREACHABLE, 0)  # [P]
+    pair = torch.repeat_interleave(torch.arange(sp.shape[0], device=device), hops)  # [M]
+    first = torch.cumsum(hops, 0) - hops  # [P], first hop of each pair
+    hop = torch.arange(pair.shape[0], device=device) - first.index_select(0, pair)  # [M]
+    feats = edge_input.reshape(-1, fe).index_select(0, pair * d + hop)  # [M, F_e]
+    # padded feature columns (0) point at the zero row
+    rows = torch.where(feats > 0, feats + (hop * num_edges).unsqueeze(1), d * num_edges)
+    cell = torch.arange(b * m * m, device=device).view(b, m, m)[:, m - n :, m - n :]
+    cell = cell.reshape(-1)  # [P], grid cell of each node pair
+    count = torch.zeros(b * m * m, dtype=torch.long, device=device)
+    count[cell] = hops * fe
+    offsets = torch.cumsum(count, 0) - count  # [B*m*m], start of each cell's bag
+    bag = cell.index_select(0, pair).repeat_interleave(fe)  # [M * F_e], cell of each row
+    divisor = (sp - 1).clamp(min=1, max=max_dist)  # [P]
+    inv = torch.ones(b * m * m, dtype=dtype, device=device)
+    inv[cell] = 1.0 / (fe * divisor).to(dtype)  # mean over F_e, / min(max(s,1), D_max)
+    return rows.reshape(-1), offsets, bag, inv
+
+
+def head_major_index(index: Tensor, num_heads: int) -> Tensor:
+    """Flat positions in a row-major ``[R, H]`` table of ``table[index[b, i, j], h]``.
+
+    Gathering a flattened table at these positions yields ``[B, H, m, m]`` directly (no
+    permute of a ``[B, m, m, H]`` lookup); the backward is a single 1-D ``index_add``.
+
+    Args:
+        index: ``[B, m, m]`` row of every entry.
+        num_heads: ``H``.
+
+    Returns:
+        ``[B * H * m * m]`` int32 (halves the memory traffic of the gather and its backward).
+    """
+    heads = torch.arange(num_heads, device=index.device, dtype=torch.int32).view(1, -1, 1, 1)
+    return (index.to(torch.int32).unsqueeze(1) * num_heads + heads).reshape(-1)
+
+
+class _HopSum(torch.autograd.Function):
+    """Per-cell sums of table rows, scaled, in head-major layout.
+
+    ``out[g, :, c] = inv[q] * sum(table[rows[e]] for e in bag q)`` with ``q = g * C + c``: a
+    sum ``embedding_bag`` whose backward is one gather and one ``index_add`` (no sort).
+
+    Shapes:
+        ``table`` ``[R, H]``; ``rows`` / ``bag`` ``[E]`` (``bag`` sorted, the cell of each row);
+        ``offsets`` / ``inv`` ``[B * C]`` → ``[B, H, C]`` contiguous.
+    """
+
+    @staticmethod
+    def forward(
+        ctx, table: Tensor, rows: Tensor, offsets: Tensor, bag: Tensor, inv: Tensor, b: int
+    ) -> Tensor:
+        ctx.save_for_backward(rows, bag, inv)
+        ctx.table_shape = table.shape
+        out = F.embedding_bag(rows, table, offsets, mode="sum").mul_(inv.unsqueeze(1))
+        return out.view(b, -1, table.shape[1]).transpose(1, 2).contiguous()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, bag, inv = ctx.saved_tensors
+        h = ctx.table_shape[1]
+        per_cell = grad.transpose(1, 2).reshape(-1, h) * inv.unsqueeze(1)  # [B*C, H]
+        per_row = per_cell.index_select(0, bag)  # [E, H]
+        d_table = grad.new_zeros(ctx.table_shape).index_add_(0, rows, per_row)
+        return d_table, None, None, None, None, None
 
 
 class SpatialScale(nn.Module):
@@ -175,11 +365,30 @@ class SpatialScale(nn.Module):
         pad = torch.cat([node_mask.new_ones(b, 1), node_mask], dim=1)  # [B, n+1] real keys
         return idx.masked_fill_(~pad[:, None, :], k + 2)
 
-    def lookup(self, index: Tensor, table: int = 0) -> Tensor:
-        """``C`` of table ``table`` at ``index`` (from :meth:`index`): ``[B, H, n+1, n+1]``."""
+    def head_index(self, index: Tensor) -> Tensor:
+        """Flat positions in the ``[K + 3, H]`` extended table of every ``C`` entry.
+
+        Args:
+            index: ``[B, n + 1, n + 1]`` from :meth:`index`.
+
+        Returns:
+            ``[B * H * (n + 1)^2]`` int32, in ``[B, H, n + 1, n + 1]`` order.
+        """
+        return head_major_index(index, self.num_heads)
+
+    def _gather(
+        self, flat: Tensor, table: int, b: int, m: int, onehot: Tensor | None = None
+    ) -> Tensor:
         zero = self.graph_token_scale.new_zeros(1, self.num_heads)
         rows = torch.cat([self.scale[table], self.graph_token_scale, zero])  # [K + 3, H]
-        return F.embedding(index, rows).permute(0, 3, 1, 2)
+        if onehot is None:
+            return rows.view(-1).index_select(0, flat).view(b, self.num_heads, m, m)
+        return _ScaleGather.apply(rows, flat, onehot).view(b, self.num_heads, m, m)
+
+    def lookup(self, index: Tensor, table: int = 0) -> Tensor:
+        """``C`` of table ``table`` at ``index`` (from :meth:`index`): ``[B, H, n+1, n+1]``."""
+        b, m, _ = index.shape
+        return self._gather(self.head_index(index), table, b, m)
 
     def forward(self, spatial_pos: Tensor, node_mask: Tensor, table: int = 0) -> Tensor:
         return self.lookup(self.index(spatial_pos, node_mask), table)
@@ -189,7 +398,7 @@ class LayerSpatialScales:
     """Lazy per-layer ``C``: item ``i`` is layer ``i``'s ``[B, H, n + 1, n + 1]`` matrix.
 
     Built once per forward pass and handed to :class:`~graphormer_urpe.encoder.Encoder`, so
-    that only one layer's ``C`` is alive at a time.
+    that only one layer's ``C`` is alive at a time; the gather index is shared by the layers.
     """
 
     def __init__(
@@ -197,6 +406,12 @@ class LayerSpatialScales:
     ):
         self.module = module
         self.index = module.index(spatial_pos, node_mask)  # [B, n+1, n+1], shared by layers
+        self.flat = module.head_index(self.index)  # [B * H * (n+1)^2]
+        b, m, _ = self.index.shape
+        rows = module.num_buckets + 3
+        dtype = module.scale.dtype
+        self.onehot = torch.zeros(b, m * m, rows, dtype=dtype, device=self.index.device)
+        self.onehot.scatter_(2, self.index.view(b, m * m, 1), 1.0)  # [B, (n+1)^2, K + 3]
         self.num_layers = num_layers
         self._shared: Tensor | None = None
 
@@ -204,8 +419,32 @@ class LayerSpatialScales:
         return self.num_layers
 
     def __getitem__(self, layer: int) -> Tensor:
+        b, m, _ = self.index.shape
         if self.module.scale.shape[0] == 1:
             if self._shared is None:
-                self._shared = self.module.lookup(self.index, 0)
+                self._shared = self.module._gather(self.flat, 0, b, m, self.onehot)
             return self._shared
-        return self.module.lookup(self.index, layer)
+        return self.module._gather(self.flat, layer, b, m, self.onehot)
+
+
+class _ScaleGather(torch.autograd.Function):
+    """``C = rows[index]`` in head-major layout, with a batched GEMM against the one-hot
+    index as backward (a scatter-add of every ``C`` entry into ``K + 3`` rows would be
+    serial on CPUs).
+
+    Shapes:
+        ``rows`` ``[R, H]``; ``flat`` ``[B * H * M]`` (:func:`head_major_index`);
+        ``onehot`` ``[B, M, R]`` float → ``[B * H * M]``.
+    """
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, flat: Tensor, onehot: Tensor) -> Tensor:
+        ctx.save_for_backward(onehot)
+        return rows.reshape(-1).index_select(0, flat)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (onehot,) = ctx.saved_tensors
+        b, mm, _ = onehot.shape
+        per_graph = torch.bmm(grad.reshape(b, -1, mm).to(onehot.dtype), onehot)  # [B, H, R]
+        return per_graph.sum(0).t(), None, None

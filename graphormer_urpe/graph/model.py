@@ -8,8 +8,13 @@ r"""The Graphormer encoder (optionally with URPE attention) and its regression h
 with pre-LN layers (Graphormer v1), ``B`` from
 :class:`~graphormer_urpe.graph.encodings.AttentionBias` (shared by every layer) and, for
 ``attention="urpe"``, ``C^{(l)}`` from :class:`~graphormer_urpe.graph.encodings.SpatialScale`
-(per layer, or shared). With ``attention="graphormer"`` there is no ``C`` and attention runs
-on PyTorch's fused kernel.
+(per layer, or shared). With ``attention="graphormer"`` there is no ``C`` and attention skips
+the multiply (and runs on PyTorch's fused kernel on GPUs).
+
+The encoder runs on the real tokens only (graph tokens and nodes, ``[T, d]``, see
+:class:`~graphormer_urpe.graph.encodings.GraphTokens`): padding is skipped by every per-token
+operation and only the attention product sees the padded ``[B, H, n + 1, n + 1]`` grid. The
+values equal those of the padded computation.
 
 Initialisation follows Graphormer v1: every ``Linear`` ~ N(0, 0.02/√L) with zero bias, every
 embedding ~ N(0, 0.02) with the padding row zeroed (so padded path hops contribute nothing
@@ -27,9 +32,16 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
+from ..attention import Dropout, prepare_bias
 from ..encoder import Encoder
 from .batch import GraphormerBatch, collate
-from .encodings import AttentionBias, LayerSpatialScales, NodeEmbedding, SpatialScale
+from .encodings import (
+    AttentionBias,
+    GraphTokens,
+    LayerSpatialScales,
+    NodeEmbedding,
+    SpatialScale,
+)
 
 __all__ = [
     "GraphormerConfig",
@@ -159,8 +171,6 @@ PRESETS: dict[str, GraphormerConfig] = {
 }
 
 
-
-
 def fit_tables(config: GraphormerConfig, featurizer: str) -> GraphormerConfig:
     """``config`` with every embedding table at least as large as ``featurizer`` needs.
 
@@ -198,7 +208,10 @@ class GraphormerEncoder(nn.Module):
     Shapes:
         - :meth:`forward`: → ``(node_emb [num_nodes, d], graph_emb [B, d])``, nodes in PyG's
           flat order (graph by graph).
-        - :meth:`forward_dense`: ``GraphormerBatch`` → ``[B, n + 1, d]`` (position 0 = graph token).
+        - :meth:`forward_dense`: ``GraphormerBatch`` → ``[B, n + 1, d]`` (position 0 = graph token,
+          zeros on padding).
+        - :meth:`forward_tokens`: ``GraphormerBatch`` → ``([T, d], GraphTokens)``, the real
+          tokens only.
     """
 
     def __init__(self, config: GraphormerConfig | None = None, **overrides) -> None:
@@ -214,7 +227,7 @@ class GraphormerEncoder(nn.Module):
         if c.attention == "urpe":
             tables = 1 if c.urpe_share_layers else c.num_layers
             self.spatial_scale = SpatialScale(c.num_heads, c.urpe_num_buckets, tables)
-        self.input_dropout = nn.Dropout(c.input_dropout)
+        self.input_dropout = Dropout(c.input_dropout)
         self.encoder = Encoder(
             c.num_layers,
             final_norm=True,
@@ -273,27 +286,54 @@ class GraphormerEncoder(nn.Module):
     def _dense(self, data: GraphInput) -> GraphormerBatch:
         if not isinstance(data, GraphormerBatch):
             data = self.collate(data)
-        if data.x.device.type == "cpu":
+        if data.x.device.type == "cpu" and not torch.compiler.is_compiling():
             self.check_vocabulary(data)
         device = next(self.parameters()).device
         return data.to(device) if data.x.device != device else data
 
-    def forward_dense(self, batch: GraphormerBatch) -> Tensor:
-        """Token representations ``[B, n + 1, d]`` after the final LayerNorm."""
-        h = self.input_dropout(self.node_embedding(batch))  # [B, n+1, d]
-        bias = self.attention_bias(batch)  # [B, H, n+1, n+1]
+    def forward_tokens(
+        self, batch: GraphormerBatch, graph_tokens_only: bool = False
+    ) -> tuple[Tensor, GraphTokens]:
+        """Representations of the real tokens after the final LayerNorm.
+
+        Args:
+            batch: the dense batch.
+            graph_tokens_only: return only the graph tokens, ``[B, d]`` (the last layer then
+                updates nothing else).
+
+        Returns:
+            ``(h, tokens)``: ``h`` ``[T, d]`` graph by graph, the graph token then the nodes
+            (``[B, d]`` with ``graph_tokens_only``); ``tokens`` says where each graph token and
+            node is.
+        """
+        tokens = GraphTokens(batch)
+        h = self.input_dropout(self.node_embedding.forward_tokens(batch, tokens))  # [T, d]
+        # B forbids padded keys (-inf from the batch's mask), so it is prepared once, here.
+        bias = prepare_bias(self.attention_bias(batch))  # [B, H, n+1, n+1]
         scales = None
         if self.spatial_scale is not None:
             scales = LayerSpatialScales(
                 self.spatial_scale, batch.spatial_pos, batch.node_mask, self.config.num_layers
             )
-        return self.encoder(h, attn_bias=bias, attn_scale=scales)
+        h = self.encoder(
+            h,
+            attn_bias=bias,
+            attn_scale=scales,
+            layout=tokens.layout,
+            first_token_only=graph_tokens_only,
+        )
+        return h, tokens
+
+    def forward_dense(self, batch: GraphormerBatch) -> Tensor:
+        """Token representations ``[B, n + 1, d]`` after the final LayerNorm (0 on padding)."""
+        h, tokens = self.forward_tokens(batch)
+        return tokens.layout.pad(h)
 
     def forward(self, data: GraphInput) -> tuple[Tensor, Tensor]:
         batch = self._dense(data)
-        h = self.forward_dense(batch)  # [B, n+1, d]
-        node_emb = h[:, 1:][batch.node_mask]  # [num_nodes, d]
-        return node_emb, h[:, 0]
+        h, tokens = self.forward_tokens(batch)  # [T, d]
+        node_emb = h.index_select(0, tokens.node_index)  # [num_nodes, d]
+        return node_emb, h.index_select(0, tokens.graph_index)
 
 
 class Graphormer(nn.Module):
@@ -318,5 +358,5 @@ class Graphormer(nn.Module):
 
     def forward(self, data: GraphInput) -> Tensor:
         batch = self.encoder._dense(data)
-        h = self.encoder.forward_dense(batch)  # [B, n+1, d]
-        return self.head(h[:, 0])  # [B, T]
+        h, _ = self.encoder.forward_tokens(batch, graph_tokens_only=True)  # [B, d]
+        return self.head(h)  # [B, num_targets]
