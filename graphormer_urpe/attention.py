@@ -166,6 +166,7 @@ class TokenLayout:
         counts = real.sum(dim=1)
         self._first = torch.cumsum(counts, 0) - counts  # [B]
         self._first_real = bool(real[:, 0].all()) if real.shape[1] else False
+        self._rows: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
 
     @property
     def first(self) -> Tensor:
@@ -189,57 +190,109 @@ class TokenLayout:
         """``[B, N, *]`` → ``[T, *]``."""
         return x.reshape(self.batch_size * self.seq_len, *x.shape[2:]).index_select(0, self.index)
 
-    def pad_heads(self, x: Tensor, num_heads: int) -> Tensor:
-        """``[T, H * d_h]`` → ``[B, H, N, d_h]`` (contiguous), zeros on padding: the padded,
-        head-major layout of the attention product in one scatter."""
+    def _head_rows(self, num_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Row maps between ``[T * H, d_h]`` (token-major) and ``[B * H * N, d_h]`` (head-major,
+        padded), built once per head count:
+
+        * ``to_padded`` ``[T * H]``: the padded row of each token's head;
+        * ``from_padded`` ``[B * H * N]``: the token-head row of each padded row, ``T * H`` (an
+          appended zero row) on padding;
+        * ``fill`` ``[B * H * N]``: the same, with padding rows reading real row 0 instead.
+        """
+        cached = self._rows.get(num_heads)
+        if cached is None:
+            dev = self.index.device
+            heads = torch.arange(num_heads, device=dev)
+            to_padded = (
+                (self.batch_index[:, None] * num_heads + heads) * self.seq_len
+                + self.position[:, None]
+            ).reshape(-1)
+            rows = to_padded.numel()
+            total = self.batch_size * num_heads * self.seq_len
+            from_padded = torch.full((total,), rows, dtype=torch.long, device=dev)
+            from_padded[to_padded] = torch.arange(rows, device=dev)
+            fill = from_padded.masked_fill(from_padded == rows, 0) if rows else from_padded
+            cached = self._rows[num_heads] = (to_padded, from_padded, fill)
+        return cached
+
+    def pad_heads(self, x: Tensor, num_heads: int, zeros: bool = True) -> Tensor:
+        """``[T, H * d_h]`` → ``[B, H, N, d_h]`` (contiguous): the padded, head-major layout of
+        the attention product in one gather.
+
+        Args:
+            x: ``[T, H * d_h]`` per-token values.
+            num_heads: ``H``.
+            zeros: zeros on padding (``True``), or, cheaper, copies of a real row. The copies
+                are exact for queries, keys and values of an attention whose padded keys are
+                masked and whose padded query rows are discarded (:meth:`unpad_heads`): those
+                rows then receive exactly zero gradient, and nothing non-finite enters.
+        """
+        to_padded, from_padded, fill = self._head_rows(num_heads)
         shape = (self.batch_size, num_heads, self.seq_len, x.shape[1] // num_heads)
-        return _PadHeads.apply(x, self.batch_index, self.position, shape)
+        if not zeros and to_padded.numel():
+            return _PadHeads.apply(x, to_padded, fill, shape, False)
+        return _PadHeads.apply(x, to_padded, from_padded, shape, True)
 
     def unpad_heads(self, x: Tensor) -> Tensor:
         """``[B, H, N, d_h]`` → ``[T, H * d_h]``, in one gather."""
-        return _UnpadHeads.apply(x, self.batch_index, self.position)
+        to_padded, from_padded, _ = self._head_rows(x.shape[1])
+        return _UnpadHeads.apply(x, to_padded, from_padded)
 
 
-def _scatter_heads(x: Tensor, batch: Tensor, pos: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """``[T, H * d_h]`` into a zero ``shape = [B, H, N, d_h]`` grid at ``(batch, :, pos)``."""
-    out = x.new_zeros(shape)
-    out[batch, :, pos] = x.view(x.shape[0], shape[1], shape[3])
-    return out
+def _to_padded(
+    x: Tensor, from_padded: Tensor, shape: tuple[int, ...], zero_row: bool = True
+) -> Tensor:
+    """``[T, H * d_h]`` → ``shape = [B, H, N, d_h]``: each padded row gathered from its token's
+    head; on padding from an appended zero row (``zero_row``) or wherever ``from_padded``
+    points."""
+    rows = x.reshape(-1, shape[3])  # [T * H, d_h]
+    if zero_row:
+        rows = torch.cat([rows, rows.new_zeros(1, shape[3])])
+    return rows.index_select(0, from_padded).view(shape)
 
 
-def _gather_heads(y: Tensor, batch: Tensor, pos: Tensor) -> Tensor:
-    """``[B, H, N, d_h]`` at ``(batch, :, pos)`` → ``[T, H * d_h]``."""
-    return y[batch, :, pos].reshape(batch.shape[0], -1)
+def _from_padded(y: Tensor, to_padded: Tensor) -> Tensor:
+    """``[B, H, N, d_h]`` → ``[T, H * d_h]``: the real rows, token-major."""
+    rows = y.reshape(-1, y.shape[3]).index_select(0, to_padded)  # [T * H, d_h]
+    return rows.view(-1, y.shape[1] * y.shape[3])
 
 
 class _PadHeads(torch.autograd.Function):
-    """:func:`_scatter_heads` with :func:`_gather_heads` as backward (no accumulation)."""
+    """:func:`_to_padded` with :func:`_from_padded` as backward: the gradient of the real rows
+    (padding rows are either constant zeros or, by :meth:`TokenLayout.pad_heads`'s contract,
+    receive zero gradient)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, batch: Tensor, pos: Tensor, shape: tuple[int, ...]) -> Tensor:
-        ctx.save_for_backward(batch, pos)
-        return _scatter_heads(x, batch, pos, shape)
+    def forward(
+        ctx,
+        x: Tensor,
+        to_padded: Tensor,
+        from_padded: Tensor,
+        shape: tuple[int, ...],
+        zero_row: bool,
+    ) -> Tensor:
+        ctx.save_for_backward(to_padded)
+        return _to_padded(x, from_padded, shape, zero_row)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        batch, pos = ctx.saved_tensors
-        return _gather_heads(grad, batch, pos), None, None, None
+        (to_padded,) = ctx.saved_tensors
+        return _from_padded(grad, to_padded), None, None, None, None
 
 
 class _UnpadHeads(torch.autograd.Function):
-    """:func:`_gather_heads` with :func:`_scatter_heads` as backward: the positions are
-    distinct, so the backward needs no accumulating scatter (autograd's default)."""
+    """:func:`_from_padded` with :func:`_to_padded` (zeros on padding) as backward."""
 
     @staticmethod
-    def forward(ctx, y: Tensor, batch: Tensor, pos: Tensor) -> Tensor:
-        ctx.save_for_backward(batch, pos)
+    def forward(ctx, y: Tensor, to_padded: Tensor, from_padded: Tensor) -> Tensor:
+        ctx.save_for_backward(from_padded)
         ctx.shape = tuple(y.shape)
-        return _gather_heads(y, batch, pos)
+        return _from_padded(y, to_padded)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        batch, pos = ctx.saved_tensors
-        return _scatter_heads(grad, batch, pos, ctx.shape), None, None
+        (from_padded,) = ctx.saved_tensors
+        return _to_padded(grad, from_padded, ctx.shape), None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,13 +613,14 @@ class URPEAttention(nn.Module):
             xq = x[:, :1] if first_query_only else x
             q = self._heads(self.q_proj(xq))  # [B, H, N_q, d_h]
         else:  # [T, d] -> padded [B, H, N, d_h]
-            k = layout.pad_heads(self.k_proj(x), h)
-            v = layout.pad_heads(self.v_proj(x), h)
+            # padded keys are masked and padded queries discarded: no zero-filling needed
+            k = layout.pad_heads(self.k_proj(x), h, zeros=False)
+            v = layout.pad_heads(self.v_proj(x), h, zeros=False)
             if first_query_only:
                 q = self.q_proj(x.index_select(0, layout.first))  # [B, d]
                 q = q.view(-1, 1, h, self.head_dim).transpose(1, 2)  # [B, H, 1, d_h]
             else:
-                q = layout.pad_heads(self.q_proj(x), h)
+                q = layout.pad_heads(self.q_proj(x), h, zeros=False)
         if first_query_only:
             attn_bias, attn_scale = _first_rows(attn_bias, key_padding_mask), _row0(attn_scale)
             key_padding_mask = None

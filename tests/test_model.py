@@ -382,7 +382,9 @@ def test_unpadded_encoder_equals_padded_computation(case, attention, pad_to_mult
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
     assert tokens.num_tokens == int(real.sum())
     for name, r in ref_grads.items():
-        torch.testing.assert_close(got_grads[name], r, atol=1e-5, rtol=1e-4, msg=name)
+        # float32 rounding grows with the gradient's scale (some reach ~100 here)
+        scale = max(1.0, r.abs().max().item())
+        torch.testing.assert_close(got_grads[name], r, atol=1e-6 * scale, rtol=1e-4, msg=name)
     # the dense view pads with zeros around the same values
     dense = enc.forward_dense(batch)
     torch.testing.assert_close(dense[real], got)
