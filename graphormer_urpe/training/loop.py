@@ -372,6 +372,17 @@ def _evaluate(
     return gather_in_order(ctx, index, pred, total)
 
 
+# Fields a resumed run takes from the new command line; all others come from the checkpoint.
+_PER_LAUNCH_FIELDS = (
+    "out",
+    "device",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "num_workers",
+    "threads",
+)
+
+
 def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Train, select on the validation split, test at the best checkpoint; see module doc.
 
@@ -422,15 +433,7 @@ def _train(
             path, ckpt = found
             with incompatible_checkpoint(path):
                 saved = TrainConfig.from_dict(ckpt["config"])
-            config = replace(
-                saved,
-                out=config.out,
-                device=config.device,
-                checkpoint_every=config.checkpoint_every,
-                keep_checkpoints=config.keep_checkpoints,
-                num_workers=config.num_workers,
-                threads=config.threads,
-            )
+            config = replace(saved, **{f: getattr(config, f) for f in _PER_LAUNCH_FIELDS})
             log.info("resuming from %s (step %d)", path, ckpt["step"])
         else:
             log.info("nothing to resume in %s: starting afresh", out)
