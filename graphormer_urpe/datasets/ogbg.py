@@ -60,6 +60,7 @@ from torch_geometric.data import Data, InMemoryDataset
 from tqdm.auto import tqdm
 
 from ..graph.features import GraphormerFeatures
+from .safe_cache import load_processed, pyg_repr, record_matches
 from .zinc import DatasetUnavailableError
 
 __all__ = [
@@ -147,21 +148,6 @@ def _ogb_prints_to_log() -> Iterator[None]:
         yield
 
 
-def _pyg_repr(obj: object) -> str:
-    import re
-
-    # the normalisation PyG applies before storing pre_transform.pt
-    return "None" if obj is None else re.sub(r"(<.*?)\s.*(>)", r"\1\2", str(obj))
-
-
-def _marker_matches(path: str, expected: str) -> bool:
-    """Whether PyG's ``pre_transform.pt`` at ``path`` is the plain string ``expected``."""
-    try:
-        return torch.load(path, weights_only=True) == expected
-    except Exception:
-        return False
-
-
 class OGBGMolDataset(PygGraphPropPredDataset):
     r"""OGB's ``PygGraphPropPredDataset`` for molecule sets, safe with current torch.
 
@@ -205,7 +191,7 @@ class OGBGMolDataset(PygGraphPropPredDataset):
         self.binary = self.meta_info["binary"] == "True"
         self._allow_download = download
         self._download_timeout = download_timeout
-        self._cache_key = hashlib.sha256(_pyg_repr(pre_transform).encode()).hexdigest()[:12]
+        self._cache_key = hashlib.sha256(pyg_repr(pre_transform).encode()).hexdigest()[:12]
 
         raw = Path(self.root) / "raw"
         present = [f for f in OGBG_RAW_FILES if (raw / f).is_file()]
@@ -226,7 +212,7 @@ class OGBGMolDataset(PygGraphPropPredDataset):
         # PyG reads these two records with weights_only=False: check them safely first
         for record, expected in (("pre_transform.pt", pre_transform), ("pre_filter.pt", None)):
             marker = osp.join(self.processed_dir, record)
-            if osp.exists(marker) and not _marker_matches(marker, _pyg_repr(expected)):
+            if osp.exists(marker) and not record_matches(marker, pyg_repr(expected)):
                 logger.warning("%s: re-processing (unexpected record %s)", name, marker)
                 force_reload = True
         InMemoryDataset.__init__(
@@ -249,17 +235,7 @@ class OGBGMolDataset(PygGraphPropPredDataset):
         return "data.pt"
 
     def _load_processed(self, path: str) -> None:
-        try:
-            out = torch.load(path, weights_only=True)
-            data, slices, data_cls = out
-            self._data = data_cls.from_dict(data)
-            self.slices = slices
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(
-                f"processed {self.name} file {path} cannot be loaded safely ({first}); delete it "
-                "to re-process"
-            ) from None
+        self._data, self.slices = load_processed(path, self.name)
 
     def download(self) -> None:
         """OGB's download (``master.csv``'s URL → unzip → rename), timed and prompt-free."""

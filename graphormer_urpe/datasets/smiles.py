@@ -51,6 +51,7 @@ from tqdm.auto import tqdm
 
 from ..graph.features import GraphormerFeatures
 from .featurize import FEATURIZERS, InvalidMoleculeError, parse_smiles
+from .safe_cache import SafeInMemoryDataset
 
 __all__ = [
     "SPLITS",
@@ -267,7 +268,7 @@ def _atomic_write_text(path: str, text: str) -> None:
             os.remove(tmp)
 
 
-class MoleculeDataset(InMemoryDataset):
+class MoleculeDataset(SafeInMemoryDataset):
     r"""Cached PyG dataset of featurised molecules (base class of the SMILES sources).
 
     Subclasses set their options, then call ``super().__init__`` and implement

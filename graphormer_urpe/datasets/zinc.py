@@ -26,7 +26,6 @@ import http.client
 import logging
 import os
 import pickle
-import re
 import socket
 import zipfile
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from torch_geometric.datasets import ZINC
 from torch_geometric.transforms import BaseTransform
 
 from ..graph.features import GraphormerFeatures, has_graphormer_features
+from .safe_cache import SafeInMemoryDataset, pyg_repr
 
 __all__ = [
     "ZINC_DEFAULT_ROOT",
@@ -87,11 +87,6 @@ def zinc_raw_layout_help(root: str) -> str:
     )
 
 
-def _pyg_repr(obj: object) -> str:
-    # the same normalisation PyG applies before storing pre_transform.pt
-    return "None" if obj is None else re.sub(r"(<.*?)\s.*(>)", r"\1\2", str(obj))
-
-
 def _stale_cache_reason(processed_dir: str, expected: str) -> str | None:
     """Why an existing processed ZINC cache cannot be reused (``None`` if it can or is absent)."""
     data_files = [os.path.join(processed_dir, f"{s}.pt") for s in _SPLITS]
@@ -119,12 +114,13 @@ def _socket_timeout(seconds: float | None) -> Iterator[None]:
         socket.setdefaulttimeout(old)
 
 
-class _BatchedZINC(ZINC):
+class _BatchedZINC(SafeInMemoryDataset, ZINC):
     """PyG's ``ZINC`` that computes the Graphormer features of each split in one batched pass.
 
     PyG's ``process()`` calls ``pre_transform`` graph by graph. This one reads the raw files
     exactly as PyG's does and stores ``GraphormerFeatures.apply_many`` of the whole split:
-    the same processed files, several times faster.
+    the same processed files, several times faster. The processed files are read with
+    ``weights_only=True`` only (:class:`~graphormer_urpe.datasets.safe_cache.SafeInMemoryDataset`).
     """
 
     def process(self) -> None:
@@ -203,10 +199,10 @@ def load_zinc(
     pre_transform = GraphormerFeatures(multi_hop_max_dist)
     processed_dir = os.path.join(root, "subset" if subset else "full", "processed")
     reload_first = force_reload
-    reason = _stale_cache_reason(processed_dir, _pyg_repr(pre_transform))
+    reason = _stale_cache_reason(processed_dir, pyg_repr(pre_transform))
     if reason is not None and not force_reload:
         logger.warning(
-            "re-processing ZINC in %s: %s, not %s", processed_dir, reason, _pyg_repr(pre_transform)
+            "re-processing ZINC in %s: %s, not %s", processed_dir, reason, pyg_repr(pre_transform)
         )
         reload_first = True
 
