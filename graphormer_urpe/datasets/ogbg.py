@@ -60,7 +60,7 @@ from torch_geometric.data import Data, InMemoryDataset
 from tqdm.auto import tqdm
 
 from ..graph.features import GraphormerFeatures
-from .safe_cache import load_processed, pyg_repr, record_matches
+from .safe_cache import load_processed, pyg_repr, record_matches, save_processed
 from .zinc import DatasetUnavailableError
 
 __all__ = [
@@ -323,14 +323,7 @@ class OGBGMolDataset(PygGraphPropPredDataset):
             out = self.pre_transform.apply_many(out, progress=None)
         elif self.pre_transform is not None:
             out = [self.pre_transform(g) for g in out]
-        path = self.processed_paths[0]
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            self.save(out, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        save_processed(out, self.processed_paths[0])
         logger.info("%s: processed %d graphs into %s", self.name, len(out), self.processed_dir)
 
     def get_idx_split(self, split_type: str | None = None) -> dict[str, Tensor]:

@@ -15,14 +15,17 @@ cache file would then run code. :class:`SafeInMemoryDataset` closes both doors:
 from __future__ import annotations
 
 import logging
+import os
 import os.path as osp
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch_geometric.data import Data, InMemoryDataset
+from torch_geometric.data.data import BaseData
 
-__all__ = ["SafeInMemoryDataset", "pyg_repr", "record_matches", "load_processed"]
+__all__ = ["SafeInMemoryDataset", "pyg_repr", "record_matches", "load_processed", "save_processed"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,18 @@ def load_processed(path: str, what: str) -> tuple[Any, dict]:
             f"processed {what} file {path} cannot be loaded safely ({first}); delete it to "
             "re-process"
         ) from None
+
+
+def save_processed(data_list: Sequence[BaseData], path: str) -> None:
+    """Collate ``data_list`` and write it to ``path`` as PyG does, atomically (temporary file
+    and rename), so an interrupted processing run never leaves a half-written cache."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        InMemoryDataset.save(data_list, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 class SafeInMemoryDataset(InMemoryDataset):

@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 
 from ..graph.features import GraphormerFeatures
 from .featurize import FEATURIZERS, InvalidMoleculeError, parse_smiles
-from .safe_cache import SafeInMemoryDataset
+from .safe_cache import SafeInMemoryDataset, save_processed
 
 __all__ = [
     "SPLITS",
@@ -432,13 +432,7 @@ class MoleculeDataset(SafeInMemoryDataset):
         data_list = self.pre_transform.apply_many(data_list, progress=None)
         os.makedirs(self.processed_dir, exist_ok=True)
         data_path, meta_path = self.processed_paths
-        tmp = f"{data_path}.tmp-{os.getpid()}"
-        try:
-            self.save(data_list, tmp)
-            os.replace(tmp, data_path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        save_processed(data_list, data_path)
         meta = {
             "cache_version": _CACHE_VERSION,
             "source": self.describe(),

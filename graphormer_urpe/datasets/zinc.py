@@ -37,7 +37,7 @@ from torch_geometric.datasets import ZINC
 from torch_geometric.transforms import BaseTransform
 
 from ..graph.features import GraphormerFeatures, has_graphormer_features
-from .safe_cache import SafeInMemoryDataset, pyg_repr
+from .safe_cache import SafeInMemoryDataset, pyg_repr, save_processed
 
 __all__ = [
     "ZINC_DEFAULT_ROOT",
@@ -149,7 +149,7 @@ class _BatchedZINC(SafeInMemoryDataset, ZINC):
                 if self.pre_filter is None or self.pre_filter(data):
                     data_list.append(data)
             data_list = transform.apply_many(data_list, progress=None)
-            self.save(data_list, os.path.join(self.processed_dir, f"{split}.pt"))
+            save_processed(data_list, os.path.join(self.processed_dir, f"{split}.pt"))
 
 
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, zipfile.BadZipFile)
