@@ -8,6 +8,8 @@ The public API::
         GraphormerFeatures,                       # PyG transform (pre_transform or transform)
         collate, GraphormerCollator, GraphormerBatch,
         Graphormer, GraphormerEncoder, GraphormerConfig, PRESETS, get_preset,
+        read_graphormer, convert_checkpoint,      # published weights (Hugging Face, fairseq)
+        export_huggingface, init_from_checkpoint,
     )
 """
 
@@ -26,6 +28,12 @@ from .graph import (
     get_preset,
     graph_structure,
 )
+from .training.pretrained import (
+    convert_checkpoint,
+    export_huggingface,
+    init_from_checkpoint,
+    read_graphormer,
+)
 
 __version__ = "0.1.0"
 
@@ -42,8 +50,12 @@ __all__ = [
     "URPEAttention",
     "add_graphormer_features",
     "collate",
+    "convert_checkpoint",
+    "export_huggingface",
     "get_preset",
     "graph_structure",
+    "init_from_checkpoint",
+    "read_graphormer",
     "urpe_attention",
     "__version__",
 ]

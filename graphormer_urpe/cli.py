@@ -99,6 +99,11 @@ MODEL_HELP = {
     "urpe_num_buckets": "rows of each URPE C table (distances beyond share the last)",
     "urpe_share_layers": "one URPE C table for all layers instead of one per layer",
     "num_targets": "outputs of the head (set from the dataset when training)",
+    "pre_ln": "pre-LN layers (default; --no-pre-ln: post-LN as in Graphormer v2)",
+    "embedding_norm": "LayerNorm on the input embeddings (Graphormer v2)",
+    "final_norm": "LayerNorm after the last layer (default; Graphormer v2 has none)",
+    "embed_scale": "multiply the input embeddings by this",
+    "head": "linear (default) or transform: Graphormer v2's LN(GELU(Linear)) -> Linear head",
 }
 
 
@@ -116,10 +121,12 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
         kw: dict = {"dest": f"model.{f.name}", "default": None, "help": MODEL_HELP[f.name]}
         if f.name == "attention":
             kw["choices"] = ["graphormer", "urpe"]
+        elif f.name == "head":
+            kw["choices"] = ["linear", "transform"]
         elif f.type in ("bool", bool):
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            kw["type"] = {"int": int, "float": float}.get(str(f.type), str)
+            kw["type"] = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
             kw["metavar"] = f.name.split("_")[-1].upper() if kw["type"] is not str else "VALUE"
         g.add_argument(_flag(f.name), **kw)
 
@@ -240,6 +247,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--num-workers", type=int, default=None, help="data-loader worker processes")
     r.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    r.add_argument(
+        "--init-from",
+        default=None,
+        metavar="CHECKPOINT",
+        help="fine-tune: start from this checkpoint's weights (e.g. from graphormer-urpe "
+        "convert); its architecture, this run's dropouts and --attention; the output layer is "
+        "re-initialised when the number of outputs differs",
+    )
     r.add_argument(
         "--resume",
         action="store_true",
@@ -375,6 +390,118 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_predict)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    """``graphormer-urpe convert``."""
+    from .training.pretrained import convert_checkpoint
+
+    options = {}
+    if args.multi_hop_max_dist is not None:
+        options["multi_hop_max_dist"] = args.multi_hop_max_dist
+    src = convert_checkpoint(
+        args.source,
+        args.out,
+        attention=args.attention,
+        format=args.format,
+        unsafe_load=args.unsafe_load,
+        options=options,
+        dataset=args.dataset,
+        target_names=args.target_names,
+        featurizer=args.featurizer,
+    )
+    c = src.model.config
+    report = {
+        "out": args.out,
+        "format": src.format,
+        "attention": c.attention,
+        "parameters": sum(p.numel() for p in src.model.parameters()),
+        "layers": c.num_layers,
+        "hidden_dim": c.hidden_dim,
+        "num_heads": c.num_heads,
+        "pre_ln": c.pre_ln,
+        "num_targets": c.num_targets,
+        "multi_hop_max_dist": c.multi_hop_max_dist,
+        "ignored": src.ignored,
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="import published Graphormer weights (Hugging Face or fairseq) as a checkpoint",
+        description="Convert a Hugging Face Graphormer folder (config.json + model.safetensors "
+        "or pytorch_model.bin) or a Microsoft fairseq Graphormer checkpoint (.pt) into a "
+        "checkpoint that evaluate, predict and train --init-from read. With --attention urpe "
+        "the model gets URPE's C tables, all 1: same outputs, ready to fine-tune with URPE.",
+    )
+    p.add_argument("source", help="Hugging Face folder or fairseq .pt file (format detected)")
+    p.add_argument("--out", required=True, help="checkpoint file to write (e.g. model.pt)")
+    p.add_argument(
+        "--attention",
+        choices=["graphormer", "urpe"],
+        default=None,
+        help="urpe: add URPE's C tables initialised to 1 (default: keep the source's)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["hf", "fairseq", "graphormer-urpe"],
+        default=None,
+        help="skip format detection",
+    )
+    p.add_argument(
+        "--unsafe-load",
+        action="store_true",
+        help="read a fairseq file with torch.load(weights_only=False): fairseq pickles its "
+        "settings; only for files you trust",
+    )
+    p.add_argument(
+        "--multi-hop-max-dist",
+        type=int,
+        default=None,
+        help="path hops the model was trained with, when the file does not record it "
+        "(default: the file's, else 5)",
+    )
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="dataset evaluate uses by default (default pcqm4mv2 for one output)",
+    )
+    p.add_argument("--target-names", nargs="+", default=None, help="names of the outputs")
+    p.add_argument(
+        "--featurizer", choices=["ogb", "zinc"], default=None, help="input features (default ogb)"
+    )
+    p.set_defaults(func=run_convert)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``graphormer-urpe export``."""
+    from .training.pretrained import export_huggingface
+
+    folder = export_huggingface(args.checkpoint, args.out, graphormer_only=args.graphormer_only)
+    print(json.dumps({"out": str(folder), "files": ["config.json", "model.safetensors"]}))
+    return 0
+
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a checkpoint as a Hugging Face Graphormer folder",
+        description="Write CHECKPOINT as a Hugging Face folder (config.json + "
+        "model.safetensors) that transformers' GraphormerForGraphClassification.from_pretrained "
+        "loads. The model needs Hugging Face's switches (--head transform, --no-final-norm); "
+        "URPE models are refused unless --graphormer-only.",
+    )
+    p.add_argument("checkpoint", help="a checkpoint of this library (best.pt, last.pt, model.pt)")
+    p.add_argument("--out", required=True, help="folder to write")
+    p.add_argument(
+        "--graphormer-only",
+        action="store_true",
+        help="export a URPE model's plain-Graphormer part (its C tables are left out)",
+    )
+    p.set_defaults(func=run_export)
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -551,6 +678,8 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_demo,
     _add_preprocess,
     _add_submit,
+    _add_convert,
+    _add_export,
 ]
 
 

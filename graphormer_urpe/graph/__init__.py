@@ -8,7 +8,15 @@ from .features import (
     add_graphormer_features,
     graph_structure,
 )
-from .model import PRESETS, Graphormer, GraphormerConfig, GraphormerEncoder, get_preset
+from .interop import InteropError, hf_inputs
+from .model import (
+    PRESETS,
+    Graphormer,
+    GraphormerConfig,
+    GraphormerEncoder,
+    TransformHead,
+    get_preset,
+)
 
 __all__ = [
     "AttentionBias",
@@ -19,11 +27,14 @@ __all__ = [
     "GraphormerEncoder",
     "GraphormerFeatures",
     "GraphStructure",
+    "InteropError",
     "NodeEmbedding",
     "PRESETS",
     "SpatialScale",
+    "TransformHead",
     "add_graphormer_features",
     "collate",
     "get_preset",
     "graph_structure",
+    "hf_inputs",
 ]

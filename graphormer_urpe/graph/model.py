@@ -5,11 +5,17 @@ r"""The Graphormer encoder (optionally with URPE attention) and its regression h
     H^{(l)} = \operatorname{Layer}_l(H^{(l-1)}; B, C^{(l)}), \quad
     \hat y = W \operatorname{LN}(H^{(L)})_0 + b
 
-with pre-LN layers (Graphormer v1), ``B`` from
+with pre-LN layers and a final LayerNorm (Graphormer v1, the presets), ``B`` from
 :class:`~graphormer_urpe.graph.encodings.AttentionBias` (shared by every layer) and, for
 ``attention="urpe"``, ``C^{(l)}`` from :class:`~graphormer_urpe.graph.encodings.SpatialScale`
 (per layer, or shared). With ``attention="graphormer"`` there is no ``C`` and attention skips
 the multiply (and runs on PyTorch's fused kernel on GPUs).
+
+Graphormer v2 (Microsoft's fairseq code, Hugging Face's port) is the same model with other
+switches of :class:`GraphormerConfig`: post-LN layers (``pre_ln=False``), a LayerNorm on the
+input embeddings (``embedding_norm``), no final LayerNorm (``final_norm=False``), an optional
+``embed_scale`` and :class:`TransformHead` (``head="transform"``); see
+:mod:`graphormer_urpe.graph.interop`.
 
 The encoder runs on the real tokens only (graph tokens and nodes, ``[T, d]``, see
 :class:`~graphormer_urpe.graph.encodings.GraphTokens`): padding is skipped by every per-token
@@ -29,6 +35,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
@@ -51,9 +58,11 @@ __all__ = [
     "get_preset",
     "GraphormerEncoder",
     "Graphormer",
+    "TransformHead",
 ]
 
 AttentionKind = Literal["graphormer", "urpe"]
+HeadKind = Literal["linear", "transform"]
 
 
 @dataclass
@@ -85,10 +94,24 @@ class GraphormerConfig:
     """Rows of each URPE ``C`` table: shifted distances ``0..K-1`` (larger ones share row K-1)."""
     urpe_share_layers: bool = False
     num_targets: int = 1
+    pre_ln: bool = True
+    """Pre-LN layers (Graphormer v1); ``False``: post-LN (Graphormer v2 / fairseq / Hugging
+    Face)."""
+    embedding_norm: bool = False
+    """LayerNorm on the input embeddings (v2's ``encoder_normalize_before``)."""
+    final_norm: bool = True
+    """LayerNorm after the last layer (v1; v2 builds one for pre-LN but never applies it)."""
+    embed_scale: float | None = None
+    """Multiply the input embeddings by this (v2's ``embed_scale``; ``None``: 1)."""
+    head: HeadKind = "linear"
+    """``linear``: ``W h_0 + b`` (v1). ``transform``: v2's
+    ``W LN(GELU(W_t h_0 + b_t)) + b`` with one scalar ``b`` shared by all outputs."""
 
     def __post_init__(self) -> None:
         if self.attention not in ("graphormer", "urpe"):
             raise ValueError(f"attention must be 'graphormer' or 'urpe', got {self.attention!r}")
+        if self.head not in ("linear", "transform"):
+            raise ValueError(f"head must be 'linear' or 'transform', got {self.head!r}")
         if self.hidden_dim % self.num_heads:
             raise ValueError(
                 f"hidden_dim ({self.hidden_dim}) must be divisible by num_heads ({self.num_heads})"
@@ -227,17 +250,18 @@ class GraphormerEncoder(nn.Module):
         if c.attention == "urpe":
             tables = 1 if c.urpe_share_layers else c.num_layers
             self.spatial_scale = SpatialScale(c.num_heads, c.urpe_num_buckets, tables)
+        self.embedding_norm = nn.LayerNorm(c.hidden_dim) if c.embedding_norm else None
         self.input_dropout = Dropout(c.input_dropout)
         self.encoder = Encoder(
             c.num_layers,
-            final_norm=True,
+            final_norm=c.final_norm,
             embed_dim=c.hidden_dim,
             ffn_dim=c.ffn_dim,
             num_heads=c.num_heads,
             dropout=c.dropout,
             attention_dropout=c.attention_dropout,
             activation_dropout=c.activation_dropout,
-            pre_ln=True,
+            pre_ln=c.pre_ln,
         )
         self.reset_parameters()
 
@@ -294,7 +318,8 @@ class GraphormerEncoder(nn.Module):
     def forward_tokens(
         self, batch: GraphormerBatch, graph_tokens_only: bool = False
     ) -> tuple[Tensor, GraphTokens]:
-        """Representations of the real tokens after the final LayerNorm.
+        """Representations of the real tokens after the last layer (and the final LayerNorm
+        when the config has one).
 
         Args:
             batch: the dense batch.
@@ -307,7 +332,12 @@ class GraphormerEncoder(nn.Module):
             node is.
         """
         tokens = GraphTokens(batch)
-        h = self.input_dropout(self.node_embedding.forward_tokens(batch, tokens))  # [T, d]
+        h = self.node_embedding.forward_tokens(batch, tokens)  # [T, d]
+        if self.config.embed_scale is not None:
+            h = h * self.config.embed_scale
+        if self.embedding_norm is not None:
+            h = self.embedding_norm(h)
+        h = self.input_dropout(h)
         # B forbids padded keys (-inf from the batch's mask), so it is prepared once, here.
         bias = prepare_bias(self.attention_bias(batch))  # [B, H, n+1, n+1]
         scales = None
@@ -325,7 +355,7 @@ class GraphormerEncoder(nn.Module):
         return h, tokens
 
     def forward_dense(self, batch: GraphormerBatch) -> Tensor:
-        """Token representations ``[B, n + 1, d]`` after the final LayerNorm (0 on padding)."""
+        """Token representations ``[B, n + 1, d]`` after the last layer (0 on padding)."""
         h, tokens = self.forward_tokens(batch)
         return tokens.layout.pad(h)
 
@@ -336,8 +366,33 @@ class GraphormerEncoder(nn.Module):
         return node_emb, h.index_select(0, tokens.graph_index)
 
 
+class TransformHead(nn.Module):
+    r"""Graphormer v2's output head (fairseq and Hugging Face).
+
+    .. math::
+        \hat y = W \operatorname{LN}(\operatorname{GELU}(W_t h + b_t)) + b \mathbf{1}
+
+    with ``W`` ``[T, d]`` (no bias) and one learned scalar ``b`` shared by all ``T`` outputs.
+
+    Shapes:
+        ``[B, d]`` → ``[B, T]``.
+    """
+
+    def __init__(self, hidden_dim: int, num_targets: int) -> None:
+        super().__init__()
+        self.transform = nn.Linear(hidden_dim, hidden_dim)
+        self.norm = nn.LayerNorm(hidden_dim)
+        self.out = nn.Linear(hidden_dim, num_targets, bias=False)
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.out(self.norm(F.gelu(self.transform(h)))) + self.bias
+
+
 class Graphormer(nn.Module):
-    r"""Graph-level predictor: :class:`GraphormerEncoder` + a linear head on the graph token.
+    r"""Graph-level predictor: :class:`GraphormerEncoder` + a head on the graph token.
+
+    The head is ``Linear(d, T)`` (``config.head == "linear"``) or :class:`TransformHead`.
 
     Shapes:
         graphs (``GraphormerBatch`` / PyG ``Batch`` / list of ``Data``) → ``[B, num_targets]``.
@@ -347,9 +402,32 @@ class Graphormer(nn.Module):
         super().__init__()
         self.encoder = GraphormerEncoder(config, **overrides)
         self.config = self.encoder.config
-        self.head = nn.Linear(self.config.hidden_dim, self.config.num_targets)
-        nn.init.normal_(self.head.weight, 0.0, 0.02 / math.sqrt(self.config.num_layers))
-        nn.init.zeros_(self.head.bias)
+        self.head: nn.Module
+        if self.config.head == "transform":
+            self.head = TransformHead(self.config.hidden_dim, self.config.num_targets)
+        else:
+            self.head = nn.Linear(self.config.hidden_dim, self.config.num_targets)
+        self.reset_head()
+
+    def reset_head(self) -> None:
+        """Initialise the head (Linear weights ~ N(0, 0.02/√L), zero biases, LN (1, 0))."""
+        std = 0.02 / math.sqrt(self.config.num_layers)
+        for m in self.head.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                m.reset_parameters()
+        if isinstance(self.head, TransformHead):
+            nn.init.zeros_(self.head.bias)
+
+    def head_output_names(self) -> list[str]:
+        """State-dict names of the head tensors whose shape or meaning depends on the outputs
+        (re-initialised when fine-tuning on a task with another number of outputs)."""
+        if isinstance(self.head, TransformHead):
+            return ["head.out.weight", "head.bias"]
+        return ["head.weight", "head.bias"]
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> Graphormer:

@@ -5,14 +5,27 @@ from .config import TRAIN_PRESETS, TrainConfig, make_config
 from .inference import LoadedModel, evaluate_checkpoint, load_model, predict_smiles
 from .loop import Precision, linear_schedule, masked_loss, predict, resolve_device, train
 from .plots import plot_run
+from .pretrained import (
+    InitReport,
+    PretrainedSource,
+    convert_checkpoint,
+    export_huggingface,
+    init_from_checkpoint,
+    read_graphormer,
+)
 
 __all__ = [
     "CheckpointError",
+    "InitReport",
     "LoadedModel",
+    "PretrainedSource",
     "Precision",
     "TRAIN_PRESETS",
     "TrainConfig",
+    "convert_checkpoint",
     "evaluate_checkpoint",
+    "export_huggingface",
+    "init_from_checkpoint",
     "linear_schedule",
     "load_checkpoint",
     "load_model",
@@ -21,6 +34,7 @@ __all__ = [
     "plot_run",
     "predict",
     "predict_smiles",
+    "read_graphormer",
     "resolve_device",
     "save_checkpoint",
     "train",

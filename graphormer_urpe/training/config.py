@@ -67,6 +67,10 @@ class TrainConfig:
     strict: bool = False
     max_nodes: int | None = None
     """Leave training graphs with more atoms out (logged); valid/test graphs are always kept."""
+    init_from: str | None = None
+    """Start from this checkpoint's weights (e.g. a converted published Graphormer): its
+    architecture, the run's dropouts and attention; the output layer is re-initialised when
+    the number of outputs differs. Ignored when resuming."""
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -451,7 +451,16 @@ def _train(
     for name in ("train", "valid", "test"):
         if len(getattr(splits, name)) == 0:
             raise ValueError(f"the {name} split of {splits.name} is empty")
-    model = build_model(config.model, splits.featurizer, splits.num_targets).to(device)
+    init_report = None
+    if config.init_from and ckpt is None:
+        from .pretrained import init_from_checkpoint
+
+        model, init_report = init_from_checkpoint(
+            config.init_from, config.model, splits.featurizer, splits.num_targets
+        )
+        model = model.to(device)
+    else:
+        model = build_model(config.model, splits.featurizer, splits.num_targets).to(device)
     config = replace(config, model=model.config)
     if main:
         atomic_write_text(out / "config.json", config.to_json())
@@ -614,6 +623,27 @@ def _train(
         s = state(epoch, batch)  # collective under DDP: every process takes part
         return keeper.save(s, step) if main else None
 
+    if init_report is not None:  # the starting point's validation metric, before any step
+        loader, index = eval_loaders["valid"]
+        p = _evaluate(model, loader, index, len(splits.valid), splits.num_targets, ctx, precision)
+        value = splits.evaluate(p, targets["valid"])[metric]
+        best, best_epoch = value, -1
+        history.add(
+            {
+                "epoch": -1,
+                "step": 0,
+                "lr": optimizer.param_groups[0]["lr"],
+                "train_loss": math.nan,
+                f"valid_{metric}": value,
+                "seconds": 0.0,
+            }
+        )
+        if main:
+            save_checkpoint(out / "best.pt", state(0, 0))
+        else:
+            state(0, 0)  # take part in the collective
+        log.info("initial model (--init-from): valid %s %.4f", metric, value)
+
     wall_start = time.perf_counter()
     bar = tqdm(
         total=total, initial=step, desc="train", disable=not (progress and main), dynamic_ncols=True
@@ -723,7 +753,7 @@ def _train(
         "preset": config.preset,
         "parameters": n_params,
         "steps": step,
-        "epochs": len(history.rows),
+        "epochs": sum(int(r["epoch"]) >= 0 for r in history.rows),
         f"best_valid_{metric}": best,
         "best_epoch": best_epoch,
         **{f"test_{k}": v for k, v in test.items()},
@@ -734,6 +764,18 @@ def _train(
             {}
             if test_labelled
             else {"test_note": f"the test split of {splits.name} has no labels; no test metric"}
+        ),
+        **(
+            {}
+            if not config.init_from
+            else {
+                "init_from": config.init_from,
+                **{
+                    f"init_valid_{metric}": r[f"valid_{metric}"]
+                    for r in history.rows[:1]
+                    if int(r["epoch"]) == -1
+                },
+            }
         ),
         "task_type": splits.task_type,
         "higher_is_better": higher,
