@@ -27,11 +27,13 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from _bench import hf_graphormer, molecules, ogb_items, pyg_graphs, report
 
 from graphormer_urpe import Graphormer, collate, get_preset
+from graphormer_urpe.graph.interop import config_to_hf
 from graphormer_urpe.graph.model import fit_tables
 from graphormer_urpe.training import Precision
 from graphormer_urpe.training.loop import make_optimizer
@@ -189,24 +191,10 @@ def main() -> None:
         if hf is None:
             raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
         collating, configuration, modeling = hf
+        # the same architecture in Hugging Face's terms (pre-LN; its transform head and no
+        # final LayerNorm only change the cost of the head)
         hcfg = configuration.GraphormerConfig(
-            num_classes=1,
-            num_atoms=512 * 9,
-            num_edges=512 * 3,
-            num_in_degree=512,
-            num_out_degree=512,
-            num_spatial=512,
-            num_edge_dis=128,
-            multi_hop_max_dist=mh,
-            spatial_pos_max=1024,
-            num_hidden_layers=cfg.num_layers,
-            embedding_dim=cfg.hidden_dim,
-            ffn_embedding_dim=cfg.ffn_dim,
-            num_attention_heads=cfg.num_heads,
-            dropout=cfg.dropout,
-            attention_dropout=cfg.attention_dropout,
-            activation_dropout=cfg.activation_dropout,
-            pre_layernorm=True,
+            **config_to_hf(replace(cfg, final_norm=False, head="transform"))
         )
         torch.manual_seed(0)
         model = modeling.GraphormerForGraphClassification(hcfg).to(device).train()
