@@ -251,9 +251,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "--init-from",
         default=None,
         metavar="CHECKPOINT",
-        help="fine-tune: start from this checkpoint's weights (e.g. from graphormer-urpe "
-        "convert); its architecture, this run's dropouts and --attention; the output layer is "
-        "re-initialised when the number of outputs differs",
+        help="fine-tune: start from this checkpoint's weights (one of this library, e.g. "
+        "from graphormer-urpe convert, or a Hugging Face folder); its architecture, this "
+        "run's dropouts and --attention; the output layer is re-initialised when the number "
+        "of outputs differs",
     )
     r.add_argument(
         "--resume",

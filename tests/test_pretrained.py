@@ -288,6 +288,12 @@ def test_init_from_reports_loaded_new_and_ignored_tensors(tmp_path):
     # the same number of outputs: everything is loaded
     model, report = init_from_checkpoint(path, get_preset("small", attention="urpe"), "ogb", 1)
     assert report.initialised == [] and report.ignored == []
+    # a Hugging Face folder directly: the same tensors as through the converted checkpoint
+    hf_model(config, seed=5).save_pretrained(tmp_path / "hf")
+    direct, report = init_from_checkpoint(tmp_path / "hf", run, "ogb", num_targets=1)
+    assert report.initialised == [] and report.ignored == []
+    for name, t in direct.state_dict().items():
+        assert torch.equal(t, saved[name]), name
 
 
 def test_cli_convert_evaluate_predict_and_fine_tune(tmp_path, capsys):

@@ -383,7 +383,8 @@ checkpoint (URPE's ``urpe_*`` too when the checkpoint has C tables)."""
 def init_from_checkpoint(
     path: str | os.PathLike, run: GraphormerConfig, featurizer: str, num_targets: int
 ) -> tuple[Graphormer, InitReport]:
-    """A model for a fine-tuning run, initialised from the checkpoint at ``path``.
+    """A model for a fine-tuning run, initialised from the checkpoint at ``path`` (a
+    checkpoint of this library, e.g. from :func:`convert_checkpoint`, or a Hugging Face folder).
 
     The architecture (sizes, tables, hops, layer-norm placement, head) is the checkpoint's;
     dropouts and ``attention`` are the run's (``urpe`` on a plain checkpoint adds C tables at
@@ -396,9 +397,15 @@ def init_from_checkpoint(
             output layer has another shape than the run's model needs.
         ValueError: the checkpoint's tables are too small for the dataset's featuriser.
     """
-    ckpt = load_checkpoint(path)
-    with incompatible_checkpoint(path):
-        saved = TrainConfig.from_dict(ckpt["config"]).model
+    state: Mapping[str, Tensor]
+    if Path(path).is_dir():  # a Hugging Face folder, converted on the fly
+        source = read_graphormer(path)
+        saved, state = source.model.config, source.model.state_dict()
+    else:
+        ckpt = load_checkpoint(path)
+        with incompatible_checkpoint(path):
+            saved = TrainConfig.from_dict(ckpt["config"]).model
+        state = ckpt["model"]
     take = {f: getattr(run, f) for f in _RUN_FIELDS}
     if saved.attention != "urpe":
         take.update(urpe_num_buckets=run.urpe_num_buckets, urpe_share_layers=run.urpe_share_layers)
@@ -412,7 +419,6 @@ def init_from_checkpoint(
         )
     model = Graphormer(config)
     own = model.state_dict()
-    state: Mapping[str, Tensor] = ckpt["model"]
     head_out = set(model.head_output_names())
     new_outputs = saved.num_targets != num_targets
     take_state: dict[str, Tensor] = {}
