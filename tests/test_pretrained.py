@@ -335,3 +335,10 @@ def test_cli_convert_evaluate_predict_and_fine_tune(tmp_path, capsys):
     got = torch.tensor([float(r["homolumogap"]) for r in table])
     want = hf_predict(hf, batch_of(smi, 5))[:, 0]
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    (tmp_path / "mols.csv").write_text("smiles\n" + "\n".join(smi) + "\n")
+    pred = ["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "mols.csv")]
+    assert cli.main([*pred, "--output", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    table = list(csv.DictReader(io.StringIO((tmp_path / "p.csv").read_text())))
+    torch.testing.assert_close(
+        torch.tensor([float(r["homolumogap"]) for r in table]), got, atol=0, rtol=0
+    )
