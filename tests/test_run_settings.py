@@ -11,7 +11,7 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.graph.model import Graphormer, get_preset
-from graphormer_urpe.training import TRAIN_PRESETS, make_config
+from graphormer_urpe.training import TRAIN_PRESETS, loop, make_config
 from graphormer_urpe.training.checkpoint import load_checkpoint
 from graphormer_urpe.training.config import plan_steps
 from graphormer_urpe.training.loop import make_optimizer, parameter_groups
@@ -188,3 +188,17 @@ def test_urpe_weight_decay_flag_and_default():
     assert _config().urpe_weight_decay == 0.0
     assert _config("--urpe-weight-decay", "0.05").urpe_weight_decay == 0.05
     assert _config("--weight-decay", "0.3").urpe_weight_decay == 0.0
+
+
+def test_a_run_begun_with_one_optimizer_group_resumes_with_one(table, tmp_path, caplog):  # noqa: F811
+    out = tmp_path / "run"
+    args = _train_args(table, tmp_path / "data", out)
+    with pytest.MonkeyPatch.context() as mp:  # the optimizer as it was before the C group
+        mp.setattr(loop, "parameter_groups", lambda model, wd, urpe_wd: list(model.parameters()))
+        assert cli.main([*args, "--time-limit", "1e-9"]) == 0
+    assert len(load_checkpoint(out / "last.pt")["optimizer"]["param_groups"]) == 1
+    with caplog.at_level(logging.WARNING, logger="graphormer_urpe"):
+        assert cli.main([*args, "--resume"]) == 0
+    assert "before URPE's C had its own weight-decay group" in caplog.text
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 12
+    assert len(load_checkpoint(out / "last.pt")["optimizer"]["param_groups"]) == 1

@@ -527,6 +527,15 @@ def _train(
     if main:
         atomic_write_text(out / "config.json", config.to_json())
     groups = parameter_groups(model, config.weight_decay, config.urpe_weight_decay)
+    saved_groups = ckpt.get("optimizer", {}).get("param_groups", []) if ckpt else []
+    if len(saved_groups) == 1 < len(groups):
+        log.warning(
+            "%s was written before URPE's C had its own weight-decay group: this run continues "
+            "with one group (weight decay %g on C too), as it started",
+            path,
+            config.weight_decay,
+        )
+        groups = list(model.parameters())
     optimizer = make_optimizer(groups, config.lr, config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
