@@ -141,20 +141,51 @@ def _overrides(args: argparse.Namespace) -> tuple[dict, dict]:
     return model, train
 
 
-def run_train(args: argparse.Namespace) -> int:
-    """``graphormer-urpe train``."""
-    from .training import make_config, train
+def train_config(args: argparse.Namespace):
+    """The :class:`~graphormer_urpe.training.TrainConfig` of ``graphormer-urpe train ARGS``.
+
+    Every flag typed (its value is not ``None``) beats the preset, or the saved config of
+    ``--config``; the model's attention is URPE unless ``--attention`` or the saved config
+    says otherwise.
+    """
+    from .training.config import make_config, override_config, read_config
 
     model_over, over = _overrides(args)
     keep = {f.name for f in dataclasses.fields(_train_config_cls())} - {"model", "preset"}
-    given = {k: v for k, v in over.items() if k in keep}
-    if given.get("out") is None:
-        attention = model_over.get("attention") or "graphormer"
-        tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in args.dataset)
-        given["out"] = os.path.join("runs", f"{tag}-{args.preset}-{attention}")
+    given = {k: v for k, v in over.items() if k in keep and v is not None}
     if args.no_clip:
         given["clip_norm"] = 0.0
-    cfg = make_config(args.preset, model_overrides=model_over, **given)
+    if args.config:
+        if args.preset is not None:
+            raise ValueError(
+                f"--preset cannot be combined with --config: {args.config} names its preset"
+            )
+        cfg = override_config(read_config(args.config), model_over, **given)
+        if "out" not in given and not args.resume and _holds_run(cfg.out):
+            raise ValueError(
+                f"{cfg.out} already holds the run of {args.config}; pass --out to repeat it "
+                "elsewhere (or --resume to continue it)"
+            )
+        return cfg
+    if model_over.get("attention") is None:
+        model_over["attention"] = "urpe"
+    cfg = make_config(args.preset or "small", model_overrides=model_over, **given)
+    if "out" not in given:
+        tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.dataset)
+        out = os.path.join("runs", f"{tag}-{cfg.preset}-{cfg.model.attention}")
+        cfg = dataclasses.replace(cfg, out=out)
+    return cfg
+
+
+def _holds_run(out: str) -> bool:
+    return any(os.path.exists(os.path.join(out, f)) for f in ("metrics.json", "last.pt"))
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """``graphormer-urpe train``."""
+    from .training import train
+
+    cfg = train_config(args)
     metrics = train(cfg, resume=args.resume, progress=not args.no_progress)
     print(json.dumps(metrics, indent=2))
     return 0
@@ -175,10 +206,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "molecules (from RDKit) labelled with the ZINC target, the small preset, on the CPU "
         "in a few minutes. Preset values apply unless a flag overrides them.",
     )
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="CONFIG_JSON",
+        help="repeat a run: start from its saved config.json (flags typed with it override "
+        "its fields; --out is needed when its output folder already holds the run)",
+    )
     d = p.add_argument_group("data")
     d.add_argument(
         "--dataset",
-        default="nci5k",
+        default=None,
         help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
         "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
@@ -216,16 +254,43 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     t = p.add_argument_group("training")
     t.add_argument(
         "--preset",
-        default="small",
+        default=None,
         help="small (default), zinc-slim, pcqm4mv2-small or pcqm4mv2-base: model + optimisation",
     )
-    t.add_argument("--epochs", type=int, default=None, help="epochs (ignored with --max-steps)")
-    t.add_argument("--max-steps", type=int, default=None, help="optimizer steps in total")
+    t.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epochs (replaces the preset's step count; ignored with --max-steps)",
+    )
+    t.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="optimizer steps in total (replaces the preset's epochs)",
+    )
     t.add_argument("--batch-size", type=int, default=None, help="graphs per batch")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate")
     t.add_argument("--end-lr", type=float, default=None, help="learning rate at the last step")
-    t.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up steps")
-    t.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
+    t.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="linear warm-up steps (default: the preset's, scaled to the preset recipe's "
+        "fraction of the run when longer than a tenth of it)",
+    )
+    t.add_argument(
+        "--weight-decay",
+        type=float,
+        default=None,
+        help="AdamW weight decay of all parameters but URPE's C",
+    )
+    t.add_argument(
+        "--urpe-weight-decay",
+        type=float,
+        default=None,
+        help="AdamW weight decay of URPE's C tables (default 0)",
+    )
     t.add_argument("--clip-norm", type=float, default=None, help="gradient-norm clipping")
     t.add_argument("--no-clip", action="store_true", help="disable gradient clipping")
     t.add_argument(
@@ -255,6 +320,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "from graphormer-urpe convert, or a Hugging Face folder); its architecture, this "
         "run's dropouts and --attention; the output layer is re-initialised when the number "
         "of outputs differs",
+    )
+    r.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="stop cleanly when this wall-clock budget is spent (checkpoint, test at the best "
+        "checkpoint); the learning-rate schedule stays planned over the configured steps",
     )
     r.add_argument(
         "--resume",
@@ -339,8 +412,11 @@ def run_predict(args: argparse.Namespace) -> int:
     import csv
     import io
 
+    import torch
+
     from .training import load_checkpoint, predict_smiles
     from .training.checkpoint import atomic_write_text
+    from .training.inference import checkpoint_task_type
 
     if args.input:
         import pandas as pd
@@ -354,10 +430,21 @@ def run_predict(args: argparse.Namespace) -> int:
         smiles = [str(s) for s in table[args.smiles_column].tolist()]
     else:
         smiles = list(args.smiles)
-    names = list(load_checkpoint(args.checkpoint).get("target_names", ["y"]))
+    ckpt = load_checkpoint(args.checkpoint)
+    names = list(ckpt.get("target_names", ["y"]))
+    binary = checkpoint_task_type(ckpt) == "binary"
+    if args.logits and not binary:
+        raise ValueError(
+            f"--logits applies to binary tasks; {args.checkpoint} predicts regression targets"
+        )
     pred, errors = predict_smiles(
         args.checkpoint, smiles, args.device or "auto", progress=not args.no_progress
     )
+    if binary:  # one logit per task: probabilities unless the raw scores are asked for
+        prefix = "logit_" if args.logits else "prob_"
+        names = [prefix + n for n in names]
+        if not args.logits:
+            pred = torch.sigmoid(pred)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["smiles", *names, "error"])
@@ -380,7 +467,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         help="predict molecules from SMILES",
         description="Predict the targets of molecules with a trained checkpoint. Writes CSV "
         "(smiles, one column per target, error) to --output or standard output; invalid "
-        "SMILES get an empty prediction and the reason.",
+        "SMILES get an empty prediction and the reason. Binary tasks (ogbg-molhiv, ...) give "
+        "probabilities in prob_<task> columns, or raw scores in logit_<task> with --logits.",
     )
     p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
     src = p.add_mutually_exclusive_group(required=True)
@@ -388,6 +476,12 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--input", help="a CSV file with a SMILES column")
     p.add_argument("--smiles-column", default="smiles", help="SMILES column of --input")
     p.add_argument("--output", default=None, help="CSV file to write (default: stdout)")
+    p.add_argument(
+        "--logits",
+        action="store_true",
+        help="binary tasks: write the raw scores (logit_<task>) instead of sigmoid "
+        "probabilities (prob_<task>)",
+    )
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_predict)

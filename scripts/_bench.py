@@ -1,4 +1,10 @@
-"""Shared helpers of the benchmark scripts: real molecules, timing, the JSON report."""
+"""Shared helpers of the benchmark scripts: real molecules, timing, the JSON report.
+
+Benchmarks run on connected molecules: a disconnected one (a salt or a mixture, ``.`` in its
+SMILES) is left out and counted (``skipped_disconnected`` in the JSON), because Hugging Face's
+peer pads the path features of such a molecule to 510 hops, which measures that padding rather
+than ordinary molecules. ``--disconnected`` benchmarks the disconnected molecules alone.
+"""
 
 from __future__ import annotations
 
@@ -18,23 +24,131 @@ import torch
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "zinc"
 
+# Hugging Face's shortest-path distance of unreachable pairs: its path features are padded to
+# the largest distance of a molecule, so to this many hops for a disconnected one.
+PEER_UNREACHABLE = 510
+GIB = 2**30
 
-def molecules(count: int) -> tuple[list[str], str]:
-    """``count`` real SMILES: ZINC validation + training molecules, else RDKit's NCI set."""
+
+def add_molecule_flags(p: argparse.ArgumentParser) -> None:
+    """The flags choosing the molecules and capping the peer's memory."""
+    p.add_argument(
+        "--smiles-file",
+        default=None,
+        help="molecules from this file (one SMILES per line, or a CSV whose first column is "
+        "the SMILES) instead of the ZINC molecules or RDKit's NCI set",
+    )
+    p.add_argument(
+        "--disconnected",
+        action="store_true",
+        help="benchmark the disconnected molecules (salts, mixtures) alone; by default they "
+        "are left out and counted",
+    )
+    p.add_argument(
+        "--peer-max-gib",
+        type=float,
+        default=8.0,
+        help="skip the peer, with a message, when its padded tensors are estimated above this "
+        "many GiB (default 8)",
+    )
+
+
+def molecules(
+    count: int, smiles_file: str | None = None, disconnected: bool = False
+) -> tuple[list[str], str, dict]:
+    """``count`` real SMILES: from ``smiles_file``, else ZINC validation + training molecules,
+    else RDKit's NCI set; connected ones only (disconnected ones only with ``disconnected``).
+
+    Returns:
+        ``(smiles, source, selection)``; ``selection`` says which molecules were kept and how
+        many of the others were skipped on the way, for the JSON report.
+    """
     smiles: list[str] = []
     source = "nci5k"
-    for name in ("val.csv", "train.csv"):
-        path = SHARED / name
-        if path.exists():
-            with open(path) as fh:
-                next(fh)
-                smiles.extend(line.split(",")[0] for line in fh)
-            source = "zinc"
+    if smiles_file is not None:
+        with open(smiles_file) as fh:
+            rows = [line.split(",")[0].strip() for line in fh]
+        if rows and rows[0].lower() in ("smiles", "smi"):
+            rows = rows[1:]
+        smiles, source = [s for s in rows if s], os.path.basename(smiles_file)
+    else:
+        for name in ("val.csv", "train.csv"):
+            path = SHARED / name
+            if path.exists():
+                with open(path) as fh:
+                    next(fh)
+                    smiles.extend(line.split(",")[0] for line in fh)
+                source = "zinc"
     if not smiles:
         from graphormer_urpe.datasets.nci import read_nci_smiles
 
         smiles = read_nci_smiles()
-    return smiles[:count], source
+    kept: list[str] = []
+    skipped = 0
+    for s in smiles:
+        if len(kept) == count:
+            break
+        if ("." in s) == disconnected:
+            kept.append(s)
+        else:
+            skipped += 1
+    kind = "disconnected" if disconnected else "connected"
+    other = "connected" if disconnected else "disconnected"
+    return kept, source, {"connectivity": kind, f"skipped_{other}": skipped}
+
+
+def peer_hops(item: dict) -> int:
+    """The hops Hugging Face pads one molecule's path features to: its largest shortest-path
+    distance, :data:`PEER_UNREACHABLE` when it is disconnected."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    n = int(item["num_nodes"])
+    ei = item["edge_index"]
+    adj = coo_matrix((np.ones(ei.shape[1]), (ei[0], ei[1])), shape=(n, n)).tocsr()
+    dist = shortest_path(adj, unweighted=True, directed=False)
+    return PEER_UNREACHABLE if np.isinf(dist).any() else int(dist.max())
+
+
+def peer_gib(items: list[dict], batch_size: int | None, keep_batches: bool = False) -> float:
+    """Estimated GiB of Hugging Face's padded path features (``input_edges``) for ``items``.
+
+    ``preprocess_item`` builds ``[n, n, hops, F]`` int32 per molecule; its collator a
+    ``[B, N, N, hops_max, F]`` int64 tensor per batch (plus int64 copies of the molecules').
+    ``batch_size=None``: molecules one at a time, nothing kept (the largest one counts);
+    otherwise all preprocessed molecules are held, and the batches too with ``keep_batches``.
+    """
+    if not items:
+        return 0.0
+    feats = items[0]["edge_feat"].shape[1]
+    sizes = [(int(it["num_nodes"]), peer_hops(it)) for it in items]
+    one = [n * n * h * feats * 4 for n, h in sizes]
+    if batch_size is None:
+        return 2 * max(one) / GIB
+    batches = []
+    for i in range(0, len(sizes), batch_size):
+        part = sizes[i : i + batch_size]
+        n_max, h_max = max(n for n, _ in part), max(h for _, h in part)
+        batches.append(
+            len(part) * n_max * n_max * h_max * feats * 8 + 2 * sum(one[i : i + batch_size])
+        )
+    return (sum(one) + (sum(batches) if keep_batches else max(batches))) / GIB
+
+
+def peer_skip_reason(gib: float, cap: float, items: list[dict]) -> str | None:
+    """``None`` when an estimate of ``gib`` fits ``cap``; else the line saying why the peer is
+    skipped (also written to standard error)."""
+    if gib <= cap:
+        return None
+    far = sum(peer_hops(it) == PEER_UNREACHABLE for it in items)
+    reason = (
+        f"Hugging Face's peer skipped: its padded path features would need about {gib:.1f} GiB "
+        f"(--peer-max-gib {cap:g}); it pads each molecule's path features to its largest "
+        f"shortest-path distance, {PEER_UNREACHABLE} hops for the {far} disconnected one(s) "
+        f"of these {len(items)} molecules"
+    )
+    print(reason, file=sys.stderr)
+    return reason
 
 
 def ogb_items(smiles: list[str]) -> list[dict]:
@@ -84,7 +198,8 @@ def setup(
     ``extra`` adds benchmark-specific flags (name -> ``add_argument`` keywords).
 
     Returns:
-        ``(args, items, source)``: the flags, OGB-featurised molecules and their source name.
+        ``(args, items, source)``: the flags (``args.selection``: which molecules, for the
+        report), OGB-featurised molecules and their source name.
     """
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--molecules", type=int, default=2000)
@@ -93,13 +208,14 @@ def setup(
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--peer", choices=["hf"], default=None)
     p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    add_molecule_flags(p)
     for flag, kw in extra.items():
         p.add_argument(flag, **kw)
     a = p.parse_args()
     if a.smoke:
         a.molecules, a.repeats = smoke_molecules, 1
     torch.set_num_threads(a.threads)
-    smiles, source = molecules(a.molecules)
+    smiles, source, a.selection = molecules(a.molecules, a.smiles_file, a.disconnected)
     return a, ogb_items(smiles), source
 
 

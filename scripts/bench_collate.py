@@ -7,11 +7,23 @@ Face's ``GraphormerDataCollator`` on the same molecules. Run::
     python scripts/bench_collate.py --molecules 2000 --batch-size 64 --threads 1 [--peer hf]
     python scripts/bench_collate.py --pad-to-multiple 8
     python scripts/bench_collate.py --smoke
+    python scripts/bench_collate.py --disconnected --peer hf   # salts and mixtures alone
+
+Connected molecules only unless ``--disconnected``; the peer is skipped with a message when its
+padded tensors are estimated above ``--peer-max-gib``.
 """
 
 from __future__ import annotations
 
-from _bench import hf_graphormer, median_rate, pyg_graphs, report, setup
+from _bench import (
+    hf_graphormer,
+    median_rate,
+    peer_gib,
+    peer_skip_reason,
+    pyg_graphs,
+    report,
+    setup,
+)
 
 from graphormer_urpe import collate
 
@@ -38,7 +50,11 @@ def main() -> None:
     results: dict = {}
     rate, rates = median_rate(ours, a.repeats)
     results["ours"] = {"graphs_per_s": round(rate, 1), "all": [round(r) for r in rates]}
-    if a.peer == "hf":
+    gib = peer_gib(items, bs) if a.peer == "hf" else 0.0
+    skip = peer_skip_reason(gib, a.peer_max_gib, items) if a.peer == "hf" else None
+    if skip:
+        results["hf"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
+    elif a.peer == "hf":
         hf = hf_graphormer()
         if hf is None:
             raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
@@ -61,6 +77,7 @@ def main() -> None:
         {
             "molecules": len(graphs),
             "source": source,
+            **a.selection,
             "batch_size": bs,
             "multi_hop_max_dist": mh,
             "pad_to_multiple": a.pad_to_multiple,

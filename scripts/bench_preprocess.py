@@ -15,13 +15,16 @@ exactly. Run::
 
     python scripts/bench_preprocess.py --molecules 2000 --threads 1 [--peer hf]
     python scripts/bench_preprocess.py --smoke
+
+Connected molecules only unless ``--disconnected``; the peer is skipped with a message when its
+padded tensors are estimated above ``--peer-max-gib``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from _bench import hf_graphormer, median_rate, report, setup
+from _bench import hf_graphormer, median_rate, peer_gib, peer_skip_reason, report, setup
 from torch_geometric.data import Data
 
 from graphormer_urpe.graph.fast_features import BatchedStructures, batched_graph_structure
@@ -101,7 +104,11 @@ def main() -> None:
             same &= x.dtype == y.dtype and x.shape == y.shape and bool(torch.equal(x, y))
     results["batched_identical_to_per_graph"] = same
 
-    if a.peer == "hf":
+    gib = peer_gib(items, None) if a.peer == "hf" else 0.0
+    skip = peer_skip_reason(gib, a.peer_max_gib, items) if a.peer == "hf" else None
+    if skip:
+        results["hf_cython"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
+    elif a.peer == "hf":
         hf = hf_graphormer()
         if hf is None:
             raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
@@ -143,6 +150,7 @@ def main() -> None:
         {
             "molecules": len(items),
             "source": source,
+            **a.selection,
             "features": "ogb",
             "mean_atoms": round(float(np.mean(nodes)), 1),
             "multi_hop_max_dist": mh,

@@ -12,6 +12,10 @@ size on the same pre-collated batches. Run::
         --batch-size 256 --pad-to-multiple 8
     python scripts/bench_train.py --compile
     python scripts/bench_train.py --smoke
+    python scripts/bench_train.py --disconnected --peer hf --peer-max-gib 4  # salts alone
+
+Connected molecules only unless ``--disconnected``; the peer is skipped with a message when its
+padded tensors are estimated above ``--peer-max-gib`` (a salt pads them to 510 hops).
 
 Memory: on a GPU, ``torch.cuda.max_memory_allocated``. On the CPU (no allocator statistics),
 one extra step per model runs under ``torch.profiler`` with ``profile_memory=True``; the
@@ -30,7 +34,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import torch
-from _bench import hf_graphormer, molecules, ogb_items, pyg_graphs, report
+from _bench import (
+    add_molecule_flags,
+    hf_graphormer,
+    molecules,
+    ogb_items,
+    peer_gib,
+    peer_skip_reason,
+    pyg_graphs,
+    report,
+)
 
 from graphormer_urpe import Graphormer, collate, get_preset
 from graphormer_urpe.graph.interop import config_to_hf
@@ -154,6 +167,7 @@ def main() -> None:
     p.add_argument("--no-memory", action="store_true", help="skip the memory step")
     p.add_argument("--peer", choices=["hf"], default=None)
     p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    add_molecule_flags(p)
     a = p.parse_args()
     if a.smoke:
         a.molecules, a.steps, a.warmup, a.batch_size = 16, 1, 1, 8
@@ -161,7 +175,7 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     device = torch.device(a.device)
     precision = Precision(a.precision, device)
-    smiles, source = molecules(a.molecules)
+    smiles, source, selection = molecules(a.molecules, a.smiles_file, a.disconnected)
     items = ogb_items(smiles)
     cfg = fit_tables(get_preset(a.preset), "ogb")
     if a.smoke:
@@ -186,7 +200,11 @@ def main() -> None:
         )
         del model
 
-    if a.peer == "hf":
+    gib = peer_gib(items, bs, keep_batches=True) if a.peer == "hf" else 0.0
+    skip = peer_skip_reason(gib, a.peer_max_gib, items) if a.peer == "hf" else None
+    if skip:
+        results["hf"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
+    elif a.peer == "hf":
         hf = hf_graphormer()
         if hf is None:
             raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
@@ -226,6 +244,7 @@ def main() -> None:
         "pad_to_multiple": a.pad_to_multiple,
         "molecules": len(graphs),
         "source": source,
+        **selection,
         "real_token_fraction": round(real / grid, 3),
     }
     if not a.no_memory:

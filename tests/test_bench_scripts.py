@@ -26,3 +26,66 @@ def test_benchmark_smoke_mode_emits_json(name):
     assert report["benchmark"] == name.removeprefix("bench_")
     rates = [v["graphs_per_s"] for v in report["results"].values() if isinstance(v, dict)]
     assert rates and all(r > 0 for r in rates)
+
+
+SALTS = [
+    "[Na+].[Cl-]",
+    "CC(=O)[O-].[Na+]",
+    "C[N+](C)(C)C.[Br-]",
+    "c1ccccc1C(=O)O.N",
+    "CCN(CC)CC.Cl",
+    "O=S(=O)(O)O.c1ccncc1",
+    "[K+].[O-]C(=O)c1ccccc1",
+    "CCO.O",
+    "NCCN.Cl.Cl",
+    "CC(C)N.OC(=O)C(O)=O",
+]
+
+
+@pytest.fixture
+def salty_smiles(tmp_path) -> Path:
+    """A molecule list where every other entry is disconnected (salts, mixtures)."""
+    from .test_cli import SMILES
+
+    rows = [s for pair in zip(SALTS, SMILES, strict=False) for s in pair] + SMILES[len(SALTS) :]
+    path = tmp_path / "salty.csv"
+    path.write_text("smiles\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _bench(name: str, *args: str) -> tuple[dict, str]:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{name}.py"), "--smoke", "--threads", "1", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout), proc.stderr
+
+
+@pytest.mark.parametrize("name", ["bench_preprocess", "bench_collate", "bench_train"])
+def test_benchmarks_skip_disconnected_molecules_and_say_so(name, salty_smiles):
+    report, _ = _bench(name, "--smiles-file", str(salty_smiles))
+    config = report["config"]
+    assert config["connectivity"] == "connected" and config["source"] == "salty.csv"
+    kept = config["molecules"]
+    # the salts met before the kept molecules ran out: one before each of the first ten
+    assert config["skipped_disconnected"] == min(kept, len(SALTS))
+    rates = [v["graphs_per_s"] for v in report["results"].values() if isinstance(v, dict)]
+    assert rates and all(r > 0 for r in rates)
+
+
+def test_disconnected_on_request_and_the_peer_memory_cap(salty_smiles):
+    args = ["--smiles-file", str(salty_smiles), "--disconnected", "--peer", "hf"]
+    report, err = _bench("bench_train", *args, "--peer-max-gib", "0.001", "--no-memory")
+    config = report["config"]
+    assert config["connectivity"] == "disconnected" and config["molecules"] == len(SALTS)
+    from .test_cli import SMILES
+
+    assert config["skipped_connected"] == len(SMILES)  # fewer salts than asked: all scanned
+    skipped = report["results"]["hf"]
+    assert "510 hops" in skipped["skipped"] and skipped["estimated_gib"] > 0.001
+    assert sum("peer skipped" in line for line in err.splitlines()) == 1
+    assert report["results"]["ours_urpe"]["graphs_per_s"] > 0

@@ -87,3 +87,18 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     files = {p.name for p in two.iterdir()}
     assert {"metrics.json", "config.json", "history.csv", "last.pt", "best.pt"} <= files
     assert files == {p.name for p in one.iterdir()}
+
+
+def test_time_limit_stops_every_process_at_the_same_step(tmp_path):
+    """Rank 0's clock decides and every process stops after the same step (a disagreement
+    would leave one process waiting in a collective until the timeout)."""
+    table = _table(tmp_path / "mols.csv")
+    out = tmp_path / "two"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    args = [*_args(table, tmp_path / "data", out, 4), "--time-limit", "1e-9"]
+    proc = _run([*torchrun, "--nproc_per_node=2", "-m", "graphormer_urpe.cli", *args], tmp_path)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["stopped_on_time"] is True
+    assert metrics["steps"] == 1 and metrics["steps_planned"] == 12
+    assert "test_mae" in metrics and (out / "best.pt").exists()
+    assert proc.stderr.count("time limit of 1e-09 min reached after step 1") == 1

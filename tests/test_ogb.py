@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import gzip
+import io
 import json
 import logging
 import urllib.error
@@ -560,7 +561,7 @@ def test_masked_bce_ignores_missing_labels():
     assert torch.isfinite(masked_loss(pred, target, "l1"))
 
 
-def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path):
+def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path, capsys):
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 2, size=(len(SMILES), 12)).astype(float)
     labels[rng.random(labels.shape) < 0.3] = np.nan  # tox21 has missing labels
@@ -587,6 +588,23 @@ def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path):
     assert metrics["best_valid_rocauc"] == pytest.approx(history["valid_rocauc"].max())
     assert metrics["best_epoch"] == int(history["valid_rocauc"].idxmax())
     assert 0.0 <= metrics["test_rocauc"] <= 1.0 and metrics["baseline_valid_rocauc"] == 0.5
+
+    # predict: probabilities by default, raw scores with --logits; the columns say which
+    capsys.readouterr()
+    smiles = ["CCO", "c1ccccc1O", "not_a_smiles(("]
+    base = ["predict", "--checkpoint", str(out / "best.pt"), "--no-progress", "--smiles", *smiles]
+    assert cli.main(base) == 0
+    probs = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert cli.main([*base, "--logits"]) == 0
+    logits = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    tasks = [f"task{i}" for i in range(12)]
+    assert list(probs.columns) == ["smiles", *(f"prob_{t}" for t in tasks), "error"]
+    assert list(logits.columns) == ["smiles", *(f"logit_{t}" for t in tasks), "error"]
+    p = probs[[f"prob_{t}" for t in tasks]].to_numpy()[:2]
+    z = logits[[f"logit_{t}" for t in tasks]].to_numpy()[:2]
+    assert ((p > 0) & (p < 1)).all()
+    np.testing.assert_allclose(p, 1.0 / (1.0 + np.exp(-z)), rtol=1e-4, atol=1e-6)
+    assert probs["error"].isna().tolist() == [True, True, False]
 
 
 # ---------------------------------------------------------------------------------------

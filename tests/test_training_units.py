@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -87,6 +88,42 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path):
     torch.save({"w": 1}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a graphormer-urpe checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
+
+
+def test_unreadable_checkpoints_say_in_words_what_is_wrong(tmp_path):
+    import zipfile
+
+    from graphormer_urpe.training import load_model
+
+    save_checkpoint(tmp_path / "good.pt", {"w": torch.randn(1000), "config": "{}"})
+    data = (tmp_path / "good.pt").read_bytes()
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    files = {
+        "trunc.pt": (data[: len(data) // 2], "zip archive is truncated or damaged"),
+        "text.pt": (b"hello world\n" * 4, "not a PyTorch file (it starts with b'hello wo'"),
+        "empty.pt": (b"", "the file is empty"),
+    }
+    for name, (content, _) in files.items():
+        (tmp_path / name).write_bytes(content)
+    torch.save({"format": "graphormer-urpe/1", "x": Evil()}, tmp_path / "evil.pt")
+    files["evil.pt"] = (None, "pickled Python object (print), which safe loading")
+    torch.save({"format": "graphormer-urpe/1", "x": zipfile.ZipInfo("a")}, tmp_path / "obj.pt")
+    files["obj.pt"] = (None, "pickled Python object (zipfile.ZipInfo)")
+    torch.save({"w": 1, "step": 2}, tmp_path / "other.pt")
+    files["other.pt"] = (None, "holding a dict without a 'format' entry (keys: w, step)")
+    for name, (_, words) in files.items():
+        with pytest.raises(CheckpointError) as exc:
+            load_checkpoint(tmp_path / name)
+        msg = str(exc.value)
+        assert words in msg and str(tmp_path / name) in msg and "\n" not in msg, msg
+        assert not re.search(r":\s*\d+$", msg), msg  # never a bare number at the end
+    with pytest.raises(CheckpointError, match="has no 'model' entry") as exc:
+        load_model(tmp_path / "good.pt", "cpu")
+    assert str(tmp_path / "good.pt") in str(exc.value)
 
 
 def test_make_config_presets_and_overrides():

@@ -328,10 +328,11 @@ def load_split_dict(path: str | os.PathLike[str], names: tuple[str, ...]) -> dic
         with torch.serialization.safe_globals(_numpy_safe_globals()):
             raw = torch.load(path, weights_only=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        from ..training.checkpoint import torch_load_problem
+
         raise ValueError(
             f"split file {path} cannot be loaded safely (only numpy/torch index arrays are "
-            f"accepted): {first}"
+            f"accepted): {torch_load_problem(path, exc)}"
         ) from None
     if not isinstance(raw, dict):
         raise ValueError(f"split file {path} holds a {type(raw).__name__}, not a dict of splits")

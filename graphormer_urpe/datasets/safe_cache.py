@@ -63,10 +63,11 @@ def load_processed(path: str, what: str) -> tuple[Any, dict]:
             data = data_cls.from_dict(data)
         return data, slices
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        from ..training.checkpoint import torch_load_problem
+
         raise ValueError(
-            f"processed {what} file {path} cannot be loaded safely ({first}); delete it to "
-            "re-process"
+            f"processed {what} file {path} cannot be loaded safely: "
+            f"{torch_load_problem(path, exc)}; delete it to re-process"
         ) from None
 
 

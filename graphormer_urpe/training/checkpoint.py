@@ -15,6 +15,7 @@ import random
 import re
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "set_rng_state",
     "CheckpointKeeper",
     "incompatible_checkpoint",
+    "torch_load_problem",
 ]
 
 FORMAT = "graphormer-urpe/1"
@@ -107,6 +109,53 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def torch_load_problem(path: str | os.PathLike, exc: BaseException) -> str:
+    """What is wrong with a file that ``torch.load(path, weights_only=True)`` failed on, in
+    words (``exc`` is its exception): empty, not a PyTorch file, a truncated or damaged zip
+    archive, or pickled content that safe loading refuses (naming the refused global)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as err:
+        return f"the file cannot be opened ({err.strerror or err})"
+    if size == 0:
+        return "the file is empty (0 bytes)"
+    text = str(exc)
+    if head.startswith(b"PK"):  # torch.save's zip container
+        try:
+            with zipfile.ZipFile(path) as zf:
+                bad = zf.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+            return (
+                f"the zip archive is truncated or damaged ({size:,} bytes; {err}); "
+                "the file was cut short or overwritten"
+            )
+        if bad is not None:
+            return f"the zip archive is damaged: its member {bad} fails the CRC check"
+    elif not head.startswith(b"\x80"):  # neither a zip archive nor a pickle
+        return (
+            f"it is not a PyTorch file (it starts with {head!r}; torch.save writes a zip "
+            "archive starting with b'PK')"
+        )
+    if m := re.search(r"GLOBAL ([\w.]+)", text):
+        return (
+            f"it holds a pickled Python object ({m.group(1)}), which safe loading "
+            "(weights_only=True) refuses as unsafe; only tensors and plain values are loaded, "
+            "so it was not written by this library or was altered"
+        )
+    if m := re.search(r"Unsupported operand (\d+)", text):
+        return (
+            f"it holds pickle instructions that safe loading (weights_only=True) refuses "
+            f"(opcode {int(m.group(1))}); it is not a plain tensor file"
+        )
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if isinstance(exc, KeyError) or not first or first.isdigit():
+        return f"its contents are corrupted ({type(exc).__name__} while unpickling)"
+    return f"its contents are corrupted ({type(exc).__name__}: {first})"
+
+
 @contextlib.contextmanager
 def incompatible_checkpoint(path: str | os.PathLike) -> Iterator[None]:
     """Turn a failure to restore a checkpoint's contents into a one-line :class:`CheckpointError`.
@@ -120,7 +169,10 @@ def incompatible_checkpoint(path: str | os.PathLike) -> Iterator[None]:
     except (KeyError, ValueError, TypeError, RuntimeError) as exc:
         if isinstance(exc, CheckpointError):
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, KeyError) and exc.args:
+            first = f"it has no {exc.args[0]!r} entry"
+        else:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"checkpoint {path} does not match its config: {first}") from exc
 
 
@@ -143,12 +195,17 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, random bytes, pickled objects, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"checkpoint {path} cannot be read (truncated, corrupted or unsafe): {first}"
-        ) from exc
+        problem = torch_load_problem(path, exc)
+        raise CheckpointError(f"checkpoint {path} cannot be read: {problem}") from exc
     if not isinstance(ckpt, dict) or "format" not in ckpt:
-        raise CheckpointError(f"{path} is not a graphormer-urpe checkpoint")
+        what = (
+            f"a dict without a 'format' entry (keys: {', '.join(map(str, list(ckpt)[:6]))})"
+            if isinstance(ckpt, dict)
+            else f"a {type(ckpt).__name__}"
+        )
+        raise CheckpointError(
+            f"{path} is not a graphormer-urpe checkpoint: it is a PyTorch file holding {what}"
+        )
     if ckpt["format"] != FORMAT:
         raise CheckpointError(
             f"checkpoint {path} has format {ckpt['format']!r}; this version reads {FORMAT!r}"

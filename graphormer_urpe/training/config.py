@@ -9,12 +9,24 @@ optimisation hyper-parameters it was published with. Every field can be overridd
 from __future__ import annotations
 
 import json
+import logging
+import math
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
 from ..graph.model import GraphormerConfig, get_preset
 
-__all__ = ["TrainConfig", "TRAIN_PRESETS", "make_config"]
+__all__ = [
+    "TrainConfig",
+    "TRAIN_PRESETS",
+    "make_config",
+    "override_config",
+    "read_config",
+    "plan_steps",
+]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,14 +40,25 @@ class TrainConfig:
     preset: str = "small"
     model: GraphormerConfig = field(default_factory=lambda: get_preset("small"))
     epochs: int | None = 20
-    """Number of epochs; ignored when ``max_steps`` is set."""
+    """Number of epochs; ignored when ``max_steps`` is set (:func:`make_config` clears the
+    preset's ``max_steps`` when ``epochs`` is given, and the preset's ``epochs`` when
+    ``max_steps`` is)."""
     max_steps: int | None = None
     batch_size: int = 64
     lr: float = 5e-4
     """Peak learning rate, reached after ``warmup_steps``."""
     end_lr: float = 1e-9
     warmup_steps: int = 500
+    """Linear warm-up steps (``config.json`` records the number used, see ``fit_warmup``)."""
+    fit_warmup: bool = True
+    """Scale a warm-up longer than a tenth of the run to the fraction of the run it takes in
+    the preset's published recipe (:func:`plan_steps`); giving ``warmup_steps`` to
+    :func:`make_config` or :func:`override_config` turns this off."""
     weight_decay: float = 0.01
+    """AdamW weight decay of every parameter except URPE's ``C`` (biases, LayerNorm and
+    embedding tables included, as in Graphormer)."""
+    urpe_weight_decay: float = 0.0
+    """AdamW weight decay of URPE's ``C`` tables (their own parameter group)."""
     clip_norm: float | None = 5.0
     loss: Literal["l1", "mse"] = "l1"
     seed: int = 1
@@ -56,6 +79,9 @@ class TrainConfig:
     """Size-bucketed batches: sort chunks of this many batches by graph size (``0``: off)."""
     compile: bool = False
     """Run the model through ``torch.compile`` (dynamic shapes)."""
+    time_limit: float | None = None
+    """Wall-clock budget of one launch in minutes (``None``: none). The learning-rate schedule
+    stays planned over the configured steps; the run stops cleanly when the budget is spent."""
     out: str = "runs/default"
     smiles_column: str = "smiles"
     target_columns: list[str] | None = None
@@ -125,10 +151,48 @@ TRAIN_PRESETS: dict[str, dict] = {
 }
 
 
+# A field given explicitly beats the preset, and so does what it implies: giving one of these
+# clears the preset's value of the others (giving both: ``max_steps`` wins, see plan_steps).
+_CLEARS: dict[str, tuple[str, ...]] = {"epochs": ("max_steps",), "max_steps": ("epochs",)}
+
+
+def override_config(
+    config: TrainConfig, model_overrides: dict | None = None, **overrides
+) -> TrainConfig:
+    """``config`` with the given fields replaced (``None`` values are ignored).
+
+    Fields that a given field makes meaningless are cleared: ``epochs`` clears ``max_steps``
+    and ``max_steps`` clears ``epochs`` unless both are given.
+
+    Args:
+        config: the base config (a preset's, or one read from a run's ``config.json``).
+        model_overrides: fields of :class:`GraphormerConfig` to change.
+        **overrides: fields of :class:`TrainConfig` to change.
+    """
+    known = {f.name for f in fields(TrainConfig)} - {"model"}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = set(given) - known
+    if unknown:
+        raise ValueError(f"unknown TrainConfig fields: {sorted(unknown)}")
+    for name, cleared in _CLEARS.items():
+        if name in given:
+            for other in cleared:
+                given.setdefault(other, None)
+    if "warmup_steps" in given:  # a warm-up given is kept as given
+        given.setdefault("fit_warmup", False)
+    model_given = {k: v for k, v in (model_overrides or {}).items() if v is not None}
+    model = replace(config.model, **model_given) if model_given else config.model
+    return replace(config, model=model, **given)
+
+
 def make_config(
     preset: str = "small", model_overrides: dict | None = None, **overrides
 ) -> TrainConfig:
     """A :class:`TrainConfig` from ``preset``, with training and model fields overridden.
+
+    Every field given beats the preset (see :func:`override_config`); unless ``warmup_steps``
+    is given, the preset's warm-up is fitted to the length of the run when training starts
+    (:func:`plan_steps`).
 
     Args:
         preset: a name in :data:`TRAIN_PRESETS` (also a model preset).
@@ -137,11 +201,67 @@ def make_config(
     """
     if preset not in TRAIN_PRESETS:
         raise KeyError(f"unknown preset {preset!r}; choose from {sorted(TRAIN_PRESETS)}")
-    model = get_preset(
-        preset, **{k: v for k, v in (model_overrides or {}).items() if v is not None}
-    )
-    cfg = TrainConfig(preset=preset, model=model, **TRAIN_PRESETS[preset])
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if "max_steps" in given:
-        given.setdefault("epochs", None)
-    return replace(cfg, **given)
+    cfg = TrainConfig(preset=preset, model=get_preset(preset), **TRAIN_PRESETS[preset])
+    return override_config(cfg, model_overrides, **overrides)
+
+
+def read_config(path: str | os.PathLike) -> TrainConfig:
+    """The :class:`TrainConfig` saved in a run's ``config.json`` (one-line errors)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a training config (a JSON object)")
+    try:
+        return TrainConfig.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path} is not a graphormer-urpe training config: {exc}") from None
+
+
+def plan_steps(config: TrainConfig, steps_per_epoch: int) -> tuple[int, int, int]:
+    """The optimizer steps, epochs and warm-up steps of a run.
+
+    ``max_steps`` when set, else ``epochs`` (default 1) times ``steps_per_epoch``. The warm-up
+    is ``warmup_steps``, except that with ``fit_warmup`` one longer than a tenth of the run is
+    scaled to the fraction of the run it takes in the preset's published recipe
+    (``zinc-slim`` 40k of 400k steps: 10%; ``pcqm4mv2-*`` 60k of 1M: 6%; ``small`` has no
+    step recipe and is not scaled), and that one not shorter than the run becomes a tenth of
+    it. Either change is logged on one line.
+
+    Returns:
+        ``(total_steps, epochs, warmup_steps)``.
+    """
+    total = config.max_steps or (config.epochs or 1) * steps_per_epoch
+    epochs = math.ceil(total / steps_per_epoch)
+    recipe = TRAIN_PRESETS.get(config.preset, TRAIN_PRESETS["small"])
+    warmup = config.warmup_steps
+    if config.fit_warmup and recipe["max_steps"] and warmup > total / 10:
+        fraction = recipe["warmup_steps"] / recipe["max_steps"]
+        scaled = max(1, round(total * fraction))
+        log.info(
+            "warm-up: %d steps are longer than a tenth of this %d-step run; scaled to %.3g%% of "
+            "the run as in the %s preset's published recipe (%d of %d steps): %d steps "
+            "(--warmup-steps sets it)",
+            warmup,
+            total,
+            100 * fraction,
+            config.preset,
+            recipe["warmup_steps"],
+            recipe["max_steps"],
+            scaled,
+        )
+        warmup = scaled
+    if warmup >= total:
+        short = max(1, total // 10)
+        log.warning(
+            "warmup_steps (%d) >= total steps (%d): warming up over %d steps instead",
+            warmup,
+            total,
+            short,
+        )
+        warmup = short
+    return total, epochs, warmup

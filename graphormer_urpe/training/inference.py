@@ -19,7 +19,13 @@ from .checkpoint import incompatible_checkpoint, load_checkpoint
 from .config import TrainConfig
 from .loop import Precision, load_splits, make_loader, predict, resolve_device
 
-__all__ = ["LoadedModel", "load_model", "evaluate_checkpoint", "predict_smiles"]
+__all__ = [
+    "LoadedModel",
+    "load_model",
+    "evaluate_checkpoint",
+    "predict_smiles",
+    "checkpoint_task_type",
+]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,16 @@ class LoadedModel:
     target_names: list[str]
     metric: str
     device: torch.device
+    task_type: str = "regression"
+    """``binary`` (the model outputs one logit per task) or ``regression``."""
+
+
+def checkpoint_task_type(ckpt: dict) -> str:
+    """``binary`` or ``regression`` for a loaded checkpoint (older checkpoints, which do not
+    record it, are binary when selected on ROC-AUC or AP)."""
+    if "task_type" in ckpt:
+        return str(ckpt["task_type"])
+    return "binary" if ckpt.get("metric") in ("rocauc", "ap") else "regression"
 
 
 def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
@@ -51,6 +67,7 @@ def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
         target_names=list(ckpt.get("target_names", ["y"])),
         metric=ckpt.get("metric", "mae"),
         device=dev,
+        task_type=checkpoint_task_type(ckpt),
     )
 
 

@@ -57,7 +57,7 @@ from .checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from .config import TrainConfig
+from .config import TrainConfig, plan_steps
 from .distributed import DistContext, gather_in_order, init_distributed
 from .sampler import EpochBatchSampler
 
@@ -71,6 +71,7 @@ __all__ = [
     "Precision",
     "build_model",
     "make_optimizer",
+    "parameter_groups",
     "load_splits",
     "make_loader",
     "dataset_targets",
@@ -184,15 +185,45 @@ def make_loader(
     )
 
 
-def make_optimizer(params: Iterable[nn.Parameter], lr: float, weight_decay: float) -> AdamW:
+def parameter_groups(
+    model: nn.Module, weight_decay: float, urpe_weight_decay: float
+) -> list[dict[str, Any]]:
+    """AdamW parameter groups: URPE's ``C`` tables apart from everything else.
+
+    Every parameter that is not part of a :class:`~graphormer_urpe.graph.encodings.SpatialScale`
+    (weights, biases, LayerNorm scales and shifts, embedding tables, the head) is in group
+    ``"default"`` with ``weight_decay``; the ``C`` tables (``scale`` ``[L or 1, K, H]`` and
+    ``graph_token_scale`` ``[2, H]``) are in group ``"urpe_c"`` with ``urpe_weight_decay``.
+    Decay pulls ``C`` towards 0 (masking attention), not towards its initial 1 (plain RPE
+    attention). Models without URPE get the one default group.
+    """
+    from ..graph.encodings import SpatialScale
+
+    scale = [p for m in model.modules() if isinstance(m, SpatialScale) for p in m.parameters()]
+    ids = {id(p) for p in scale}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    groups: list[dict[str, Any]] = [
+        {"params": rest, "weight_decay": weight_decay, "name": "default"}
+    ]
+    if scale:
+        groups.append({"params": scale, "weight_decay": urpe_weight_decay, "name": "urpe_c"})
+    return groups
+
+
+def make_optimizer(
+    params: Iterable[nn.Parameter] | list[dict[str, Any]], lr: float, weight_decay: float
+) -> AdamW:
     """Graphormer's AdamW (betas 0.9/0.999, eps 1e-8), with PyTorch's fused kernel.
 
-    The fused implementation updates all parameters in one pass per tensor (about 2.7x
-    faster than the default loop on a CPU for the 47M-parameter PCQM4Mv2-base model) with the
-    same arithmetic; it is used on CPUs and CUDA GPUs, the default elsewhere.
+    ``params`` are parameters or parameter groups (:func:`parameter_groups`); ``weight_decay``
+    applies to groups that set none. The fused implementation updates all parameters in one
+    pass per tensor (about 2.7x faster than the default loop on a CPU for the 47M-parameter
+    PCQM4Mv2-base model) with the same arithmetic; it is used on CPUs and CUDA GPUs, the
+    default elsewhere.
     """
     params = list(params)
-    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
+    tensors = [q for g in params for q in (g["params"] if isinstance(g, dict) else [g])]
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in tensors)
     return AdamW(
         params,
         lr=lr,
@@ -291,6 +322,11 @@ def load_splits(config: TrainConfig):
     )
 
 
+def _time_up(limit_minutes: float | None, start: float) -> bool:
+    """Whether a budget of ``limit_minutes`` (``None``: none) counted from ``start`` is spent."""
+    return limit_minutes is not None and time.perf_counter() - start >= 60 * limit_minutes
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """SIGTERM or SIGINT stopped training; a checkpoint of the exact position was saved.
 
@@ -380,6 +416,7 @@ _PER_LAUNCH_FIELDS = (
     "keep_checkpoints",
     "num_workers",
     "threads",
+    "time_limit",
 )
 
 
@@ -420,6 +457,7 @@ def _train(
 ) -> dict[str, Any]:
     from ..datasets import graph_sizes
 
+    launch_start = time.perf_counter()
     out = Path(config.out)
     device = ctx.device
     main = ctx.is_main
@@ -462,8 +500,6 @@ def _train(
     else:
         model = build_model(config.model, splits.featurizer, splits.num_targets).to(device)
     config = replace(config, model=model.config)
-    if main:
-        atomic_write_text(out / "config.json", config.to_json())
     n_params = sum(p.numel() for p in model.parameters())
     metric = splits.metric
     if ctx.enabled:  # different dropout masks per process
@@ -495,18 +531,21 @@ def _train(
         for name in ("valid", "test")
     }
     steps_per_epoch = len(sampler)
-    total = config.max_steps or (config.epochs or 1) * steps_per_epoch
-    epochs = math.ceil(total / steps_per_epoch)
-    warmup = config.warmup_steps
-    if warmup >= total:
-        warmup = max(1, total // 10)
+    total, epochs, warmup = plan_steps(config, steps_per_epoch)
+    config = replace(config, warmup_steps=warmup)  # config.json records the warm-up used
+    if main:
+        atomic_write_text(out / "config.json", config.to_json())
+    groups = parameter_groups(model, config.weight_decay, config.urpe_weight_decay)
+    saved_groups = ckpt.get("optimizer", {}).get("param_groups", []) if ckpt else []
+    if len(saved_groups) == 1 < len(groups):
         log.warning(
-            "warmup_steps (%d) >= total steps (%d): warming up over %d steps instead",
-            config.warmup_steps,
-            total,
-            warmup,
+            "%s was written before URPE's C had its own weight-decay group: this run continues "
+            "with one group (weight decay %g on C too), as it started",
+            path,
+            config.weight_decay,
         )
-    optimizer = make_optimizer(model.parameters(), config.lr, config.weight_decay)
+        groups = list(model.parameters())
+    optimizer = make_optimizer(groups, config.lr, config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda s: linear_schedule(s, warmup, total, config.lr, config.end_lr) / config.lr,
@@ -529,8 +568,8 @@ def _train(
         baseline[name] = splits.evaluate(mean.expand_as(y), y)[metric]
     log.info(
         "%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
-        "(%d epochs x %d), batch %d x %d process(es) = %d graphs per step, peak lr %.2g, "
-        "device %s, %s",
+        "(%d epochs x %d), warm-up %d, batch %d x %d process(es) = %d graphs per step, "
+        "peak lr %.2g, device %s, %s",
         splits.name,
         len(splits.train),
         len(splits.valid),
@@ -543,6 +582,7 @@ def _train(
         total,
         epochs,
         steps_per_epoch,
+        warmup,
         config.batch_size,
         ctx.world_size,
         sampler.global_batch_size,
@@ -551,6 +591,13 @@ def _train(
         precision.kind,
     )
 
+    if config.time_limit is not None:
+        log.info(
+            "time limit %g min: the learning-rate schedule stays planned over the %d steps above; "
+            "the run stops after the step that spends the budget, wherever the schedule is",
+            config.time_limit,
+            total,
+        )
     epoch, start_batch, step = 0, 0, 0
     best, best_epoch = -math.inf if higher else math.inf, -1
     rows: list[dict[str, Any]] = []
@@ -616,6 +663,7 @@ def _train(
             "featurizer": splits.featurizer,
             "target_names": list(splits.target_names),
             "metric": metric,
+            "task_type": splits.task_type,
             "train_mean": mean,
         }
 
@@ -645,6 +693,7 @@ def _train(
         log.info("initial model (--init-from): valid %s %.4f", metric, value)
 
     wall_start = time.perf_counter()
+    timed_out = False
     bar = tqdm(
         total=total, initial=step, desc="train", disable=not (progress and main), dynamic_ncols=True
     )
@@ -660,9 +709,10 @@ def _train(
             with precision.autocast():
                 pred = net(batch)
             loss = masked_loss(pred, batch.y, loss_kind)
-            # one collective per step: the loss (for the log and the finiteness check) and
-            # whether any process was asked to stop
-            flags = torch.tensor([float(loss.detach()), float(stop["signal"])])
+            # one collective per step: the loss (for the log and the finiteness check), whether
+            # any process was asked to stop, and whether rank 0's clock says the time is up
+            time_up = main and _time_up(config.time_limit, launch_start)
+            flags = torch.tensor([float(loss.detach()), float(stop["signal"]), float(time_up)])
             shared = ctx.all_sum(flags)
             if not math.isfinite(float(shared[0])):
                 good = state(epoch, batch_index)  # the weights before this step
@@ -692,6 +742,9 @@ def _train(
             if signum and mid_epoch:
                 train_seconds += time.perf_counter() - t0
                 raise TrainingInterrupted(signum, checkpoint(epoch, batch_index))
+            if int(shared[2]) and step < total:  # the same decision on every process
+                timed_out = True
+                break
             if config.checkpoint_every and step % config.checkpoint_every == 0 and mid_epoch:
                 train_seconds += time.perf_counter() - t0
                 t0 = time.perf_counter()
@@ -703,7 +756,7 @@ def _train(
             "lr": optimizer.param_groups[0]["lr"],
             "train_loss": loss_sum / loss_count if loss_count else math.nan,
         }
-        last_epoch = epoch == epochs - 1 or step >= total
+        last_epoch = epoch == epochs - 1 or step >= total or timed_out
         if (epoch + 1) % config.eval_every == 0 or last_epoch:
             loader, index = eval_loaders["valid"]
             n_valid = len(splits.valid)
@@ -729,6 +782,17 @@ def _train(
             )
         row["seconds"] = round(train_seconds, 2)
         history.add(row)
+        if timed_out:  # a checkpoint of the exact position: --resume continues from it
+            saved = checkpoint(epoch, batch_index)
+            log.info(
+                "time limit of %g min reached after step %d of %d (epoch %d)%s",
+                config.time_limit,
+                step,
+                total,
+                epoch,
+                f": checkpoint {saved}" if saved else "",
+            )
+            break
         epoch, start_batch, loss_sum, loss_count = epoch + 1, 0, 0.0, 0
         saved = checkpoint(epoch, 0)
         requested = int(ctx.all_sum(torch.tensor([float(stop["signal"])]))[0])
@@ -753,7 +817,10 @@ def _train(
         "preset": config.preset,
         "parameters": n_params,
         "steps": step,
+        "steps_planned": total,
         "epochs": sum(int(r["epoch"]) >= 0 for r in history.rows),
+        "stopped_on_time": timed_out,
+        "time_limit_minutes": config.time_limit,
         f"best_valid_{metric}": best,
         "best_epoch": best_epoch,
         **{f"test_{k}": v for k, v in test.items()},

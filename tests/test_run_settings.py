@@ -1,0 +1,204 @@
+"""What a run does with the flags typed: flags beat presets, time budgets, re-runs from a saved
+config, URPE by default, and URPE's C in its own weight-decay group."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from graphormer_urpe import cli
+from graphormer_urpe.graph.model import Graphormer, get_preset
+from graphormer_urpe.training import TRAIN_PRESETS, loop, make_config
+from graphormer_urpe.training.checkpoint import load_checkpoint
+from graphormer_urpe.training.config import plan_steps
+from graphormer_urpe.training.loop import make_optimizer, parameter_groups
+
+from .test_cli import _train_args
+from .test_resume import table  # noqa: F401 - the shared 40-molecule CSV fixture
+
+
+def _config(*flags: str):
+    return cli.train_config(cli.build_parser().parse_args(["train", *flags]))
+
+
+# ---------------------------------------------------------------------------------------
+# a typed flag beats the preset
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", sorted(TRAIN_PRESETS))
+def test_epochs_beats_every_presets_step_count(preset, caplog):
+    cfg = _config("--preset", preset, "--epochs", "2")
+    assert cfg.epochs == 2 and cfg.max_steps is None
+    recipe = TRAIN_PRESETS[preset]
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        total, epochs, warmup = plan_steps(cfg, 50)
+    assert (total, epochs) == (100, 2)
+    assert 1 <= warmup <= total // 10
+    if recipe["max_steps"]:  # the published recipe's fraction of the run
+        assert warmup == round(100 * recipe["warmup_steps"] / recipe["max_steps"])
+        assert "scaled to" in caplog.text and str(recipe["warmup_steps"]) in caplog.text
+
+
+@pytest.mark.parametrize("preset", sorted(TRAIN_PRESETS))
+def test_max_steps_beats_every_presets_epochs_and_typed_warmup_is_kept(preset):
+    cfg = _config("--preset", preset, "--max-steps", "30")
+    assert cfg.max_steps == 30 and cfg.epochs is None
+    assert plan_steps(cfg, 7)[:2] == (30, 5)
+    cfg = _config("--preset", preset, "--epochs", "3", "--warmup-steps", "9")
+    assert plan_steps(cfg, 40) == (120, 3, 9)  # typed: kept although > 10% of the run
+    both = _config("--preset", preset, "--epochs", "3", "--max-steps", "11")
+    assert plan_steps(both, 40)[0] == 11  # both typed: the step count wins, as documented
+
+
+def test_a_long_enough_run_keeps_the_presets_warmup():
+    cfg = make_config("zinc-slim", epochs=1000)
+    assert plan_steps(cfg, 400) == (400_000, 1000, 40_000)
+    cfg = make_config("pcqm4mv2-small", max_steps=200_000)
+    assert plan_steps(cfg, 1000)[2] == 12_000  # 60k > 10% of 200k: 6% of the run
+
+
+def test_epochs_with_a_step_preset_trains_that_many_epochs(table, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    args = _train_args(table, tmp_path / "data", out, "--preset", "pcqm4mv2-small")
+    args[args.index("--warmup-steps") : args.index("--warmup-steps") + 2] = []
+    args[args.index("--epochs") + 1] = "2"
+    assert cli.main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] == metrics["steps_planned"] == 2 * 4 and metrics["epochs"] == 2
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["max_steps"] is None and saved["warmup_steps"] == max(1, round(8 * 0.06))
+
+
+# ---------------------------------------------------------------------------------------
+# --time-limit
+# ---------------------------------------------------------------------------------------
+
+
+def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog):  # noqa: F811
+    out = tmp_path / "run"
+    args = _train_args(table, tmp_path / "data", out)  # no --attention: URPE by default
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main([*args, "--time-limit", "1e-9"]) == 0
+    assert "schedule stays planned over the 12 steps" in caplog.text
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped_on_time"] is True and metrics["time_limit_minutes"] == 1e-9
+    assert metrics["steps"] == 1 and metrics["steps_planned"] == 12
+    assert metrics["attention"] == "urpe"
+    assert (out / "best.pt").exists() and "test_mae" in metrics
+    best = load_checkpoint(out / "best.pt")
+    assert metrics["best_valid_mae"] == best["best"]
+    last = load_checkpoint(out / "last.pt")
+    assert last["step"] == 1 and last["position"] == {"epoch": 0, "batch": 1}
+    # a new launch without a budget continues from the exact position to the planned end
+    assert cli.main([*args, "--resume"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped_on_time"] is False and metrics["steps"] == 12
+
+
+# ---------------------------------------------------------------------------------------
+# --config: repeat a run
+# ---------------------------------------------------------------------------------------
+
+
+def test_config_repeats_a_run_and_typed_flags_override_fields(table, tmp_path, capsys):  # noqa: F811
+    first = tmp_path / "first"
+    args = _train_args(table, tmp_path / "data", first, "--preset", "zinc-slim")
+    args[args.index("--epochs") + 1] = "1"
+    assert cli.main(args) == 0
+    original = json.loads((first / "config.json").read_text())
+    assert original["preset"] == "zinc-slim" and original["model"]["attention"] == "urpe"
+
+    again = tmp_path / "again"
+    assert cli.main(["train", "--config", str(first / "config.json"), "--out", str(again)]) == 0
+    repeated = json.loads((again / "config.json").read_text())
+    assert {**repeated, "out": None} == {**original, "out": None}
+    m1 = json.loads((first / "metrics.json").read_text())
+    m2 = json.loads((again / "metrics.json").read_text())
+    assert m2["best_valid_mae"] == pytest.approx(m1["best_valid_mae"], abs=1e-6)
+
+    other = tmp_path / "other"
+    flags = ["--out", str(other), "--seed", "7", "--attention", "graphormer"]
+    assert cli.main(["train", "--config", str(first / "config.json"), *flags]) == 0
+    changed = json.loads((other / "config.json").read_text())
+    diff = {k for k in original if original[k] != changed[k]}
+    assert diff == {"out", "seed", "model"}
+    model_diff = {k for k in original["model"] if original["model"][k] != changed["model"][k]}
+    assert model_diff == {"attention"}
+
+    capsys.readouterr()
+    assert cli.main(["train", "--config", str(first / "config.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err and str(first) in err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"epochs": 2, "colour": "red"}')
+    assert cli.main(["train", "--config", str(bad)]) == 2
+    assert "colour" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# URPE by default
+# ---------------------------------------------------------------------------------------
+
+
+def test_urpe_is_the_default_attention_of_train():
+    cfg = _config()
+    assert cfg.model.attention == "urpe" and cfg.out.endswith("-urpe")
+    assert cfg.preset == "small" and cfg.dataset == "nci5k"
+    for preset in TRAIN_PRESETS:
+        assert _config("--preset", preset).model.attention == "urpe"
+    base = _config("--attention", "graphormer")
+    assert base.model.attention == "graphormer" and base.out.endswith("-graphormer")
+
+
+# ---------------------------------------------------------------------------------------
+# URPE's C: its own weight decay
+# ---------------------------------------------------------------------------------------
+
+
+def test_urpe_scale_has_its_own_weight_decay_group():
+    torch.manual_seed(0)
+    model = Graphormer(get_preset("small", attention="urpe", num_layers=2))
+    groups = parameter_groups(model, 0.1, 0.0)
+    assert [g["name"] for g in groups] == ["default", "urpe_c"]
+    named = dict(model.named_parameters())
+    scale_names = {n for n in named if ".spatial_scale." in n}
+    assert len(scale_names) == 2
+    c_ids = {id(p) for p in groups[1]["params"]}
+    rest_ids = {id(p) for p in groups[0]["params"]}
+    assert c_ids == {id(named[n]) for n in scale_names} and not c_ids & rest_ids
+    assert c_ids | rest_ids == {id(p) for p in named.values()}
+    # with zero gradients AdamW only decays: C stays 1, every other parameter shrinks
+    opt = make_optimizer(groups, lr=0.5, weight_decay=0.1)
+    before = {n: p.detach().clone() for n, p in named.items()}
+    for p in named.values():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    for n, p in named.items():
+        factor = 1.0 if n in scale_names else 1.0 - 0.5 * 0.1
+        torch.testing.assert_close(p.detach(), before[n] * factor)
+    plain = Graphormer(get_preset("small", attention="graphormer", num_layers=2))
+    assert [g["name"] for g in parameter_groups(plain, 0.1, 0.0)] == ["default"]
+
+
+def test_urpe_weight_decay_flag_and_default():
+    assert _config().urpe_weight_decay == 0.0
+    assert _config("--urpe-weight-decay", "0.05").urpe_weight_decay == 0.05
+    assert _config("--weight-decay", "0.3").urpe_weight_decay == 0.0
+
+
+def test_a_run_begun_with_one_optimizer_group_resumes_with_one(table, tmp_path, caplog):  # noqa: F811
+    out = tmp_path / "run"
+    args = _train_args(table, tmp_path / "data", out)
+    with pytest.MonkeyPatch.context() as mp:  # the optimizer as it was before the C group
+        mp.setattr(loop, "parameter_groups", lambda model, wd, urpe_wd: list(model.parameters()))
+        assert cli.main([*args, "--time-limit", "1e-9"]) == 0
+    assert len(load_checkpoint(out / "last.pt")["optimizer"]["param_groups"]) == 1
+    with caplog.at_level(logging.WARNING, logger="graphormer_urpe"):
+        assert cli.main([*args, "--resume"]) == 0
+    assert "before URPE's C had its own weight-decay group" in caplog.text
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 12
+    assert len(load_checkpoint(out / "last.pt")["optimizer"]["param_groups"]) == 1
