@@ -19,17 +19,20 @@ import torch
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "zinc"
 
 
-def molecules(count: int) -> tuple[list[str], str]:
-    """``count`` real SMILES: ZINC validation + training molecules, else RDKit's NCI set."""
+def molecules(count: int, csv_path: str | None = None) -> tuple[list[str], str]:
+    """``count`` real SMILES: from ``csv_path`` (first column, a header row) when given, else
+    the ZINC validation + training molecules beside the project, else RDKit's NCI set."""
     smiles: list[str] = []
     source = "nci5k"
-    for name in ("val.csv", "train.csv"):
-        path = SHARED / name
+    paths = [Path(csv_path)] if csv_path else [SHARED / "val.csv", SHARED / "train.csv"]
+    for path in paths:
+        if csv_path and not path.exists():
+            raise FileNotFoundError(f"molecule table {path} does not exist")
         if path.exists():
             with open(path) as fh:
                 next(fh)
                 smiles.extend(line.split(",")[0] for line in fh)
-            source = "zinc"
+            source = "zinc" if not csv_path else path.name
     if not smiles:
         from graphormer_urpe.datasets.nci import read_nci_smiles
 
