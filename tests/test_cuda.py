@@ -1,5 +1,7 @@
 """CUDA correctness (``pytest -m cuda``): skipped without a GPU, checked on one.
 
+The slowest tests (``torch.compile``) come last, so that a time limit cuts them first.
+
 Run on a GPU machine by ``scripts/device_check.py`` (correctness section). The references
 are the CPU ones of the other test modules: the float64 attention formula of
 ``test_attention``, the CPU model itself, the CLI fixtures of ``test_cli``.
@@ -240,32 +242,6 @@ def test_a_nonfinite_loss_freezes_the_weights_on_the_device():
         assert torch.equal(p.detach(), good[n]), n
 
 
-@pytest.mark.parametrize("attention", ["graphormer", "urpe"])
-def test_compiled_model_matches_eager_and_stops_recompiling(attention):
-    import torch._dynamo
-
-    torch._dynamo.reset()
-    cfg = fit_tables(tiny_config(attention=attention), "ogb")
-    torch.manual_seed(0)
-    model = Graphormer(cfg).cuda().train()
-    compiled = torch.compile(model, dynamic=True)
-    graphs = graph_zoo(seed=9, count=96, node_features=3, edge_features=3)
-    sizes = (8, 12, 16, 20, 24, 16)
-    batches, start = [], 0
-    for bs in sizes:  # different batch sizes and pad lengths
-        batches.append(collate(graphs[start : start + bs], cfg.multi_hop_max_dist, 8).to("cuda"))
-        start += bs
-    counts = []
-    for b in batches:
-        eager = model(b)
-        out = compiled(b)
-        torch.testing.assert_close(out, eager, atol=1e-4, rtol=1e-4)
-        out.sum().backward()
-        counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
-    # at most one recompilation (static -> dynamic shapes) after the first batch, then none
-    assert counts[-1] == counts[2], counts
-
-
 def _table(tmp_path: Path) -> Path:
     path = tmp_path / "mols.csv"
     with open(path, "w", newline="") as fh:
@@ -305,16 +281,6 @@ def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(tmp_path):
     assert cpu_mae == pytest.approx(metrics["test_mae"], rel=1e-4, abs=1e-5)
 
 
-def test_train_with_compile_on_cuda(tmp_path):
-    table = _table(tmp_path)
-    out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--device", "cuda", "--compile")
-    _cli([*args, "--precision", "bf16"], tmp_path)
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["precision"] == "bf16" and metrics["steps"] > 0
-    assert metrics["best_valid_mae"] < metrics["baseline_valid_mae"] * 10
-
-
 def test_one_process_nccl_torchrun(tmp_path):
     table = _table(tmp_path)
     out = tmp_path / "run"
@@ -324,3 +290,39 @@ def test_one_process_nccl_torchrun(tmp_path):
     assert metrics["processes"] == 1 and metrics["device"] == "cuda:0"
     assert "distributed run: 1 processes (nccl)" in proc.stderr
     assert {"best.pt", "last.pt", "metrics.json"} <= {p.name for p in out.iterdir()}
+
+
+@pytest.mark.parametrize("attention", ["graphormer", "urpe"])
+def test_compiled_model_matches_eager_and_stops_recompiling(attention):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    cfg = fit_tables(tiny_config(attention=attention), "ogb")
+    torch.manual_seed(0)
+    model = Graphormer(cfg).cuda().train()
+    compiled = torch.compile(model, dynamic=True)
+    graphs = graph_zoo(seed=9, count=96, node_features=3, edge_features=3)
+    sizes = (8, 12, 16, 20, 24, 16)
+    batches, start = [], 0
+    for bs in sizes:  # different batch sizes and pad lengths
+        batches.append(collate(graphs[start : start + bs], cfg.multi_hop_max_dist, 8).to("cuda"))
+        start += bs
+    counts = []
+    for b in batches:
+        eager = model(b)
+        out = compiled(b)
+        torch.testing.assert_close(out, eager, atol=1e-4, rtol=1e-4)
+        out.sum().backward()
+        counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    # at most one recompilation (static -> dynamic shapes) after the first batch, then none
+    assert counts[-1] == counts[2], counts
+
+
+def test_train_with_compile_on_cuda(tmp_path):
+    table = _table(tmp_path)
+    out = tmp_path / "run"
+    args = _train_args(table, tmp_path / "data", out, "--device", "cuda", "--compile")
+    _cli([*args, "--precision", "bf16"], tmp_path)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["precision"] == "bf16" and metrics["steps"] > 0
+    assert metrics["best_valid_mae"] < metrics["baseline_valid_mae"] * 10
