@@ -462,6 +462,16 @@ def _split_names() -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
+def _device_precision() -> tuple[str, str]:
+    """``(device, precision)``: bf16 autocast on GPUs that have it, fp16 on older ones, fp32 on
+    the CPU (stated explicitly on every command line)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu", "fp32"
+    return "cuda", "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
 def bf16_peak(name: str | None) -> float | None:
     """The dense bf16 peak FLOP/s of a GPU by name (``None`` when unknown)."""
     if not name:
@@ -475,6 +485,7 @@ def bf16_peak(name: str | None) -> float | None:
 def section_environment(check: Check, res: dict) -> None:
     import torch
 
+    check.env = res  # filled in place: what is known before a failure stays known
     res["python"] = sys.version.split()[0]
     res["machine"] = platform.machine()
     res["cpu_count"] = os.cpu_count()
@@ -497,12 +508,11 @@ def section_environment(check: Check, res: dict) -> None:
         res["gpu_count"] = torch.cuda.device_count()
         res["bf16_supported"] = torch.cuda.is_bf16_supported()
         res["bf16_peak_flops"] = bf16_peak(p.name)
-        res["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        res["nccl"] = str(torch.cuda.nccl.version())
     else:
         res["gpu"] = None
         res["bf16_supported"] = False
         res["bf16_peak_flops"] = None
-    check.env = res
 
 
 def section_correctness(check: Check, res: dict) -> None:
@@ -580,11 +590,9 @@ def _bench(check: Check, name: str, flags: list[str], timeout: float | None = No
 
 
 def section_speed(check: Check, res: dict) -> None:
-    import torch
 
-    cuda = torch.cuda.is_available()
-    dev = "cuda" if cuda else "cpu"
-    prec = "bf16" if check.env.get("bf16_supported") else ("fp16" if cuda else "fp32")
+    dev, prec = _device_precision()
+    cuda = dev == "cuda"
     data = data_dir(check.args)
     csv_flag = ["--molecules-csv", str(data / "zinc" / "train.csv")]
     peer = ["--peer", "hf"] if _transformers_graphormer() else []
@@ -873,11 +881,8 @@ def _train_rows(check: Check) -> int:
 
 
 def section_fidelity(check: Check, res: dict) -> None:
-    import torch
 
-    cuda = torch.cuda.is_available()
-    dev = "cuda" if cuda else "cpu"
-    prec = "bf16" if check.env.get("bf16_supported") else ("fp16" if cuda else "fp32")
+    dev, prec = _device_precision()
     check.wait_background("zinc_cache")
     batch = 8 if check.smoke else 256
     if check.smoke:  # no probe: 3 steps (the rate is still measured, on the runs themselves)
