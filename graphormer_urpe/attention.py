@@ -50,6 +50,7 @@ __all__ = [
     "PreparedBias",
     "prepare_bias",
     "TokenLayout",
+    "true_positions",
     "Dropout",
     "dropout",
     "dropout_mask",
@@ -138,6 +139,22 @@ class Dropout(nn.Dropout):
 # Unpadded tokens
 
 
+def true_positions(mask: Tensor, count: int | None = None) -> Tensor:
+    """``[K]`` long: the positions of the ``True`` entries of the 1-D bool ``mask``, ascending.
+
+    With ``count`` (``K``, known on the host) no value is read back from the device: each
+    ``True`` entry is scattered to its rank (a cumulative sum), so the result has a size the
+    host already knows. Without it, this is ``mask.nonzero()``, which waits for the device.
+    """
+    if count is None:
+        return mask.nonzero().squeeze(1)
+    rank = torch.cumsum(mask, 0) - 1  # [L]
+    dest = torch.where(mask, rank, torch.full_like(rank, count))  # False -> a spare slot
+    out = torch.zeros(count + 1, dtype=torch.long, device=mask.device)
+    out.scatter_(0, dest, torch.arange(mask.numel(), device=mask.device))
+    return out[:count]
+
+
 class TokenLayout:
     """Where the real tokens of a padded batch are: ``[B, N, *]`` ↔ ``[T, *]``.
 
@@ -146,6 +163,11 @@ class TokenLayout:
 
     Args:
         real: ``[B, N]`` bool, ``True`` on real tokens.
+        num_tokens: ``T``, the number of real tokens, when the caller knows it on the host
+            (e.g. from the collate function): then nothing is read back from the device
+            (no host-device synchronisation); ``None``: counted on the device.
+        first_real: whether every sequence's first token is real, when the caller knows it
+            (``None``: checked on the device).
 
     Attributes:
         index: ``[T]`` long, flat positions of the real tokens in ``[B * N]``.
@@ -155,17 +177,21 @@ class TokenLayout:
     """
 
     @torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
-    def __init__(self, real: Tensor) -> None:
+    def __init__(
+        self, real: Tensor, num_tokens: int | None = None, first_real: bool | None = None
+    ) -> None:
         if real.dim() != 2 or real.dtype != torch.bool:
             raise ValueError(f"expected a [B, N] bool mask, got {real.dtype} {list(real.shape)}")
         self.batch_size, self.seq_len = (int(s) for s in real.shape)
-        self.index = real.reshape(-1).nonzero().squeeze(1)  # [T]
+        self.index = true_positions(real.reshape(-1), num_tokens)  # [T]
         self.batch_index = torch.div(self.index, self.seq_len, rounding_mode="floor")
         self.position = self.index - self.batch_index * self.seq_len
         self.key_padding_mask = ~real
         counts = real.sum(dim=1)
         self._first = torch.cumsum(counts, 0) - counts  # [B]
-        self._first_real = bool(real[:, 0].all()) if real.shape[1] else False
+        if first_real is None:
+            first_real = bool(real[:, 0].all()) if real.shape[1] else False
+        self._first_real = first_real
         self._rows: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
 
     @property
@@ -316,8 +342,16 @@ class PreparedBias(NamedTuple):
     dead_rows: Tensor | None
 
 
-def prepare_bias(attn_bias: Tensor | None, key_padding_mask: Tensor | None = None) -> PreparedBias:
+def prepare_bias(
+    attn_bias: Tensor | None,
+    key_padding_mask: Tensor | None = None,
+    live_rows: bool = False,
+) -> PreparedBias:
     """Fold ``key_padding_mask`` (``[B, N_k]``, ``True`` = padded) into ``attn_bias``.
+
+    ``live_rows=True`` is the caller's guarantee that every query row keeps at least one
+    allowed key (e.g. Graphormer's graph-token column): dead rows are then not searched for,
+    which would read a flag back from the device.
 
     Args:
         attn_bias: broadcastable to ``[B, H, N_q, N_k]`` (float, may hold ``-inf``) or ``None``.
@@ -332,8 +366,8 @@ def prepare_bias(attn_bias: Tensor | None, key_padding_mask: Tensor | None = Non
         if bias is None:
             bias = torch.zeros(pad.shape, dtype=torch.float32, device=pad.device)
         bias = bias.masked_fill(pad, float("-inf"))
-    if bias is None:
-        return PreparedBias(None, None)
+    if bias is None or live_rows:
+        return PreparedBias(bias, None)
     dead = torch.isneginf(bias).all(dim=-1, keepdim=True)  # [B|1, H|1, N_q, 1]
     if torch.compiler.is_compiling():
         # no data-dependent branch under compile: resolve dead rows unconditionally

@@ -17,6 +17,13 @@ size on the same pre-collated batches. Run::
 Connected molecules only unless ``--disconnected``; the peer is skipped with a message when its
 padded tensors are estimated above ``--peer-max-gib`` (a salt pads them to 510 hops).
 
+FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` counts the matrix products (linear layers,
+batched matmuls, fused attention) of one forward + backward of each model on the first batch:
+the FLOPs each implementation executes, padding included. Model FLOP utilisation (``mfu``) is
+that count times steps/s over ``--peak-flops`` (the device's dense peak for the precision,
+e.g. 989.4e12 for an H100 SXM in bf16); ``mfu_model`` uses our Graphormer's count (real
+tokens only, the useful work) for every model, so that it compares throughput on equal work.
+
 Memory: on a GPU, ``torch.cuda.max_memory_allocated``. On the CPU (no allocator statistics),
 one extra step per model runs under ``torch.profiler`` with ``profile_memory=True``; the
 allocator's alloc/free events give the peak of tensor bytes allocated during the step above
@@ -27,7 +34,6 @@ peak allocated memory (allocator caching and fragmentation excluded).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -44,9 +50,10 @@ from _bench import (
     pyg_graphs,
     report,
 )
+from torch.utils.flop_counter import FlopCounterMode
 
 from graphormer_urpe import Graphormer, collate, get_preset
-from graphormer_urpe.graph.interop import config_to_hf
+from graphormer_urpe.graph.interop import config_to_hf, hf_inputs
 from graphormer_urpe.graph.model import fit_tables
 from graphormer_urpe.training import Precision
 from graphormer_urpe.training.loop import make_optimizer
@@ -63,6 +70,13 @@ MEMORY_NOTE = {
     ),
     "cuda": "torch.cuda.max_memory_allocated over one step; peak_step_mib above its start",
 }
+
+
+FLOPS_NOTE = (
+    "flops_per_step: matrix-product FLOPs of one forward + backward counted by "
+    "torch.utils.flop_counter.FlopCounterMode (executed, padding included); mfu = flops_per_step "
+    "x steps/s / peak_flops; mfu_model uses our Graphormer's count (real tokens) for every model"
+)
 
 
 def _sync(device: torch.device) -> None:
@@ -113,6 +127,17 @@ def step_memory(step: Callable, batch, device: torch.device) -> dict:
     return {"peak_step_mib": round(peak / MIB, 1)}
 
 
+def count_flops(model, loss_fn, batch, precision: Precision) -> int:
+    """Matrix-product FLOPs of one forward + backward of ``model`` on ``batch`` (eager)."""
+    model.zero_grad(set_to_none=True)
+    with FlopCounterMode(display=False) as counter:
+        with precision.autocast():
+            loss = loss_fn(model, batch)
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
 def measure(model, loss_fn, batches, a, precision: Precision, device: torch.device) -> dict:
     """Median graphs/s of AdamW training steps of ``model`` on ``batches``, and memory.
 
@@ -141,6 +166,12 @@ def measure(model, loss_fn, batches, a, precision: Precision, device: torch.devi
     }
     if a.compile:
         entry["first_step_s"] = round(times[0], 1)  # includes compilation
+    if not a.no_flops:
+        flops = count_flops(model, loss_fn, batches[0], precision)
+        entry["flops_per_step"] = flops
+        entry["tflops_per_s"] = round(flops / med / 1e12, 2)
+        if a.peak_flops:
+            entry["mfu"] = round(flops / med / a.peak_flops, 4)
     if not a.no_memory:
         mem = step_memory(step, batches[0], device)
         state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
@@ -152,8 +183,13 @@ def measure(model, loss_fn, batches, a, precision: Precision, device: torch.devi
 
 
 def main() -> None:
+    import argparse
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="zinc-slim", help="zinc-slim or pcqm4mv2-base size")
+    p.add_argument("--num-layers", type=int, default=None, help="override the preset's layers")
+    p.add_argument("--peak-flops", type=float, default=None, help="device peak FLOP/s for MFU")
+    p.add_argument("--no-flops", action="store_true", help="skip counting FLOPs")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -177,9 +213,8 @@ def main() -> None:
     precision = Precision(a.precision, device)
     smiles, source, selection = molecules(a.molecules, a.smiles_file, a.disconnected)
     items = ogb_items(smiles)
-    cfg = fit_tables(get_preset(a.preset), "ogb")
-    if a.smoke:
-        cfg = fit_tables(get_preset(a.preset, num_layers=1), "ogb")
+    layers = 1 if a.smoke else a.num_layers
+    cfg = fit_tables(get_preset(a.preset, **({"num_layers": layers} if layers else {})), "ogb")
     mh = cfg.multi_hop_max_dist
     graphs = pyg_graphs(items, mh)
     bs = a.batch_size
@@ -216,20 +251,39 @@ def main() -> None:
         )
         torch.manual_seed(0)
         model = modeling.GraphormerForGraphClassification(hcfg).to(device).train()
-        collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
-        pre = [collating.preprocess_item(dict(it)) for it in items]
+        try:
+            collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
+            pre = [collating.preprocess_item(dict(it)) for it in items]
+            inputs = "Hugging Face preprocess_item + GraphormerDataCollator"
+        except ImportError:  # no Cython / compiler for its algos: the same tensors from ours
+            collator = None
+            inputs = "built from our batches (Hugging Face's Cython preprocessing unavailable)"
         hb = []
-        for i in range(0, len(pre) - bs + 1, bs):
-            c = collator([dict(x) for x in pre[i : i + bs]])
-            c["labels"] = torch.randn(bs, 1)
-            hb.append({k: v.to(device) for k, v in c.items()})
+        if collator is not None:
+            for i in range(0, len(pre) - bs + 1, bs):
+                c = collator([dict(x) for x in pre[i : i + bs]])
+                c["labels"] = torch.randn(bs, 1)
+                hb.append({k: v.to(device) for k, v in c.items()})
+        else:
+            plain = [
+                collate(graphs[i : i + bs], mh).to(device)
+                for i in range(0, len(graphs) - bs + 1, bs)
+            ]
+            hb = [{**hf_inputs(b), "labels": torch.randn(b.num_graphs, 1)} for b in plain]
 
         entry = measure(model, lambda m, b: m(**b).loss, hb, a, precision, device)
+        entry["inputs"] = inputs
         results["hf"] = entry
         for attention in a.attention:
             results[f"speedup_{attention}"] = round(
                 results[f"ours_{attention}"]["graphs_per_s"] / entry["graphs_per_s"], 2
             )
+    useful = results.get("ours_graphormer", {}).get("flops_per_step")
+    if useful and a.peak_flops:
+        for entry in results.values():
+            if isinstance(entry, dict) and "step_ms" in entry:
+                rate = 1000.0 / entry["step_ms"]
+                entry["mfu_model"] = round(useful * rate / a.peak_flops, 4)
     config = {
         "preset": a.preset,
         "layers": cfg.num_layers,
@@ -246,6 +300,8 @@ def main() -> None:
         "source": source,
         **selection,
         "real_token_fraction": round(real / grid, 3),
+        "peak_flops": a.peak_flops,
+        "flops_note": None if a.no_flops else FLOPS_NOTE,
     }
     if not a.no_memory:
         config["memory_note"] = MEMORY_NOTE["cuda" if device.type == "cuda" else "cpu"]

@@ -30,9 +30,24 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-from .features import FEATURE_OFFSET, GraphormerFeatures, has_graphormer_features
+from .features import FEATURE_OFFSET, UNREACHABLE, GraphormerFeatures, has_graphormer_features
 
-__all__ = ["GraphormerBatch", "collate", "GraphormerCollator"]
+__all__ = ["GraphormerBatch", "collate", "GraphormerCollator", "pair_hops"]
+
+
+def pair_hops(spatial_pos: Tensor, max_hops: int) -> Tensor:
+    """Path hops stored per node pair: ``min(s, max_hops)`` for a pair at distance ``s``, 0 for
+    padding, the diagonal and unreachable pairs.
+
+    Args:
+        spatial_pos: ``[*]`` shifted distances (distance + 1; 0 = padding).
+        max_hops: ``D``, hops kept per pair (``edge_input.shape[3]``).
+
+    Returns:
+        ``[*]`` long.
+    """
+    hops = (spatial_pos - 1).clamp(min=0, max=max_hops)
+    return hops.masked_fill_(spatial_pos > UNREACHABLE, 0)
 
 
 @dataclass
@@ -49,6 +64,11 @@ class GraphormerBatch:
         node_mask: ``[B, n]`` bool, ``True`` on real nodes.
         num_nodes: ``[B]`` long, nodes per graph.
         y: ``[B, T]`` float targets, or ``None``.
+        total_nodes: ``num_nodes.sum()`` as a Python int, known where the batch was collated
+            (on the host), so that the model sizes its real-token index without reading it
+            back from the device; ``None`` when unknown (then it is counted on the device).
+        path_hops: ``pair_hops(spatial_pos, D).sum()`` as a Python int (``D`` =
+            ``edge_input.shape[3]``), likewise known where the batch was collated, or ``None``.
     """
 
     x: Tensor
@@ -60,6 +80,8 @@ class GraphormerBatch:
     node_mask: Tensor
     num_nodes: Tensor
     y: Tensor | None = None
+    total_nodes: int | None = None
+    path_hops: int | None = None
 
     @property
     def num_graphs(self) -> int:
@@ -76,7 +98,7 @@ class GraphormerBatch:
     def _apply(self, fn) -> GraphormerBatch:
         return GraphormerBatch(
             **{
-                f.name: (None if (v := getattr(self, f.name)) is None else fn(v))
+                f.name: (fn(v) if isinstance(v := getattr(self, f.name), Tensor) else v)
                 for f in fields(self)
             }
         )
@@ -205,6 +227,8 @@ def collate(
         node_mask=node_mask,
         num_nodes=sizes,
         y=y,
+        total_nodes=int(sizes.sum()),
+        path_hops=int(pair_hops(spatial, dmax).sum()),
     )
 
 

@@ -28,9 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import TokenLayout
-from .batch import GraphormerBatch
-from .features import UNREACHABLE
+from ..attention import TokenLayout, true_positions
+from .batch import GraphormerBatch, pair_hops
 
 __all__ = [
     "head_major_index",
@@ -64,11 +63,13 @@ class GraphTokens:
     def __init__(self, batch: GraphormerBatch) -> None:
         b, n = batch.node_mask.shape
         real = torch.cat([batch.node_mask.new_ones(b, 1), batch.node_mask], dim=1)  # [B, n+1]
-        self.layout = TokenLayout(real)
+        # sizes known on the host (from the collate function) spare reading them back
+        total = batch.total_nodes
+        self.layout = TokenLayout(real, None if total is None else total + b, first_real=True)
         pos = self.layout.index  # [T] in [B * (n + 1)]
         is_graph = pos % (n + 1) == 0  # [T]
-        self.graph_index = is_graph.nonzero().squeeze(1)  # [B]
-        self.node_index = (~is_graph).nonzero().squeeze(1)  # [num_nodes]
+        self.graph_index = true_positions(is_graph, None if total is None else b)  # [B]
+        self.node_index = true_positions(~is_graph, total)  # [num_nodes]
         node_pos = pos.index_select(0, self.node_index)
         self.node_flat = node_pos - node_pos // (n + 1) - 1  # (g, i + 1) -> g * n + i
         rank_graph = torch.cumsum(is_graph, 0) - 1
@@ -174,9 +175,12 @@ class AttentionBias(nn.Module):
         n = spatial_pos.shape[1]
         return self._edge_sum(spatial_pos, edge_input, n).permute(0, 2, 3, 1)
 
-    def _edge_sum(self, spatial_pos: Tensor, edge_input: Tensor, m: int) -> Tensor:
+    def _edge_sum(
+        self, spatial_pos: Tensor, edge_input: Tensor, m: int, total: int | None = None
+    ) -> Tensor:
         """Multi-hop edge encoding on a ``[B, m, m]`` grid whose last ``n`` rows and columns
-        are the nodes (``m = n``, or ``n + 1`` with the graph token first).
+        are the nodes (``m = n``, or ``n + 1`` with the graph token first). ``total``: the
+        number of path hops when known on the host (see :func:`_path_hops`).
 
         Returns:
             ``[B, H, m, m]`` (contiguous), 0 outside node pairs.
@@ -191,7 +195,7 @@ class AttentionBias(nn.Module):
         v = table.shape[1]
         table = torch.cat([table.reshape(d * v, h), table.new_zeros(1, h)])  # + a zero row
         rows, offsets, bag, inv = _path_hops(
-            spatial_pos, edge_input, m, v, self.multi_hop_max_dist, table.dtype
+            spatial_pos, edge_input, m, v, self.multi_hop_max_dist, table.dtype, total
         )
         out = _HopSum.apply(table, rows, offsets, bag, inv, b)  # [B, H, m*m]
         return out.view(b, h, m, m)
@@ -216,7 +220,9 @@ class AttentionBias(nn.Module):
             ]
         )  # [S + 3, H]
         bias = table.view(-1).index_select(0, head_major_index(idx, h)).view(b, h, m, m)
-        return bias + self._edge_sum(batch.spatial_pos, batch.edge_input, m)  # [B, H, m, m]
+        total = batch.path_hops  # known on the host: the hop gather's size needs no device read
+        edge = self._edge_sum(batch.spatial_pos, batch.edge_input, m, total)
+        return bias + edge  # [B, H, m, m]
 
 
 @torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
@@ -227,6 +233,7 @@ def _path_hops(
     num_edges: int,
     max_dist: int,
     dtype: torch.dtype,
+    total: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The real path hops of a batch as bags of table rows, one bag per grid cell.
 
@@ -242,6 +249,9 @@ def _path_hops(
             ``e``; row ``D * V`` is a zero row for padded feature columns).
         max_dist: ``D_max``, the divisor cap.
         dtype: dtype of the returned scales.
+        total: ``M``, the number of path hops (``pair_hops(spatial_pos, D).sum()``), when the
+            host knows it (the collate function records it): then nothing is read back from
+            the device; ``None``: counted on the device.
 
     Returns:
         ``(rows [E], offsets [B*m*m], bag [E], inv [B*m*m])``: table rows, start of each
@@ -250,8 +260,11 @@ def _path_hops(
     b, n, _, d, fe = edge_input.shape
     device = spatial_pos.device
     sp = spatial_pos.reshape(-1)  # [P]
-    hops = (sp - 1).clamp(min=0, max=d).masked_fill_(sp > UNREACHABLE, 0)  # [P]
-    pair = torch.repeat_interleave(torch.arange(sp.shape[0], device=device), hops)  # [M]
+    hops = pair_hops(sp, d)  # [P]
+    # M = hops.sum(): given by the host when known, else read back from the device
+    pair = torch.repeat_interleave(
+        torch.arange(sp.shape[0], device=device), hops, output_size=total
+    )
     first = torch.cumsum(hops, 0) - hops  # [P], first hop of each pair
     hop = torch.arange(pair.shape[0], device=device) - first.index_select(0, pair)  # [M]
     feats = edge_input.reshape(-1, fe).index_select(0, pair * d + hop)  # [M, F_e]

@@ -52,6 +52,7 @@ __all__ = [
     "config_to_hf",
     "graphormer_to_hf_state",
     "hf_inputs",
+    "hf_atom_rows",
 ]
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,10 @@ def _need(state: Mapping[str, Tensor], name: str, source: str) -> Tensor:
 
 
 def v2_to_graphormer(
-    state: Mapping[str, Tensor], options: Mapping[str, Any], source: str = "checkpoint"
+    state: Mapping[str, Tensor],
+    options: Mapping[str, Any],
+    source: str = "checkpoint",
+    hf_indexing: bool = False,
 ) -> tuple[GraphormerConfig, dict[str, Tensor], list[str]]:
     """Map a v2 (fairseq or Hugging Face) state dict and its options onto this library.
 
@@ -148,6 +152,8 @@ def v2_to_graphormer(
             ``share_input_output_embed`` (false), ``bias`` (true), ``num_in_degree`` ==
             ``num_out_degree``.
         source: the checkpoint's name, for messages.
+        hf_indexing: the node-feature table follows Hugging Face's preprocessing, which reads
+            every node feature one row further than fairseq (see :func:`hf_atom_rows`).
 
     Returns:
         ``(config, state_dict, ignored)``: a ``GraphormerConfig`` (plain Graphormer
@@ -273,6 +279,9 @@ def v2_to_graphormer(
             f"{source}: multi_hop_max_dist={config.multi_hop_max_dist} exceeds the "
             f"{config.num_edge_dis} per-hop matrices of {_BIAS}edge_dis_encoder.weight"
         )
+    if hf_indexing:
+        key = "encoder.node_embedding.atom_encoder.weight"
+        mapped[key] = hf_atom_rows(mapped[key], to_hf=False)
     bias = mapped["head.bias"]
     if bias.numel() != 1:
         raise InteropError(f"{source}: the output bias has {bias.numel()} entries, not 1")
@@ -420,6 +429,8 @@ def graphormer_to_hf_state(model: Graphormer, graphormer_only: bool = False) -> 
                 break
         else:
             raise InteropError(f"tensor {name} has no Hugging Face counterpart")
+    atom = "encoder.graph_encoder.graph_node_feature.atom_encoder.weight"
+    out[atom] = hf_atom_rows(out[atom], to_hf=True)
     if config.pre_ln:
         d = config.hidden_dim
         out["encoder.graph_encoder.final_layer_norm.weight"] = torch.ones(d)
@@ -428,12 +439,15 @@ def graphormer_to_hf_state(model: Graphormer, graphormer_only: bool = False) -> 
 
 
 def hf_inputs(batch: GraphormerBatch) -> dict[str, Tensor]:
-    """The keyword inputs of Hugging Face's ``GraphormerForGraphClassification`` for a batch.
+    """The keyword inputs of Hugging Face's ``GraphormerForGraphClassification`` for a batch:
+    the tensors its ``preprocess_item`` + ``GraphormerDataCollator(spatial_pos_max=1024)`` give
+    for the same molecules (the multi-hop path features cut to the hops the model reads).
 
-    The two use the same index conventions (shifted features, ``0`` = padding); Hugging Face
-    reads the padding from ``input_nodes[:, :, 0] == 0`` and applies ``attn_bias`` as given, so
-    the padded-row rule of this library's batch carries over. ``attn_edge_type`` (used only
-    by the ``edge_type != "multi_hop"`` variant) is passed as zeros.
+    Its preprocessing shifts node features one index further than Microsoft's code and this
+    library (``raw + 3 + 512 f`` instead of ``raw + 2 + 512 f``; see :func:`hf_atom_rows`);
+    every other index is the same. Its model masks padded keys itself (from
+    ``input_nodes[:, :, 0] == 0``), so ``attn_bias`` is all zeros, as its collator makes it.
+    ``attn_edge_type`` (read only by the ``edge_type != "multi_hop"`` variant) is zeros.
 
     Shapes:
         ``input_nodes`` ``[B, n, F]``, ``input_edges`` ``[B, n, n, D, F_e]``, ``attn_bias``
@@ -443,11 +457,36 @@ def hf_inputs(batch: GraphormerBatch) -> dict[str, Tensor]:
     b, n = batch.spatial_pos.shape[:2]
     fe = batch.edge_input.shape[-1]
     return {
-        "input_nodes": batch.x,
+        "input_nodes": torch.where(batch.x > 0, batch.x + 1, 0),
         "input_edges": batch.edge_input,
-        "attn_bias": batch.attn_bias,
+        "attn_bias": torch.zeros_like(batch.attn_bias),
         "in_degree": batch.in_degree,
         "out_degree": batch.out_degree,
         "spatial_pos": batch.spatial_pos,
         "attn_edge_type": batch.x.new_zeros(b, n, n, max(fe, 1)),
     }
+
+
+def hf_atom_rows(table: Tensor, to_hf: bool) -> Tensor:
+    """Move the node-feature table between Hugging Face's indexing and this library's.
+
+    Hugging Face's ``preprocess_item`` adds one more to node features than Microsoft's code
+    (``convert_to_single_emb(x) + 1``, then ``+ 1`` again for padding), so a feature that this
+    library (and fairseq) reads from row ``k`` is read by Hugging Face from row ``k + 1``; row
+    0 is padding in both. Converting keeps the same outputs on the same molecules. Hugging
+    Face's row 1 is never read; this library's last row is never read by molecules either
+    (it would need a raw feature value of 510), and each becomes zeros.
+
+    Args:
+        table: ``[num_atoms, d]`` in Hugging Face's indexing (``to_hf=False``) or this
+            library's (``to_hf=True``).
+
+    Returns:
+        ``[num_atoms, d]`` in the other indexing.
+    """
+    out = torch.zeros_like(table)
+    if to_hf:
+        out[2:] = table[1:-1]
+    else:
+        out[1:-1] = table[2:]
+    return out

@@ -338,8 +338,9 @@ class GraphormerEncoder(nn.Module):
         if self.embedding_norm is not None:
             h = self.embedding_norm(h)
         h = self.input_dropout(h)
-        # B forbids padded keys (-inf from the batch's mask), so it is prepared once, here.
-        bias = prepare_bias(self.attention_bias(batch))  # [B, H, n+1, n+1]
+        # B forbids padded keys (-inf from the batch's mask), so it is prepared once, here;
+        # every row keeps its graph-token key, so no row is fully masked.
+        bias = prepare_bias(self.attention_bias(batch), live_rows=True)  # [B, H, n+1, n+1]
         scales = None
         if self.spatial_scale is not None:
             scales = LayerSpatialScales(

@@ -38,8 +38,9 @@ class DistContext:
 
     @property
     def enabled(self) -> bool:
-        """Whether there is more than one process."""
-        return self.world_size > 1
+        """Whether this process is in a process group (several processes, or ``torchrun``
+        with one: then the collectives run too, on one process)."""
+        return self.world_size > 1 or self.backend is not None
 
     @property
     def is_main(self) -> bool:
@@ -80,11 +81,14 @@ def init_distributed(device: torch.device) -> DistContext:
         device: the device the user asked for; under ``torchrun`` a CUDA device becomes
             ``cuda:LOCAL_RANK``.
 
+    Under ``torchrun`` the group is joined even with one process (``--nproc_per_node=1``),
+    so that a one-GPU launch runs the same NCCL code path as a multi-GPU one.
+
     Returns:
         The process's :class:`DistContext` (``world_size == 1`` outside ``torchrun``).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if world <= 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
         return DistContext(device=device)
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

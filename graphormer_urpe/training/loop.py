@@ -45,7 +45,7 @@ from torch.optim import AdamW
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from ..graph.batch import GraphormerCollator
+from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from .checkpoint import (
     CheckpointKeeper,
@@ -76,9 +76,14 @@ __all__ = [
     "make_loader",
     "dataset_targets",
     "seed_everything",
+    "train_step",
+    "StepTotals",
 ]
 
 log = logging.getLogger(__name__)
+
+READ_EVERY = 100
+"""Training steps between two reads of the running loss by the host (see :func:`train_step`)."""
 
 
 def seed_everything(seed: int) -> None:
@@ -261,6 +266,80 @@ def predict(
             ys.append(batch.y.cpu())
     y = torch.cat(ys) if len(ys) == len(preds) and ys else None
     return torch.cat(preds), y
+
+
+class StepTotals:
+    """Running totals of the training steps, kept on the device so that a step reads nothing
+    back to the host; :meth:`read` fetches them (one synchronisation) when the loop needs them.
+
+    Attributes:
+        loss_sum: ``[]`` float64, sum of this epoch's finite step losses.
+        steps: ``[]`` float64, steps added to ``loss_sum``.
+        first_bad: ``[]`` float64, the first step (0-based) whose loss was not finite, or -1.
+        skip: ``[]`` float32, 1 once a loss was not finite: the fused AdamW skips every update
+            from then on (its ``found_inf``), so the weights stay those before that step.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self.steps = torch.zeros((), dtype=torch.float64, device=device)
+        self.first_bad = torch.tensor(-1.0, dtype=torch.float64, device=device)
+        self.skip = torch.zeros((), dtype=torch.float32, device=device)
+
+    def add(self, loss: Tensor, step: int) -> None:
+        """Account for one step's loss ``[]`` (no host-device synchronisation)."""
+        loss = loss.detach().double()
+        bad = ~torch.isfinite(loss)
+        self.loss_sum += torch.where(bad, torch.zeros_like(loss), loss)
+        self.steps += 1
+        self.first_bad.copy_(torch.where(bad & (self.first_bad < 0), step, self.first_bad))
+        self.skip.copy_(torch.maximum(self.skip, bad.float()))
+
+    def reset(self) -> None:
+        """Zero the loss sum and the step count (on the device)."""
+        self.loss_sum.zero_()
+        self.steps.zero_()
+
+    def read(self) -> tuple[float, int, int]:
+        """``(loss_sum, steps, first_bad)`` on the host (``first_bad`` -1: all finite)."""
+        values = torch.stack([self.loss_sum, self.steps, self.first_bad]).tolist()
+        return values[0], int(values[1]), int(values[2])
+
+
+def train_step(
+    net: nn.Module,
+    batch: GraphormerBatch,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    precision: Precision,
+    totals: StepTotals,
+    step: int,
+    loss_kind: str = "l1",
+    clip_norm: float | None = None,
+) -> Tensor:
+    """One optimizer step on ``batch`` (already on the device); returns the loss ``[]``.
+
+    Nothing is read back to the host: the loss goes into ``totals`` on the device, and a
+    non-finite loss does not stop the step but makes the fused AdamW skip this and every
+    later update (``totals.skip`` as its ``found_inf``), until the loop reads ``totals``.
+    With float16 the grad scaler skips steps whose gradients overflow instead.
+    """
+    with precision.autocast():
+        pred = net(batch)
+    loss = masked_loss(pred, batch.y, loss_kind)
+    totals.add(loss, step)
+    optimizer.zero_grad(set_to_none=True)
+    precision.scaler.scale(loss).backward()
+    if clip_norm:
+        precision.scaler.unscale_(optimizer)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        nn.utils.clip_grad_norm_(params, clip_norm)
+    if optimizer.defaults.get("fused") and not precision.scaler.is_enabled():
+        optimizer.found_inf = totals.skip  # read by the fused kernel on the device
+    precision.scaler.step(optimizer)
+    precision.scaler.update()
+    scheduler.step()
+    return loss
 
 
 class _History:
@@ -692,6 +771,36 @@ def _train(
             state(0, 0)  # take part in the collective
         log.info("initial model (--init-from): valid %s %.4f", metric, value)
 
+    # Steps read nothing back from the device (see train_step); the host reads the running
+    # totals every READ_EVERY steps, at checkpoints, at stop requests and at epoch ends.
+    # Without the fused AdamW (which skips updates after a non-finite loss on the device),
+    # they are read after every step, so that a non-finite loss stops the run at once.
+    read_every = READ_EVERY if optimizer.defaults.get("fused") else 1
+    totals = StepTotals(device)
+
+    def read_totals(epoch: int, batch: int) -> tuple[int, bool]:
+        """Add the device totals to the host's, stop on a non-finite loss, and return the stop
+        signal agreed by every process (0: none) and whether rank 0's clock says the time is
+        up (``--time-limit``), the same on every process. A collective under DDP."""
+        nonlocal loss_sum, loss_count
+        part, count, first_bad = totals.read()
+        totals.reset()
+        time_up = main and _time_up(config.time_limit, launch_start)
+        flags = torch.tensor([part, float(first_bad >= 0), float(stop["signal"]), float(time_up)])
+        shared = ctx.all_sum(flags.double())
+        loss_sum += float(shared[0]) / ctx.world_size
+        loss_count += count
+        if float(shared[1]) > 0:
+            good = state(epoch, batch)  # updates from the first bad step on were skipped
+            if main:
+                save_checkpoint(out / "nonfinite.pt", good)
+            where = f"step {first_bad}" if first_bad >= 0 else "another process's step"
+            raise RuntimeError(
+                f"non-finite loss at {where} (epoch {epoch}); the weights before it are saved "
+                f"to {out / 'nonfinite.pt'}; lower --lr or check the data"
+            )
+        return int(shared[2]) and (stop["signal"] or signal.SIGTERM), bool(shared[3])
+
     wall_start = time.perf_counter()
     timed_out = False
     bar = tqdm(
@@ -706,49 +815,37 @@ def _train(
             if step >= total:
                 break
             batch = batch.to(device, non_blocking=True)
-            with precision.autocast():
-                pred = net(batch)
-            loss = masked_loss(pred, batch.y, loss_kind)
-            # one collective per step: the loss (for the log and the finiteness check), whether
-            # any process was asked to stop, and whether rank 0's clock says the time is up
-            time_up = main and _time_up(config.time_limit, launch_start)
-            flags = torch.tensor([float(loss.detach()), float(stop["signal"]), float(time_up)])
-            shared = ctx.all_sum(flags)
-            if not math.isfinite(float(shared[0])):
-                good = state(epoch, batch_index)  # the weights before this step
-                if main:
-                    save_checkpoint(out / "nonfinite.pt", good)
-                raise RuntimeError(
-                    f"non-finite loss at step {step} (epoch {epoch}); last good state saved to "
-                    f"{out / 'nonfinite.pt'}; lower --lr or check the data"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            precision.scaler.scale(loss).backward()
-            if config.clip_norm:
-                precision.scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-            precision.scaler.step(optimizer)
-            precision.scaler.update()
-            scheduler.step()
+            train_step(
+                net, batch, optimizer, scheduler, precision, totals, step, loss_kind,
+                config.clip_norm,
+            )  # fmt: skip
             step += 1
             batch_index += 1
             train_graphs += batch.num_graphs * ctx.world_size
-            loss_sum += float(shared[0]) / ctx.world_size
-            loss_count += 1
             bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f"{float(shared[0]) / ctx.world_size:.4f}")
-            signum = int(shared[1]) and (stop["signal"] or signal.SIGTERM)
             mid_epoch = batch_index < steps_per_epoch and step < total
+            due = bool(config.checkpoint_every) and step % config.checkpoint_every == 0
+            # one process acts on its own stop request or time limit at once (the clock is read
+            # on the host); several processes agree at read points
+            asked = not ctx.enabled and (
+                bool(stop["signal"]) or (main and _time_up(config.time_limit, launch_start))
+            )
+            if not (step % read_every == 0 or (due and mid_epoch) or asked):
+                continue  # nothing read back from the device: the GPU stays ahead
+            signum, time_up = read_totals(epoch, batch_index)
+            bar.set_postfix(epoch=epoch, loss=f"{loss_sum / max(loss_count, 1):.4f}")
             if signum and mid_epoch:
                 train_seconds += time.perf_counter() - t0
                 raise TrainingInterrupted(signum, checkpoint(epoch, batch_index))
-            if int(shared[2]) and step < total:  # the same decision on every process
+            if time_up and step < total:  # the same decision on every process
                 timed_out = True
                 break
-            if config.checkpoint_every and step % config.checkpoint_every == 0 and mid_epoch:
+            if due and mid_epoch:
                 train_seconds += time.perf_counter() - t0
                 t0 = time.perf_counter()
                 checkpoint(epoch, batch_index)
+        # waits for the epoch's last step: inside the timing
+        timed_out = timed_out or (read_totals(epoch, batch_index)[1] and step < total)
         train_seconds += time.perf_counter() - t0
         row: dict[str, Any] = {
             "epoch": epoch,

@@ -106,7 +106,7 @@ def plot_urpe_scale(checkpoint: Path, out: Path) -> Path | None:
 def plot_comparison(run_dirs: list[str | Path], out: str | Path) -> Path:
     """Validation metric against training steps for several runs in one figure → ``out``.
 
-    Each run is labelled by its attention kind and preset (from ``config.json``).
+    Each run is labelled by its attention kind, preset and seed (from ``config.json``).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -117,7 +117,8 @@ def plot_comparison(run_dirs: list[str | Path], out: str | Path) -> Path:
         cfg = (
             json.loads((run / "config.json").read_text()) if (run / "config.json").exists() else {}
         )
-        label = f"{cfg.get('model', {}).get('attention', '?')} ({cfg.get('preset', run.name)})"
+        attention = cfg.get("model", {}).get("attention", "?")
+        label = f"{attention} ({cfg.get('preset', run.name)}, seed {cfg.get('seed', '?')})"
         pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key)]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
     ax.set(xlabel="step", ylabel=key or "validation metric", title="validation curves")

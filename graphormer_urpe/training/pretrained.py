@@ -241,7 +241,7 @@ def read_graphormer(
             raise InteropError(f"{path} has no 'model' state dict (not a fairseq checkpoint)")
         state, opts, fmt = ckpt["model"], _fairseq_options(ckpt), "fairseq"
     opts.update(extra)
-    config, mapped, ignored = v2_to_graphormer(state, opts, name)
+    config, mapped, ignored = v2_to_graphormer(state, opts, name, hf_indexing=fmt == "hf")
     if ignored:
         log.info("%s: ignored (unused by its forward pass): %s", name, ", ".join(ignored))
     model = _build(config, mapped, attention or "graphormer", name)

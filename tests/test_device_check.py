@@ -1,0 +1,120 @@
+"""scripts/device_check.py: the whole check end to end on the CPU (--smoke), its report's
+schema, and the Hugging Face inputs the speed section builds when Cython is missing."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def _valid_report(dc) -> dict:
+    section = {"status": "ok", "error": None, "seconds": 1.0, "budget_s": 2.0, "results": {}}
+    return {
+        "schema": dc.SCHEMA,
+        "smoke": True,
+        "budget_s": 115,
+        "seconds": 3.5,
+        "device": "cpu",
+        "files": ["device_report.json"],
+        "sections": {name: dict(section) for name in dc.SECTIONS},
+    }
+
+
+def test_report_validation_rejects_what_is_wrong():
+    dc = _load("device_check")
+    assert dc.validate_report(_valid_report(dc)) == []
+    bad = _valid_report(dc)
+    del bad["sections"]["speed"]
+    assert any("speed" in p for p in dc.validate_report(bad))
+    bad = _valid_report(dc)
+    bad["sections"]["fidelity"]["status"] = "failed"  # a failure needs its error text
+    assert any("error text" in p for p in dc.validate_report(bad))
+    bad = _valid_report(dc)
+    bad["sections"]["correctness"]["status"] = "fine"
+    assert any("status" in p for p in dc.validate_report(bad))
+    bad = _valid_report(dc)
+    bad["sections"]["environment"]["seconds"] = "1"
+    assert any("seconds" in p for p in dc.validate_report(bad))
+    bad = _valid_report(dc)
+    bad["schema"] = "other/1"
+    assert any("schema" in p for p in dc.validate_report(bad))
+    assert dc.validate_report([]) != []
+
+
+def test_smoke_runs_every_section_and_writes_a_valid_report(tmp_path):
+    dc = _load("device_check")
+    data = ROOT.parent / "shared" / "data"
+    if not (data / "zinc" / "train.csv").exists():
+        pytest.skip(f"the molecules the check reads are not available at {data}")
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, str(SCRIPTS / "device_check.py"), "--smoke", "--out", str(out)]
+    cmd += ["--work", str(work), "--data", str(data)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400, cwd=ROOT)
+    report = json.loads((out / "device_report.json").read_text())
+    assert dc.validate_report(report) == [], report
+    statuses = {k: v["status"] for k, v in report["sections"].items()}
+    assert statuses == dict.fromkeys(dc.SECTIONS, "ok"), (statuses, proc.stderr[-3000:])
+    assert proc.returncode == 0
+    # at most 8 files come back, all named in the report
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and sorted(report["files"]) == files
+    assert {"logs.tar.gz", "fidelity_curves.png"} <= set(files)
+    fid = report["sections"]["fidelity"]["results"]
+    assert len(fid["runs"]) == 4
+    assert {r["steps"] for r in fid["runs"].values()} == {fid["schedule"]["steps"]}
+    diff = fid["comparison"]["urpe_minus_graphormer"]
+    assert diff == pytest.approx(
+        fid["comparison"]["urpe_mean"] - fid["comparison"]["graphormer_mean"]
+    )
+    e2e = report["sections"]["speed"]["results"]["pcqm4mv2_end_to_end"]
+    assert e2e["graphs_per_second"] > 0 and e2e["train_graphs_in_cache"] == 2 * 1500
+    assert report["sections"]["correctness"]["results"]["tests"] > 0
+
+
+def test_hugging_face_inputs_built_from_ours_equal_its_collator():
+    bench = _load("_bench")
+    hf = bench.hf_graphormer()
+    if hf is None:
+        pytest.skip("transformers<=4.57 (Hugging Face's Graphormer) is not installed")
+    collating = hf[0]
+    try:
+        pre_check = collating.preprocess_item
+        collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
+    except ImportError:
+        pytest.skip("Hugging Face's Cython preprocessing is not available")
+    from graphormer_urpe import collate
+    from graphormer_urpe.graph.interop import hf_inputs
+
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CC1N", "OCC(O)CO"]
+    items = bench.ogb_items(smiles)
+    mh = 5
+    graphs = bench.pyg_graphs(items, mh)
+    ours = hf_inputs(collate(graphs, mh))
+    theirs = collator([pre_check(copy.deepcopy(it)) for it in items])
+    for key in ("input_nodes", "attn_bias", "spatial_pos", "in_degree", "out_degree"):
+        assert torch.equal(ours[key], theirs[key]), key
+    assert torch.equal(ours["input_edges"], theirs["input_edges"][:, :, :, :mh, :])
