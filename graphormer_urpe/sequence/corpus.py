@@ -200,7 +200,13 @@ def pydoc_corpus(
     Returns:
         An :class:`LMCorpus` with ``level="char"``.
     """
-    from pydoc_data.topics import topics
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as exc:  # some system Pythons ship the standard library without it
+        raise CorpusUnavailableError(
+            f"this Python has no pydoc_data.topics ({exc}); install its full standard library "
+            "or use --corpus wikitext-2"
+        ) from exc
 
     if not (
         0 < valid_fraction < 1 and 0 < test_fraction < 1 and valid_fraction + test_fraction < 1

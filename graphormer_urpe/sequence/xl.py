@@ -36,8 +36,9 @@ probability exactly 0 and :math:`C` (which reads the distance-0 entry there) onl
 multiplies allowed positions; no query row is fully masked (its own key is allowed).
 
 Layers are :class:`~graphormer_urpe.encoder.EncoderLayer` (post-LN as in Transformer-XL, or
-pre-LN) with a GELU feed-forward block; the token embedding is scaled by
-:math:`\sqrt{d}` (as in Transformer-XL) and tied to the output projection.
+pre-LN) with a GELU feed-forward block; the token embedding is tied to the output
+projection and scaled by :math:`\sqrt{d}` as in Transformer-XL (for APE, after adding the
+position embedding, so that both start at the same scale).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class TransformerXL(nn.Module):
     r"""Causal decoder with segment-level recurrence and none / APE / RPE / URPE positions.
 
     .. math::
-        h^{(0)} = \operatorname{Drop}(\sqrt{d}\, E[x] + P), \qquad
+        h^{(0)} = \operatorname{Drop}(\sqrt{d}\, (E[x] + P)), \qquad
         h^{(l+1)} = \operatorname{Layer}_l(h^{(l)}; \tilde h^{(l)}, B, C^{(l)}), \qquad
         \text{logits} = E\, \operatorname{Drop}(h^{(L)}) + b
 
@@ -227,10 +228,10 @@ class TransformerXL(nn.Module):
             raise ValueError(
                 f"memory ({m}) + segment ({n}) exceeds the window mem_len + tgt_len = {cfg.window}"
             )
-        x = self.embed_tokens(tokens) * self.embed_scale  # [B, N, d]
-        if self.embed_positions is not None:
+        x = self.embed_tokens(tokens)  # [B, N, d]
+        if self.embed_positions is not None:  # same scale as the tokens: added before sqrt(d)
             x = x + self.embed_positions(torch.arange(m, m + n, device=tokens.device))
-        x = self.dropout(x)
+        x = self.dropout(x * self.embed_scale)
         bias, scales = self.attention_matrices(n, m, tokens.device)
         inputs: list[Tensor] = []
         for i, layer in enumerate(self.encoder.layers):
