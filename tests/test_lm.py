@@ -30,6 +30,7 @@ from graphormer_urpe.sequence import (
     wikitext_corpus,
 )
 from graphormer_urpe.sequence import corpus as corpus_module
+from graphormer_urpe.sequence.lm import batchify, cosine_warmup
 from graphormer_urpe.sequence.model import RelativePositionTable
 from graphormer_urpe.training.checkpoint import load_checkpoint
 
@@ -318,6 +319,38 @@ def test_pydoc_corpus_is_split_by_topic_with_a_fixed_seed() -> None:
 
 
 # --------------------------------------------------------------------------- training
+
+
+def test_cosine_schedule_and_stream_columns() -> None:
+    assert cosine_warmup(0, 10, 110) == pytest.approx(0.1)
+    assert cosine_warmup(9, 10, 110) == pytest.approx(1.0)
+    assert cosine_warmup(10, 10, 110) == pytest.approx(1.0)
+    assert cosine_warmup(60, 10, 110) == pytest.approx(0.5)
+    assert cosine_warmup(110, 10, 110) == pytest.approx(0.0, abs=1e-12)
+    assert cosine_warmup(0, 0, 50) == pytest.approx(1.0)
+    cols = batchify(torch.arange(11), 3)
+    assert cols.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    with pytest.raises(ValueError, match="too short"):
+        batchify(torch.arange(5), 3)
+    # Every next-token pair inside a column is scored once, across segment boundaries.
+    model = _xl("rpe", tgt_len=4, mem_len=4)
+    stream = torch.randint(0, 40, (23,))
+    loss, count = evaluate_lm(model, stream, batch_size=2)
+    assert count == 2 * (11 - 1)
+    data = batchify(stream, 2)
+    memory, total = None, 0.0
+    with torch.no_grad():
+        for start in range(0, 10, 4):
+            n = min(4, 10 - start)
+            out, memory = model(data[:, start : start + n], memory)
+            total += float(
+                torch.nn.functional.cross_entropy(
+                    out.reshape(-1, 40),
+                    data[:, start + 1 : start + n + 1].reshape(-1),
+                    reduction="sum",
+                )
+            )
+    assert loss == pytest.approx(total / count, rel=1e-6)
 
 
 def _tiny(pe: str = "urpe", **kw):
