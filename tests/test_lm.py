@@ -462,3 +462,11 @@ def test_cli_lm_reports_errors_in_one_line(tmp_path, capsys, monkeypatch) -> Non
     assert run_lm(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "wiki.train.tokens" in err
+    # An unreadable checkpoint is reported in one line too.
+    run = tmp_path / "broken"
+    run.mkdir()
+    (run / "last.pt").write_bytes(b"not a checkpoint")
+    args = _parser().parse_args(["lm", "--steps", "2", "--out", str(run), "--resume"])
+    assert run_lm(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "last.pt" in err

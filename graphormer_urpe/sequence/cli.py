@@ -288,6 +288,7 @@ def run_lm(args: argparse.Namespace) -> int:
     """Run the ``lm`` sub-command; returns the process exit status."""
     import torch
 
+    from ..training.checkpoint import CheckpointError
     from .corpus import CorpusUnavailableError
     from .lm import lm_config, train_lm
 
@@ -308,7 +309,7 @@ def run_lm(args: argparse.Namespace) -> int:
         metrics = train_lm(
             config, out, resume=args.resume, device=args.device, progress=not args.no_progress
         )
-    except (CorpusUnavailableError, ValueError) as exc:
+    except (CorpusUnavailableError, CheckpointError, ValueError) as exc:
         print(f"graphormer-urpe lm: error: {exc}", file=sys.stderr)
         return 2
     summary = {k: v for k, v in metrics.items() if k not in ("evals", "config")}
