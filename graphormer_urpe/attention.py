@@ -586,6 +586,8 @@ class URPEAttention(nn.Module):
 
     Shapes:
         - input ``x``: ``[B, N, d]``, or ``[T, d]`` real tokens with ``layout``
+        - ``memory``: ``[B, M, d]`` extra keys / values before ``x`` (the bias, scale and
+          padding mask then have ``M + N`` key columns), or ``None``
         - ``attn_bias``: broadcastable to ``[B, H, N, N]`` (float, may hold ``-inf``)
         - ``attn_scale``: broadcastable to ``[B, H, N, N]`` or ``None`` (plain RPE attention)
         - ``key_padding_mask``: ``[B, N]`` bool, ``True`` on padding
@@ -633,17 +635,26 @@ class URPEAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         layout: TokenLayout | None = None,
         first_query_only: bool = False,
+        memory: Tensor | None = None,
     ) -> Tensor:
         """Self-attention over ``x``: ``[B, N, d]`` → ``[B, N, d]``, or ``[T, d]`` → ``[T, d]``
         with ``layout`` (projections on the real tokens only). With ``first_query_only`` only
-        the first token of each sequence is a query and the output is ``[B, d]``."""
+        the first token of each sequence is a query and the output is ``[B, d]``.
+
+        ``memory`` ``[B, M, d]`` (dense inputs only) holds extra keys and values placed before
+        ``x``, as the cached states of Transformer-XL's previous segment: the queries are the
+        ``N`` rows of ``x``, the keys ``[memory; x]`` (``M + N``), so ``attn_bias``,
+        ``attn_scale`` and ``key_padding_mask`` then cover ``M + N`` keys."""
         h = self.num_heads
+        if memory is not None and (layout is not None or first_query_only):
+            raise ValueError("memory is only supported for dense [B, N, d] inputs")
         if layout is not None and key_padding_mask is None:
             if not isinstance(attn_bias, PreparedBias):  # (a PreparedBias already masks them)
                 key_padding_mask = layout.key_padding_mask
         if layout is None:
-            k = self._heads(self.k_proj(x))  # [B, H, N, d_h]
-            v = self._heads(self.v_proj(x))
+            kv = x if memory is None else torch.cat([memory, x], dim=1)  # [B, M + N, d]
+            k = self._heads(self.k_proj(kv))  # [B, H, M + N, d_h]
+            v = self._heads(self.v_proj(kv))
             xq = x[:, :1] if first_query_only else x
             q = self._heads(self.q_proj(xq))  # [B, H, N_q, d_h]
         else:  # [T, d] -> padded [B, H, N, d_h]

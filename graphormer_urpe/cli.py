@@ -751,6 +751,12 @@ def _add_synthetic(sub: argparse._SubParsersAction) -> None:
     add_synthetic_parser(sub)
 
 
+def _add_lm(sub: argparse._SubParsersAction) -> None:
+    from .sequence.cli import add_lm_parser
+
+    add_lm_parser(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (one sub-parser per command)."""
     parser = argparse.ArgumentParser(
@@ -770,6 +776,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_predict,
     _add_plot,
     _add_synthetic,
+    _add_lm,
     _add_demo,
     _add_preprocess,
     _add_submit,

@@ -60,7 +60,11 @@ class EncoderLayer(nn.Module):
         :class:`~graphormer_urpe.attention.PreparedBias` (which must then forbid padded keys).
         With ``first_token_only`` only the first token of each sequence is updated (it
         attends to all tokens) and the output is ``[B, d]``: the last layer of a model that
-        reads out a ``[CLS]``-like token needs no more.
+        reads out a ``[CLS]``-like token needs no more. ``memory`` ``[B, M, d]`` (dense
+        inputs only) is this layer's input from the previous segment (Transformer-XL): it
+        serves as ``M`` extra keys and values before ``x`` (normalised by the same
+        ``LN_1`` in a pre-LN layer), so ``attn_bias`` / ``attn_scale`` then cover ``M + N``
+        keys; it is not updated.
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class EncoderLayer(nn.Module):
         key_padding_mask: Tensor | None = None,
         layout: TokenLayout | None = None,
         first_token_only: bool = False,
+        memory: Tensor | None = None,
     ) -> Tensor:
         p, training = self.dropout.p, self.training
         first = first_token_only
@@ -109,12 +114,13 @@ class EncoderLayer(nn.Module):
             return t[:, 0] if layout is None else t.index_select(0, layout.first)
 
         if self.pre_ln:
+            mem = None if memory is None else self.attn_norm(memory)
             h = self.self_attn(
-                self.attn_norm(x), attn_bias, attn_scale, key_padding_mask, layout, first
+                self.attn_norm(x), attn_bias, attn_scale, key_padding_mask, layout, first, mem
             )
             x = dropout_add(residual(x), h, p, training)
             return dropout_add(x, self._ffn(self.ffn_norm(x)), p, training)
-        h = self.self_attn(x, attn_bias, attn_scale, key_padding_mask, layout, first)
+        h = self.self_attn(x, attn_bias, attn_scale, key_padding_mask, layout, first, memory)
         x = self.attn_norm(dropout_add(residual(x), h, p, training))
         return self.ffn_norm(dropout_add(x, self._ffn(x), p, training))
 

@@ -106,3 +106,12 @@ def shared_copy(tmp_path):
         return dst
 
     return _copy
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train fastest on one thread (and do not oversubscribe a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -286,15 +286,6 @@ def test_masked_loss_ignores_unscored_positions() -> None:
     assert int(masked_loss_and_hits(perfect, batch)[1]) == 21
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models train fastest on one thread (and do not oversubscribe a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_short_training_urpe_learns_pi_and_no_pe_cannot(tmp_path, one_thread) -> None:
     """URPE learns PI far beyond chance; no PE stays at what a position-blind model can do."""
     torch.manual_seed(0)

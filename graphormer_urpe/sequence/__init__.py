@@ -8,9 +8,28 @@ training loop (:mod:`.train`) and the ``synthetic`` command-line sub-command (:m
 
     metrics = train_synthetic(synthetic_config("cpu", task="pi", pe="urpe"), "runs/pi_urpe")
     metrics["valid_accuracy"]
+
+Causal language modelling on the same core: a small Transformer-XL (:mod:`.xl`), its corpora
+(:mod:`.corpus`: Python's documentation text, WikiText-2/103) and training loop (:mod:`.lm`,
+the ``lm`` sub-command)::
+
+    from graphormer_urpe.sequence import lm_config, train_lm
+
+    metrics = train_lm(lm_config("cpu", corpus="pydoc", pe="urpe"), "runs/lm_urpe")
+    metrics["test_bpc"]
 """
 
-from .cli import add_synthetic_parser, run_synthetic
+from .cli import add_lm_parser, add_synthetic_parser, run_lm, run_synthetic
+from .corpus import (
+    CORPORA,
+    CorpusUnavailableError,
+    LMCorpus,
+    Vocabulary,
+    load_corpus,
+    pydoc_corpus,
+    wikitext_corpus,
+)
+from .lm import LM_PRESETS, LMConfig, evaluate_lm, lm_config, train_lm
 from .model import (
     PE_SCHEMES,
     PEName,
@@ -38,8 +57,25 @@ from .train import (
     synthetic_config,
     train_synthetic,
 )
+from .xl import TransformerXL, TransformerXLConfig
 
 __all__ = [
+    "CORPORA",
+    "CorpusUnavailableError",
+    "LMConfig",
+    "LMCorpus",
+    "LM_PRESETS",
+    "TransformerXL",
+    "TransformerXLConfig",
+    "Vocabulary",
+    "add_lm_parser",
+    "evaluate_lm",
+    "lm_config",
+    "load_corpus",
+    "pydoc_corpus",
+    "run_lm",
+    "train_lm",
+    "wikitext_corpus",
     "FIRST_INPUT_TOKEN",
     "NUM_SPECIAL_TOKENS",
     "PAD_INDEX",

@@ -1,10 +1,14 @@
-"""The ``synthetic`` sub-command: train on Position Identification / Even Token Prediction.
+"""The ``synthetic`` and ``lm`` sub-commands.
 
-``graphormer-urpe synthetic --task pi --pe urpe`` trains the CPU-sized model (a few minutes on
-two cores) and prints the metrics as JSON; ``--preset paper`` selects the paper's set-up.
-Every flag maps to one field of :class:`~graphormer_urpe.sequence.train.SyntheticConfig` or
-its :class:`~graphormer_urpe.sequence.model.SequenceModelConfig`; flags left unset keep the
+``graphormer-urpe synthetic --task pi --pe urpe`` trains the CPU-sized model on Position
+Identification / Even Token Prediction (a few minutes on two cores) and prints the metrics
+as JSON; ``--preset paper`` selects the paper's set-up. Every flag maps to one field of
+:class:`~graphormer_urpe.sequence.train.SyntheticConfig` or its
+:class:`~graphormer_urpe.sequence.model.SequenceModelConfig`; flags left unset keep the
 preset's value.
+
+``graphormer-urpe lm --corpus pydoc --pe urpe`` trains a small Transformer-XL language model
+(:mod:`graphormer_urpe.sequence.lm`) the same way, with checkpoints and ``--resume``.
 """
 
 from __future__ import annotations
@@ -16,13 +20,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .corpus import CORPORA
 from .model import PE_SCHEMES
 from .train import synthetic_config, train_synthetic
 
-__all__ = ["add_synthetic_parser", "run_synthetic", "DEFAULT_OUT_ROOT"]
+__all__ = [
+    "add_synthetic_parser",
+    "run_synthetic",
+    "add_lm_parser",
+    "run_lm",
+    "DEFAULT_OUT_ROOT",
+    "DEFAULT_LM_OUT_ROOT",
+]
 
 #: Output runs land in ``runs/synthetic/<task>_<pe>_v<vocab>`` unless ``--out`` is given.
 DEFAULT_OUT_ROOT = Path("runs") / "synthetic"
+#: ``lm`` runs land in ``runs/lm/<corpus>_<pe>_s<seed>`` unless ``--out`` is given.
+DEFAULT_LM_OUT_ROOT = Path("runs") / "lm"
 
 
 def add_synthetic_parser(subparsers: Any) -> None:
@@ -143,6 +157,161 @@ def run_synthetic(args: argparse.Namespace) -> int:
     if out is None:
         out = DEFAULT_OUT_ROOT / f"{config.task}_{config.model.pe}_v{config.model.vocab}"
     metrics = train_synthetic(config, out, device=args.device, progress=not args.no_progress)
+    summary = {k: v for k, v in metrics.items() if k not in ("evals", "config")}
+    summary["out"] = str(out)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def add_lm_parser(subparsers: Any) -> None:
+    """Add the ``lm`` sub-command to an :mod:`argparse` sub-parsers object (``func`` =
+    :func:`run_lm`)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "lm",
+        help="train a small Transformer-XL language model (pydoc / WikiText) with URPE",
+        description=(
+            "Train a causal Transformer-XL language model (segment-level recurrence, memory of "
+            "the previous segment) with no positional encoding, learned absolute positions "
+            "(ape), a learned relative bias (rpe) or Universal RPE (urpe) on Python's "
+            "documentation text (pydoc, characters, embedded) or WikiText-2/103 (words); "
+            "writes metrics.json (bits per character or perplexity), curve.csv, checkpoints "
+            "and pe_tables.png to --out and prints the metrics as JSON."
+        ),
+    )
+    p.add_argument(
+        "--corpus",
+        choices=CORPORA,
+        default="pydoc",
+        help="corpus (default: pydoc, embedded; wikitext-* are read from --data-root)",
+    )
+    p.add_argument(
+        "--pe", choices=PE_SCHEMES, default="urpe", help="positional scheme (default: urpe)"
+    )
+    p.add_argument(
+        "--preset",
+        choices=("cpu", "paper"),
+        default="cpu",
+        help=(
+            "base configuration: cpu (3x128 model, segments of 64 + memory 64, 1,000 updates; "
+            "minutes on one CPU thread) or paper (Transformer-XL base for WikiText-103: "
+            "16x410, 10 heads, tgt_len = mem_len = 150, 200k updates of 60; GPUs)"
+        ),
+    )
+    p.add_argument(
+        "--data-root", help="folder holding wikitext-2/ or wikitext-103/ (default: data)"
+    )
+    p.add_argument("--steps", type=int, help="number of updates")
+    p.add_argument("--tgt-len", type=int, help="tokens per training segment")
+    p.add_argument("--mem-len", type=int, help="memory states kept per layer (0: no memory)")
+    p.add_argument("--width", type=int, help="model width d")
+    p.add_argument("--layers", type=int, help="number of layers")
+    p.add_argument("--heads", type=int, help="attention heads")
+    p.add_argument("--ffn", type=int, help="feed-forward hidden width")
+    p.add_argument("--dropout", type=float, help="embedding / residual / output dropout")
+    p.add_argument("--attention-dropout", type=float, help="attention-probability dropout")
+    p.add_argument(
+        "--pre-ln",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pre-LN layers instead of Transformer-XL's post-LN (default: post-LN)",
+    )
+    p.add_argument(
+        "--per-layer-scale",
+        action="store_const",
+        const=False,
+        dest="share_scale",
+        help="give every layer its own URPE matrix C (default: one C shared by all layers)",
+    )
+    p.add_argument("--batch-size", type=int, help="parallel training columns per update")
+    p.add_argument("--lr", type=float, help="peak learning rate")
+    p.add_argument("--warmup-steps", type=int, help="linear warm-up updates")
+    p.add_argument(
+        "--schedule", choices=("cosine", "linear"), help="decay after warm-up (default: cosine)"
+    )
+    p.add_argument("--clip-norm", type=float, help="gradient-norm clipping (default: 0.25)")
+    p.add_argument("--eval-every", type=int, help="evaluate on the validation split every N")
+    p.add_argument("--eval-batch-size", type=int, help="parallel columns when evaluating")
+    p.add_argument(
+        "--max-eval-tokens",
+        type=int,
+        help="score only this many validation tokens during training (final scores: all)",
+    )
+    p.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N updates")
+    p.add_argument("--keep-checkpoints", type=int, help="step checkpoints to keep")
+    p.add_argument("--seed", type=int, help="seed of the initialisation and dropout")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help=f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in --out (its configuration is used)",
+    )
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument(
+        "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run_lm)
+
+
+_LM_FIELDS = (
+    "data_root",
+    "steps",
+    "tgt_len",
+    "mem_len",
+    "width",
+    "layers",
+    "heads",
+    "ffn",
+    "dropout",
+    "attention_dropout",
+    "pre_ln",
+    "share_scale",
+    "batch_size",
+    "lr",
+    "warmup_steps",
+    "schedule",
+    "clip_norm",
+    "eval_every",
+    "eval_batch_size",
+    "max_eval_tokens",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "seed",
+)
+
+
+def run_lm(args: argparse.Namespace) -> int:
+    """Run the ``lm`` sub-command; returns the process exit status."""
+    import torch
+
+    from ..training.checkpoint import CheckpointError
+    from .corpus import CorpusUnavailableError
+    from .lm import lm_config, train_lm
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        overrides = {n: getattr(args, n, None) for n in _LM_FIELDS}
+        config = lm_config(args.preset, args.corpus, args.pe, **overrides)
+    except ValueError as exc:
+        print(f"graphormer-urpe lm: error: {exc}", file=sys.stderr)
+        return 2
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    out = args.out
+    if out is None:
+        out = DEFAULT_LM_OUT_ROOT / f"{config.corpus}_{config.model.pe}_s{config.seed}"
+    try:
+        metrics = train_lm(
+            config, out, resume=args.resume, device=args.device, progress=not args.no_progress
+        )
+    except (CorpusUnavailableError, CheckpointError, ValueError) as exc:
+        print(f"graphormer-urpe lm: error: {exc}", file=sys.stderr)
+        return 2
     summary = {k: v for k, v in metrics.items() if k not in ("evals", "config")}
     summary["out"] = str(out)
     print(json.dumps(summary, indent=2))

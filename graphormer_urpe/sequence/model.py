@@ -87,11 +87,14 @@ def t5_relative_bucket(
 
 
 def relative_position_index(
-    max_len: int, num_buckets: int | None = None, max_distance: int = 128
+    max_len: int, num_buckets: int | None = None, max_distance: int = 128, causal: bool = False
 ) -> tuple[Tensor, int]:
     r"""Table row of every (query ``i``, key ``j``) pair of a length-``max_len`` sequence.
 
     * Unique offsets (``num_buckets=None``): :math:`r + L_{max} - 1`, ``2 * max_len - 1`` rows.
+    * Causal (``causal=True``, unique offsets only): the distance :math:`i - j = -r` for the
+      reachable keys :math:`j \le i`, ``max_len`` rows (offsets ``0..L_max - 1``); future keys
+      (:math:`j > i`) read row 0, a value that a causal mask makes irrelevant.
     * T5 buckets: the signed bucket of :func:`t5_relative_bucket`, plus 2 where non-negative,
       plus :math:`h - 1`; rows ``0..num_buckets`` (``num_buckets + 1`` rows, the rows
       :math:`h - 1` and :math:`h` are never used). The reference subtracts the minimum over its
@@ -103,12 +106,17 @@ def relative_position_index(
         max_len: the longest sequence ``L_max``; shorter inputs use the ``[:N, :N]`` corner.
         num_buckets: ``None`` for unique offsets, else the T5 bucket count (even, >= 4).
         max_distance: T5 saturation distance.
+        causal: one row per non-negative distance ``i - j`` (for causal attention).
 
     Returns:
         ``(index [L_max, L_max] long, num_rows)``.
     """
     pos = torch.arange(max_len, dtype=torch.long)
     rel = pos[None, :] - pos[:, None]  # [L, L], r = j - i
+    if causal:
+        if num_buckets is not None:
+            raise ValueError("causal relative tables use one row per offset (num_buckets=None)")
+        return (-rel).clamp(min=0), max_len
     if num_buckets is None:
         return rel + (max_len - 1), 2 * max_len - 1
     if num_buckets % 2 != 0:
@@ -131,9 +139,12 @@ class RelativePositionTable(nn.Module):
         num_buckets: ``None`` for one row per offset, else T5 buckets.
         max_distance: T5 saturation distance.
         init_value: constant initial value, or ``None`` for :math:`\mathcal{N}(0, 0.02)`.
+        causal: one row per distance ``i - j >= 0`` (see :func:`relative_position_index`).
 
     Shapes:
-        ``forward(seq_len)`` → ``[1, H, N, N]`` with ``N = seq_len <= L_max``.
+        ``forward(seq_len)`` → ``[1, H, N, N]`` with ``N = seq_len <= L_max``;
+        ``forward(seq_len, query_len)`` → ``[1, H, N_q, N]``, the last ``N_q`` query rows
+        (queries that follow ``N - N_q`` earlier keys, e.g. a Transformer-XL memory).
     """
 
     index: Tensor
@@ -145,9 +156,11 @@ class RelativePositionTable(nn.Module):
         num_buckets: int | None = None,
         max_distance: int = 128,
         init_value: float | None = None,
+        causal: bool = False,
     ) -> None:
         super().__init__()
-        index, rows = relative_position_index(max_len, num_buckets, max_distance)
+        index, rows = relative_position_index(max_len, num_buckets, max_distance, causal)
+        self.causal = causal
         self.max_len = max_len
         self.num_heads = num_heads
         self.num_buckets = num_buckets
@@ -164,18 +177,25 @@ class RelativePositionTable(nn.Module):
         else:
             nn.init.constant_(self.weight, self.init_value)
 
-    def forward(self, seq_len: int) -> Tensor:
+    def forward(self, seq_len: int, query_len: int | None = None) -> Tensor:
         if seq_len > self.max_len:
             raise ValueError(f"sequence length {seq_len} exceeds max_len={self.max_len}")
-        idx = self.index[:seq_len, :seq_len]  # [N, N]
-        return F.embedding(idx, self.weight).permute(2, 0, 1).unsqueeze(0)  # [1, H, N, N]
+        q = seq_len if query_len is None else query_len
+        if not 0 < q <= seq_len:
+            raise ValueError(f"query_len must be in [1, {seq_len}], got {query_len}")
+        idx = self.index[seq_len - q : seq_len, :seq_len]  # [N_q, N]
+        return F.embedding(idx, self.weight).permute(2, 0, 1).unsqueeze(0)  # [1, H, N_q, N]
 
     def by_offset(self) -> tuple[Tensor, Tensor]:
         """Values per head against the offset ``j - i``, for plotting.
 
         Returns:
-            ``(offsets [2 L_max - 1], values [H, 2 L_max - 1])`` (detached, on the CPU).
+            ``(offsets [2 L_max - 1], values [H, 2 L_max - 1])`` (detached, on the CPU); for a
+            causal table only the offsets ``-(L_max - 1)..0`` (``L_max`` of them).
         """
+        if self.causal:  # the last row holds the offsets -(L-1)..0
+            offsets = torch.arange(-(self.max_len - 1), 1, device=self.index.device)
+            return offsets.cpu(), self.weight.detach()[self.index[-1]].t().cpu()
         offsets = torch.arange(-(self.max_len - 1), self.max_len, device=self.index.device)
         # Row 0 of the index holds offsets 0..L-1, column 0 offsets -(L-1)..0.
         rows = torch.cat([self.index[1:, 0].flip(0), self.index[0, :]])
@@ -183,6 +203,7 @@ class RelativePositionTable(nn.Module):
 
     def extra_repr(self) -> str:
         kind = "unique" if self.num_buckets is None else f"t5({self.num_buckets})"
+        kind = "causal" if self.causal else kind
         return (
             f"max_len={self.max_len}, num_heads={self.num_heads}, rows={self.weight.shape[0]}, "
             f"index={kind}, init={self.init_value if self.init_value is not None else 'N(0,.02)'}"

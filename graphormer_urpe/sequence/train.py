@@ -336,12 +336,12 @@ def plot_positional_tables(model: SequenceTransformer, path: Path, title: str = 
     return True
 
 
-def _curve_csv(rows: list[dict[str, Any]]) -> str:
+def _curve_csv(rows: list[dict[str, Any]], columns: tuple[str, ...] = CURVE_COLUMNS) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CURVE_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in CURVE_COLUMNS})
+        writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
     return buf.getvalue()
 
 

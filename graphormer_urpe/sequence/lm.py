@@ -1,0 +1,547 @@
+r"""Training a small Transformer-XL language model with none / APE / RPE / URPE positions.
+
+Transformer-XL's recipe (Dai et al., 2019): the training stream is cut into ``batch_size``
+contiguous columns read ``tgt_len`` tokens at a time, with the memory of the previous
+segment carried from one update to the next (reset at the start of every pass over the
+data); Adam, gradient-norm clipping, and a learning rate that follows a (linear warm-up
+then) cosine decay to 0. The loss is the mean next-token cross-entropy in nats,
+
+.. math::
+    \mathcal{L} = -\frac{1}{BN} \sum_{b, i} \log p_\theta(x_{b, i+1} \mid x_{b, \le i},
+    \text{memory}).
+
+Validation and test streams are read the same way (``eval_batch_size`` columns, segments of
+``tgt_len``, memory carried; the last partial segment included; the remainder of the
+stream that does not fill all columns is dropped) and reported as bits per character
+(:math:`\mathcal{L} / \ln 2`, character corpora) or perplexity (:math:`e^{\mathcal{L}}`,
+word corpora). The test split is scored once, with the weights of the best validation
+evaluation.
+
+:func:`train_lm` writes into its output folder: ``config.json``, ``curve.csv`` (one row per
+update; validation columns at evaluations), ``metrics.json``, ``pe_tables.png`` (RPE /
+URPE), ``best.pt`` (weights of the best validation evaluation) and rolling resumable
+checkpoints (``last.pt`` and ``checkpoints/step-*.pt``: model, optimizer, schedule, RNG
+states, the carried memory and the curve so far), all written atomically.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ..training.checkpoint import (
+    CheckpointKeeper,
+    incompatible_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from .corpus import CORPORA, LMCorpus, load_corpus
+from .train import _curve_csv, linear_warmup_decay, plot_positional_tables, write_atomic
+from .xl import TransformerXL, TransformerXLConfig
+
+__all__ = [
+    "LMConfig",
+    "LM_PRESETS",
+    "lm_config",
+    "batchify",
+    "cosine_warmup",
+    "evaluate_lm",
+    "train_lm",
+]
+
+logger = logging.getLogger(__name__)
+
+LM_CURVE_COLUMNS = ("step", "lr", "train_loss", "valid_loss", "elapsed_s")
+
+
+@dataclass
+class LMConfig:
+    """Configuration of one language-modelling run.
+
+    Attributes:
+        corpus: ``"pydoc" | "wikitext-2" | "wikitext-103"``.
+        data_root: where WikiText is (or is downloaded to).
+        corpus_seed: seed of the ``pydoc`` topic split.
+        model: the :class:`~graphormer_urpe.sequence.xl.TransformerXLConfig`
+            (``vocab_size`` 0 is filled in from the corpus).
+        steps: number of updates.
+        batch_size: parallel training columns ``B``.
+        lr: peak learning rate.
+        warmup_steps: linear warm-up updates.
+        schedule: ``"cosine"`` (Transformer-XL) or ``"linear"`` decay to 0 after warm-up.
+        clip_norm: gradient-norm clipping (Transformer-XL: 0.25), ``None`` for none.
+        weight_decay: decoupled weight decay.
+        eval_every: evaluate on the validation split every this many updates (and at the end).
+        eval_batch_size: parallel columns when scoring valid / test.
+        max_eval_tokens: score only the first this many tokens of valid during training
+            (``None``: all of it); the final validation and test scores use whole splits.
+        checkpoint_every: write a resumable checkpoint every this many updates (and at the
+            end); 0 for only the end.
+        keep_checkpoints: step checkpoints kept.
+        seed: seed of the initialisation and dropout.
+    """
+
+    corpus: str = "pydoc"
+    data_root: str = "data"
+    corpus_seed: int = 0
+    model: TransformerXLConfig = field(default_factory=TransformerXLConfig)
+    steps: int = 1000
+    batch_size: int = 16
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    schedule: Literal["cosine", "linear"] = "cosine"
+    clip_norm: float | None = 0.25
+    weight_decay: float = 0.0
+    eval_every: int = 200
+    eval_batch_size: int = 16
+    max_eval_tokens: int | None = None
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 2
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.corpus not in CORPORA:
+            raise ValueError(f"unknown corpus {self.corpus!r}; expected one of {CORPORA}")
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if not 0 <= self.warmup_steps < self.steps:
+            raise ValueError(
+                f"warmup_steps must be in [0, steps) = [0, {self.steps}), got {self.warmup_steps}"
+            )
+        if self.schedule not in ("cosine", "linear"):
+            raise ValueError(f"unknown schedule {self.schedule!r}; expected cosine or linear")
+        if min(self.batch_size, self.eval_batch_size, self.eval_every) < 1:
+            raise ValueError("batch_size, eval_batch_size and eval_every must be >= 1")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LMConfig:
+        """Inverse of :meth:`to_dict`."""
+        data = dict(data)
+        model = TransformerXLConfig(**data.pop("model"))
+        return cls(model=model, **data)
+
+
+#: Named run set-ups: run fields and model fields together.
+LM_PRESETS: dict[str, dict[str, Any]] = {
+    # About 2-3 minutes per run on one CPU thread on the embedded corpus.
+    "cpu": dict(
+        width=128,
+        layers=3,
+        heads=4,
+        ffn=512,
+        tgt_len=64,
+        mem_len=64,
+        dropout=0.1,
+        init_std=0.02,
+        steps=1000,
+        batch_size=16,
+        lr=2e-3,
+        warmup_steps=50,
+        clip_norm=0.25,
+        eval_every=200,
+        eval_batch_size=16,
+    ),
+    # Transformer-XL base on WikiText-103 (Dai et al. 2019; run_wt103_base.sh): 16 layers,
+    # d 410, 10 heads of 41, d_inner 2100, tgt_len = mem_len = 150, dropout 0.1, Adam at
+    # 2.5e-4 with cosine decay and no warm-up, clip 0.25, 200k updates of 60 columns.
+    "paper": dict(
+        width=410,
+        layers=16,
+        heads=10,
+        ffn=2100,
+        tgt_len=150,
+        mem_len=150,
+        dropout=0.1,
+        attention_dropout=0.0,
+        init_std=0.02,
+        steps=200_000,
+        batch_size=60,
+        lr=2.5e-4,
+        warmup_steps=0,
+        clip_norm=0.25,
+        eval_every=4_000,
+        eval_batch_size=10,
+        checkpoint_every=4_000,
+    ),
+}
+
+
+def lm_config(
+    preset: str = "cpu", corpus: str = "pydoc", pe: str = "urpe", **overrides: Any
+) -> LMConfig:
+    """A named run configuration with optional overrides.
+
+    * ``"cpu"``: 3 post-LN layers of width 128 (4 heads, ffn 512), segments of 64 tokens with
+      64 memory states, 1,000 updates of 16 columns at peak lr ``2e-3`` (50 warm-up, cosine
+      decay), dropout 0.1: about 2-3 minutes on one CPU thread on the embedded corpus.
+    * ``"paper"``: Transformer-XL base for WikiText-103 (16 layers, d 410, 10 heads,
+      d_inner 2100, tgt_len = mem_len = 150, dropout 0.1, lr ``2.5e-4`` cosine, 200k updates
+      of 60 columns, clip 0.25); for GPUs.
+
+    Args:
+        preset: ``"cpu"`` or ``"paper"``.
+        corpus: ``"pydoc" | "wikitext-2" | "wikitext-103"``.
+        pe: ``"none" | "ape" | "rpe" | "urpe"``.
+        **overrides: fields of :class:`LMConfig` or of
+            :class:`~graphormer_urpe.sequence.xl.TransformerXLConfig`; ``None`` values are
+            ignored. Overriding ``steps`` alone keeps the preset's warm-up fraction.
+    """
+    if preset not in LM_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(LM_PRESETS)}")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    model_fields = {f.name for f in fields(TransformerXLConfig)}
+    run_fields = {f.name for f in fields(LMConfig)} - {"model"}
+    unknown = set(overrides) - model_fields - run_fields
+    if unknown:
+        raise ValueError(f"unknown configuration fields: {sorted(unknown)}")
+    base = dict(LM_PRESETS[preset])
+    merged = {**base, **overrides}
+    if "steps" in overrides and "warmup_steps" not in overrides:
+        merged["warmup_steps"] = int(round(base["warmup_steps"] / base["steps"] * merged["steps"]))
+    model = TransformerXLConfig(pe=pe, **{k: v for k, v in merged.items() if k in model_fields})
+    run = {k: v for k, v in merged.items() if k in run_fields}
+    return LMConfig(corpus=corpus, model=model, **run)
+
+
+def cosine_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
+    r"""Learning-rate multiplier of update ``step`` (0-based): a linear ramp over ``W``
+    updates, then :math:`\tfrac12 (1 + \cos(\pi (s - W) / (T - W)))` (0 at ``T``)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def batchify(stream: Tensor, columns: int) -> Tensor:
+    """Cut a ``[T]`` stream into ``columns`` contiguous rows ``[columns, T // columns]``
+    (the last ``T mod columns`` tokens are dropped)."""
+    width = stream.numel() // columns
+    if width < 2:
+        raise ValueError(f"a stream of {stream.numel()} tokens is too short for {columns} columns")
+    return stream[: width * columns].view(columns, width)
+
+
+def _segments(length: int, tgt_len: int, partial: bool) -> list[tuple[int, int]]:
+    """``(start, n)`` of the segments of a row of ``length`` tokens (``n`` inputs, each with the
+    next token as target)."""
+    out = []
+    start = 0
+    while start + 1 < length:
+        n = min(tgt_len, length - 1 - start)
+        if n < tgt_len and not partial:
+            break
+        out.append((start, n))
+        start += n
+    return out
+
+
+@torch.no_grad()
+def evaluate_lm(
+    model: TransformerXL,
+    stream: Tensor,
+    batch_size: int = 16,
+    max_tokens: int | None = None,
+) -> tuple[float, int]:
+    """Mean next-token cross-entropy (nats) over a ``[T]`` stream, read as ``batch_size``
+    columns in segments of ``tgt_len`` with the memory carried between segments.
+
+    Returns:
+        ``(loss per scored token, number of scored tokens)``.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    if max_tokens is not None:
+        stream = stream[: max_tokens + 1]
+    columns = max(1, min(batch_size, stream.numel() // 2))
+    data = batchify(stream, columns).to(device)
+    memory = None
+    total, count = 0.0, 0
+    for start, n in _segments(data.shape[1], model.config.tgt_len, partial=True):
+        x = data[:, start : start + n]
+        y = data[:, start + 1 : start + n + 1]
+        logits, memory = model(x, memory)
+        total += float(
+            F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), reduction="sum"
+            )
+        )
+        count += y.numel()
+    model.train(was_training)
+    return total / max(1, count), count
+
+
+def _score(loss: float, level: str) -> tuple[str, float]:
+    if level == "char":
+        return "bpc", loss / math.log(2)
+    return "ppl", math.exp(min(loss, 700.0))
+
+
+def train_lm(
+    config: LMConfig,
+    out_dir: str | Path | None = None,
+    *,
+    corpus: LMCorpus | None = None,
+    resume: bool = False,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train a :class:`~graphormer_urpe.sequence.xl.TransformerXL` language model.
+
+    Args:
+        config: the run configuration.
+        out_dir: the run folder (``None``: write nothing, no checkpoints).
+        corpus: an already loaded corpus (default: :func:`load_corpus` of ``config.corpus``).
+        resume: continue from the newest checkpoint in ``out_dir`` when there is one (its
+            configuration is used; ``steps`` may be raised on the command line).
+        device: torch device.
+        progress: tqdm progress bar.
+
+    Returns:
+        Metrics: ``valid_loss`` / ``test_loss`` (nats per token, test at the best validation
+        evaluation), ``valid_bpc`` / ``test_bpc`` (character corpora) or ``valid_ppl`` /
+        ``test_ppl`` (word corpora), ``best_step``, ``initial_valid_loss``, ``steps``,
+        ``wall_time_s`` (this process's training time, evaluation included),
+        ``num_parameters``, corpus sizes, ``config``, ``evals`` and ``files``.
+    """
+    device = torch.device(device)
+    out = None if out_dir is None else Path(out_dir)
+    keeper = None if out is None else CheckpointKeeper(out, config.keep_checkpoints)
+    ckpt = None
+    ckpt_path: Path | None = None
+    if resume and keeper is not None:
+        found = keeper.latest()
+        if found is None:
+            logger.info("nothing to resume in %s: starting afresh", out)
+        else:
+            ckpt_path, ckpt = found
+            path = ckpt_path
+            with incompatible_checkpoint(path):
+                saved = LMConfig.from_dict(ckpt["config"])
+            if config.steps != saved.steps:
+                logger.info("resuming with steps %d (checkpoint: %d)", config.steps, saved.steps)
+                saved.steps = config.steps
+            config = saved
+            logger.info("resuming from %s at update %d", path, int(ckpt["step"]))
+    if corpus is None:
+        corpus = load_corpus(config.corpus, config.data_root, seed=config.corpus_seed)
+    if config.model.vocab_size == 0:
+        config = copy.deepcopy(config)
+        config.model.vocab_size = len(corpus.vocab)
+    elif config.model.vocab_size != len(corpus.vocab):
+        raise ValueError(
+            f"model vocab_size {config.model.vocab_size} != corpus vocabulary {len(corpus.vocab)}"
+        )
+
+    torch.manual_seed(config.seed)
+    model = TransformerXL(config.model).to(device)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    decay = cosine_warmup if config.schedule == "cosine" else linear_warmup_decay
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: decay(s, config.warmup_steps, config.steps)
+    )
+    train_data = batchify(corpus.train, config.batch_size).to(device)
+    segments = _segments(train_data.shape[1], config.model.tgt_len, partial=False)
+    if not segments:
+        raise ValueError(
+            f"the training split ({corpus.train.numel()} tokens) is too short for "
+            f"{config.batch_size} columns of tgt_len {config.model.tgt_len}"
+        )
+    num_params = sum(p.numel() for p in model.parameters())
+
+    step = 0
+    memory: list[Tensor] | None = None
+    rows: list[dict[str, Any]] = []
+    evals: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"loss": math.inf, "step": 0, "state": None}
+    initial_valid = None
+    if ckpt is not None and ckpt_path is not None:
+        with incompatible_checkpoint(ckpt_path):
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scheduler.load_state_dict(ckpt["scheduler"])
+            step = int(ckpt["step"])
+            memory = [t.to(device) for t in ckpt["memory"]] or None
+            history = json.loads(ckpt["history"])
+            rows, evals, initial_valid = history["rows"], history["evals"], history["initial"]
+            best = {"loss": history["best_loss"], "step": history["best_step"], "state": None}
+            set_rng_state(ckpt["rng"])
+        if out is not None and (out / "best.pt").is_file():
+            best["state"] = load_checkpoint(out / "best.pt", map_location=device)["model"]
+    logger.info(
+        "lm %s / %s: %d parameters, %d updates of %d x %d tokens (memory %d), %s",
+        config.corpus,
+        config.model.pe,
+        num_params,
+        config.steps,
+        config.batch_size,
+        config.model.tgt_len,
+        config.model.mem_len,
+        corpus.summary(),
+    )
+    if out is not None:
+        write_atomic(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+
+    def checkpoint_state() -> dict[str, Any]:
+        history = {
+            "rows": rows,
+            "evals": evals,
+            "initial": initial_valid,
+            "best_loss": best["loss"],
+            "best_step": best["step"],
+        }
+        return {
+            "config": config.to_dict(),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "step": step,
+            "memory": [] if memory is None else [t.cpu() for t in memory],
+            "history": json.dumps(history),
+            "rng": rng_state(),
+        }
+
+    if initial_valid is None:
+        initial_valid, _ = evaluate_lm(
+            model, corpus.valid, config.eval_batch_size, config.max_eval_tokens
+        )
+    start = time.perf_counter()
+    elapsed0 = rows[-1]["elapsed_s"] if rows else 0.0
+    model.train()
+    bar = tqdm(
+        total=config.steps,
+        initial=step,
+        desc=f"lm/{config.model.pe}",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    while step < config.steps:
+        seg = step % len(segments)
+        if seg == 0:
+            memory = None  # a new pass over the data
+        s0, n = segments[seg]
+        x = train_data[:, s0 : s0 + n]
+        y = train_data[:, s0 + 1 : s0 + n + 1]
+        lr = optimizer.param_groups[0]["lr"]
+        logits, memory = model(x, memory)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        train_loss = float(loss.detach())
+        if not math.isfinite(train_loss):
+            raise FloatingPointError(f"non-finite training loss {train_loss} at update {step}")
+        row: dict[str, Any] = {
+            "step": step,
+            "lr": lr,
+            "train_loss": round(train_loss, 6),
+            "valid_loss": None,
+            "elapsed_s": round(elapsed0 + time.perf_counter() - start, 3),
+        }
+        if step % config.eval_every == 0 or step == config.steps:
+            v_loss, _ = evaluate_lm(
+                model, corpus.valid, config.eval_batch_size, config.max_eval_tokens
+            )
+            row["valid_loss"] = round(v_loss, 6)
+            evals.append({"step": step, "valid_loss": v_loss})
+            if v_loss < best["loss"]:
+                best = {
+                    "loss": v_loss,
+                    "step": step,
+                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                }
+                if out is not None:
+                    save_checkpoint(
+                        out / "best.pt",
+                        {
+                            "config": json.dumps(config.to_dict()),
+                            "model": best["state"],
+                            "step": step,
+                        },
+                    )
+            logger.info(
+                "lm/%s step %d: train loss %.4f, valid loss %.4f",
+                config.model.pe,
+                step,
+                train_loss,
+                v_loss,
+            )
+            bar.set_postfix(loss=f"{train_loss:.3f}", valid=f"{v_loss:.3f}")
+        rows.append(row)
+        bar.update(1)
+        if keeper is not None and (
+            step == config.steps
+            or (config.checkpoint_every and step % config.checkpoint_every == 0)
+        ):
+            state = checkpoint_state()
+            state["config"] = json.dumps(state["config"])
+            keeper.save(state, step)
+    bar.close()
+    wall = time.perf_counter() - start
+
+    if best["state"] is not None:
+        model.load_state_dict(best["state"])
+    valid_loss, valid_tokens = evaluate_lm(model, corpus.valid, config.eval_batch_size)
+    test_loss, test_tokens = evaluate_lm(model, corpus.test, config.eval_batch_size)
+    unit, valid_score = _score(valid_loss, corpus.level)
+    _, test_score = _score(test_loss, corpus.level)
+    _, initial_score = _score(initial_valid, corpus.level)
+    metrics: dict[str, Any] = {
+        "corpus": config.corpus,
+        "level": corpus.level,
+        "pe": config.model.pe,
+        f"valid_{unit}": round(valid_score, 5),
+        f"test_{unit}": round(test_score, 5),
+        "valid_loss": round(valid_loss, 6),
+        "test_loss": round(test_loss, 6),
+        f"initial_valid_{unit}": round(initial_score, 5),
+        "initial_valid_loss": round(initial_valid, 6),
+        "best_step": best["step"],
+        "final_train_loss": rows[-1]["train_loss"] if rows else None,
+        "steps": config.steps,
+        "valid_tokens": valid_tokens,
+        "test_tokens": test_tokens,
+        "wall_time_s": round(wall, 2),
+        "num_parameters": num_params,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        **{k: v for k, v in corpus.summary().items() if k not in ("corpus", "level")},
+        "config": config.to_dict(),
+        "evals": evals,
+        "files": [],
+    }
+    if out is not None:
+        files = ["config.json", "metrics.json", "curve.csv", "best.pt", "last.pt"]
+        write_atomic(out / "curve.csv", _curve_csv(rows, LM_CURVE_COLUMNS))
+        title = f"{config.corpus} / {config.model.pe.upper()}"
+        if plot_positional_tables(model, out / "pe_tables.png", title=title):
+            files.append("pe_tables.png")
+        metrics["files"] = files
+        write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        logger.info("wrote %s to %s", ", ".join(files), out)
+    return metrics

@@ -1,0 +1,267 @@
+#!/usr/bin/env python
+"""Compare none / APE / RPE / URPE in a small Transformer-XL language model (several seeds).
+
+The paper's third experiment (Luo et al., NeurIPS 2022) puts URPE into Transformer-XL on
+WikiText-103. This script runs the same comparison at CPU size on the embedded corpus
+(Python's documentation text, character level) by default: every positional scheme x seed,
+one run after the other, with the ``lm`` command's ``cpu`` preset. It writes into
+``--out-dir``:
+
+* one folder per run (``metrics.json``, ``curve.csv``, ``pe_tables.png``, checkpoints),
+* ``results.json`` and ``results.md`` (one row per run and one per scheme: the median over
+  seeds of valid / test bits per character, or perplexity on word corpora, and wall time),
+* ``lm.png``: validation curves and the test score per scheme,
+
+copies the table and figure to ``--table-md`` / ``--table-json`` / ``--figure`` when given,
+and prints the results as JSON. Example (the set-up of ``docs/lm.md``)::
+
+    python scripts/reproduce_lm.py --threads 1 --figure docs/figures/lm.png \
+        --table-md docs/lm_results.md --table-json docs/lm_results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Run against the source tree this script lives in, even if another copy is installed.
+_ROOT = Path(__file__).resolve().parents[1]
+if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
+    sys.path.insert(0, str(_ROOT))
+
+from graphormer_urpe.sequence import PE_SCHEMES, lm_config, load_corpus, train_lm  # noqa: E402
+from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
+from graphormer_urpe.sequence.train import write_atomic  # noqa: E402
+
+SCHEME_LABELS = {"none": "no PE", "ape": "APE", "rpe": "RPE", "urpe": "URPE"}
+SCHEME_COLORS = {"none": "#7f7f7f", "ape": "#1f77b4", "rpe": "#ff7f0e", "urpe": "#2ca02c"}
+
+logger = logging.getLogger("reproduce_lm")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", choices=CORPORA, default="pydoc", help="corpus (default: pydoc)")
+    p.add_argument("--data-root", default="data", help="WikiText folder root (default: data)")
+    p.add_argument(
+        "--schemes", nargs="+", choices=PE_SCHEMES, default=list(PE_SCHEMES), help="schemes"
+    )
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds (default: 1 2)")
+    p.add_argument("--preset", choices=("cpu", "paper"), default="cpu", help="base preset")
+    p.add_argument("--steps", type=int, help="updates per run (default: the preset's)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("runs/lm_repro"),
+        help="output folder (default: runs/lm_repro)",
+    )
+    p.add_argument("--figure", type=Path, help="also write the figure to this path")
+    p.add_argument("--table-md", type=Path, help="also write the Markdown table to this path")
+    p.add_argument("--table-json", type=Path, help="also write results.json to this path")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse finished runs with the same configuration; continue interrupted ones",
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    return p.parse_args(argv)
+
+
+def _unit(level: str) -> str:
+    return "bpc" if level == "char" else "ppl"
+
+
+def _summary(m: dict[str, Any], seed: int, run_dir: Path) -> dict[str, Any]:
+    u = _unit(m["level"])
+    return {
+        "pe": m["pe"],
+        "seed": seed,
+        f"valid_{u}": m[f"valid_{u}"],
+        f"test_{u}": m[f"test_{u}"],
+        "valid_loss": m["valid_loss"],
+        "test_loss": m["test_loss"],
+        "best_step": m["best_step"],
+        "steps": m["steps"],
+        "wall_time_s": m["wall_time_s"],
+        "num_parameters": m["num_parameters"],
+        "run_dir": str(run_dir),
+    }
+
+
+def _per_scheme(rows: list[dict[str, Any]], unit: str) -> list[dict[str, Any]]:
+    out = []
+    for pe in PE_SCHEMES:
+        rs = [r for r in rows if r["pe"] == pe]
+        if not rs:
+            continue
+        out.append(
+            {
+                "pe": pe,
+                "seeds": [r["seed"] for r in rs],
+                f"median_valid_{unit}": statistics.median(r[f"valid_{unit}"] for r in rs),
+                f"median_test_{unit}": statistics.median(r[f"test_{unit}"] for r in rs),
+                "median_wall_time_s": statistics.median(r["wall_time_s"] for r in rs),
+                "num_parameters": rs[0]["num_parameters"],
+            }
+        )
+    return out
+
+
+def _markdown(rows: list[dict[str, Any]], schemes: list[dict[str, Any]], unit: str) -> str:
+    name = "bits per character" if unit == "bpc" else "perplexity"
+    text = (
+        f"Per scheme (median over seeds; {name}, lower is better):\n\n"
+        f"| Scheme | Parameters | Valid {unit} | Test {unit} | Time per run (s) |\n"
+        "|---|---:|---:|---:|---:|\n"
+    )
+    for s in schemes:
+        text += (
+            f"| {SCHEME_LABELS[s['pe']]} | {s['num_parameters']:,} "
+            f"| {s[f'median_valid_{unit}']:.3f} | {s[f'median_test_{unit}']:.3f} "
+            f"| {s['median_wall_time_s']:.0f} |\n"
+        )
+    text += (
+        f"\nPer run:\n\n| Scheme | Seed | Valid {unit} | Test {unit} | Best update | Updates "
+        "| Time (s) |\n|---|---:|---:|---:|---:|---:|---:|\n"
+    )
+    for r in rows:
+        text += (
+            f"| {SCHEME_LABELS[r['pe']]} | {r['seed']} | {r[f'valid_{unit}']:.3f} "
+            f"| {r[f'test_{unit}']:.3f} | {r['best_step']:,} | {r['steps']:,} "
+            f"| {r['wall_time_s']:.0f} |\n"
+        )
+    return text
+
+
+def _figure(
+    rows: list[dict[str, Any]], evals: dict[tuple[str, int], list[dict]], unit: str, title: str
+) -> bytes:
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def score(loss: float) -> float:
+        return loss / math.log(2) if unit == "bpc" else math.exp(loss)
+
+    seeds = sorted({r["seed"] for r in rows})
+    styles = ["-", "--", ":", "-."]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    ax = axes[0]
+    for r in rows:
+        ev = evals[(r["pe"], r["seed"])]
+        ax.plot(
+            [e["step"] for e in ev],
+            [score(e["valid_loss"]) for e in ev],
+            styles[seeds.index(r["seed"]) % len(styles)],
+            marker="o",
+            ms=2.5,
+            color=SCHEME_COLORS[r["pe"]],
+            label=f"{SCHEME_LABELS[r['pe']]} (seed {r['seed']})",
+        )
+    ax.set_xlabel("update")
+    ax.set_ylabel(f"validation {unit}")
+    ax.set_title(f"{title}: validation during training")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    ax = axes[1]
+    schemes = [s for s in PE_SCHEMES if any(r["pe"] == s for r in rows)]
+    for i, pe in enumerate(schemes):
+        vals = [r[f"test_{unit}"] for r in rows if r["pe"] == pe]
+        med = statistics.median(vals)
+        bar = ax.bar([i], [med], color=SCHEME_COLORS[pe], width=0.6)
+        ax.bar_label(bar, fmt="%.3f", fontsize=8)
+        ax.scatter([i] * len(vals), vals, color="k", s=10, zorder=3)
+    lo = min(r[f"test_{unit}"] for r in rows)
+    hi = max(r[f"test_{unit}"] for r in rows)
+    ax.set_ylim(lo - 0.6 * (hi - lo + 0.05), hi + 0.3 * (hi - lo + 0.05))
+    ax.set_xticks(range(len(schemes)), [SCHEME_LABELS[s] for s in schemes])
+    ax.set_ylabel(f"test {unit} (median, dots: seeds)")
+    ax.set_title(f"{title}: test {unit} at the best validation")
+    ax.grid(alpha=0.3, axis="y")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    torch.set_num_threads(args.threads)
+    corpus = load_corpus(args.corpus, args.data_root)
+    unit = _unit(corpus.level)
+
+    rows: list[dict[str, Any]] = []
+    evals: dict[tuple[str, int], list[dict]] = {}
+    start = time.perf_counter()
+    for seed in args.seeds:
+        for pe in args.schemes:
+            cfg = lm_config(
+                args.preset,
+                args.corpus,
+                pe,
+                steps=args.steps,
+                seed=seed,
+                data_root=args.data_root,
+                vocab_size=len(corpus.vocab),
+            )
+            run_dir = args.out_dir / f"{args.corpus}_{pe}_s{seed}"
+            metrics_path = run_dir / "metrics.json"
+            metrics = None
+            if args.resume and metrics_path.exists():
+                old = json.loads(metrics_path.read_text())
+                if old.get("config") == json.loads(json.dumps(cfg.to_dict())):
+                    logger.info("reusing %s", run_dir)
+                    metrics = old
+            if metrics is None:
+                interrupted = args.resume and not metrics_path.exists()
+                metrics = train_lm(
+                    cfg, run_dir, corpus=corpus, resume=interrupted, progress=not args.no_progress
+                )
+            rows.append(_summary(metrics, seed, run_dir))
+            evals[(pe, seed)] = metrics["evals"]
+    total = time.perf_counter() - start
+    rows.sort(key=lambda r: (PE_SCHEMES.index(r["pe"]), r["seed"]))
+    schemes = _per_scheme(rows, unit)
+
+    result = {
+        "corpus": args.corpus,
+        "preset": args.preset,
+        "unit": unit,
+        "threads": args.threads,
+        "total_wall_time_s": round(total, 1),
+        "command": " ".join(["python", "scripts/reproduce_lm.py", *sys.argv[1:]])
+        if argv is None
+        else None,
+        "schemes": schemes,
+        "runs": rows,
+    }
+    table = _markdown(rows, schemes, unit)
+    png = _figure(rows, evals, unit, args.corpus)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(result, indent=2) + "\n"
+    write_atomic(args.out_dir / "results.json", text)
+    write_atomic(args.out_dir / "results.md", table)
+    write_atomic(args.out_dir / "lm.png", png)
+    for path, data in ((args.figure, png), (args.table_md, table), (args.table_json, text)):
+        if path is not None:
+            write_atomic(path, data)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
