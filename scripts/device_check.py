@@ -56,7 +56,7 @@ import traceback
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -260,11 +260,13 @@ class Check:
             raise RuntimeError(f"{name} exited with {proc.returncode}: {tail}")
         return result
 
-    def start_background(self, name: str, cmd: list[str]) -> None:
-        log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+    def launch(self, name: str, cmd: list[str]) -> tuple[subprocess.Popen, IO[str]]:
+        """Start ``cmd`` in its own process group, its output in ``logs/NAME.log`` (returned
+        open; the caller closes it when the process has ended)."""
+        log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - the caller closes it
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        self.background[name] = subprocess.Popen(
+        proc = subprocess.Popen(
             cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -272,6 +274,10 @@ class Check:
             env=self.env_vars(),
             start_new_session=True,
         )
+        return proc, log
+
+    def start_background(self, name: str, cmd: list[str]) -> None:
+        self.background[name] = self.launch(name, cmd)[0]
 
     def wait_background(self, name: str) -> None:
         proc = self.background[name]
@@ -831,18 +837,7 @@ def _run_four(check: Check, tag: str, steps: int, dev: str, prec: str, limit: fl
             out = check.work / "runs" / f"{tag}-{a}-seed{s}"
             shutil.rmtree(out, ignore_errors=True)
             name = f"fidelity_{tag}_{a}_seed{s}"
-            log = open(check.logs / f"{name}.log", "w")  # noqa: SIM115 - closed below
-            cmd = _train_cmd(check, dataset, a, s, steps, out, dev, prec)
-            log.write("$ " + " ".join(cmd) + "\n")
-            log.flush()
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env=check.env_vars(),
-                start_new_session=True,
-            )
+            proc, log = check.launch(name, _train_cmd(check, dataset, a, s, steps, out, dev, prec))
             procs[(a, s)] = (proc, log, out, name)
     end = time.monotonic() + min(limit, check.remaining())
     timed_out = []

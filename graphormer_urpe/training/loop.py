@@ -776,6 +776,8 @@ def _train(
     # Without the fused AdamW (which skips updates after a non-finite loss on the device),
     # they are read after every step, so that a non-finite loss stops the run at once.
     read_every = READ_EVERY if optimizer.defaults.get("fused") else 1
+    if ctx.enabled and config.time_limit:  # every process must agree on the step to stop at
+        read_every = 1
     totals = StepTotals(device)
 
     def read_totals(epoch: int, batch: int) -> tuple[int, bool]:
