@@ -22,7 +22,6 @@ and prints the results as JSON. Example (the set-up of ``docs/lm.md``)::
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import statistics
@@ -40,7 +39,7 @@ if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
 
 from graphormer_urpe.sequence import PE_SCHEMES, lm_config, load_corpus, train_lm  # noqa: E402
 from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
-from graphormer_urpe.sequence.train import write_atomic  # noqa: E402
+from graphormer_urpe.sequence.train import png_bytes, write_atomic  # noqa: E402
 
 SCHEME_LABELS = {"none": "no PE", "ape": "APE", "rpe": "RPE", "urpe": "URPE"}
 SCHEME_COLORS = {"none": "#7f7f7f", "ape": "#1f77b4", "rpe": "#ff7f0e", "urpe": "#2ca02c"}
@@ -191,10 +190,7 @@ def _figure(
     ax.set_ylabel(f"test {unit} (median, dots: seeds)")
     ax.set_title(f"{title}: test {unit} at the best validation")
     ax.grid(alpha=0.3, axis="y")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

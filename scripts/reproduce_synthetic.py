@@ -21,7 +21,6 @@ Values that differ per task can be given as ``--steps 2000`` (every task) or
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import sys
@@ -37,7 +36,7 @@ if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
     sys.path.insert(0, str(_ROOT))
 
 from graphormer_urpe.sequence import PE_SCHEMES, synthetic_config, train_synthetic  # noqa: E402
-from graphormer_urpe.sequence.train import write_atomic  # noqa: E402
+from graphormer_urpe.sequence.train import png_bytes, write_atomic  # noqa: E402
 
 TASKS = ("pi", "etp")
 TASK_TITLES = {"pi": "Position Identification", "etp": "Even Token Prediction"}
@@ -205,10 +204,7 @@ def _figure(rows: list[dict[str, Any]], evals: dict[tuple, list[dict]], tasks: l
         vs = ", ".join(f"{v:,}" for v in vocabs)
         ax.set_title(f"{task.upper()}: after the last update (V = {vs})")
         ax.grid(alpha=0.3, axis="y")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

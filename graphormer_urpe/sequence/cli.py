@@ -58,9 +58,7 @@ def add_synthetic_parser(subparsers: Any) -> None:
     p.add_argument(
         "--task", choices=("pi", "etp"), default="pi", help="synthetic task (default: pi)"
     )
-    p.add_argument(
-        "--pe", choices=PE_SCHEMES, default="urpe", help="positional scheme (default: urpe)"
-    )
+    _add_pe_flag(p)
     p.add_argument(
         "--preset",
         choices=("cpu", "paper"),
@@ -75,10 +73,7 @@ def add_synthetic_parser(subparsers: Any) -> None:
         "--length", type=int, dest="max_len", metavar="L", help="sequence length L (paper: 128)"
     )
     p.add_argument("--steps", type=int, help="number of updates")
-    p.add_argument("--width", type=int, help="model width d")
-    p.add_argument("--layers", type=int, help="number of encoder layers")
-    p.add_argument("--heads", type=int, help="attention heads")
-    p.add_argument("--ffn", type=int, help="feed-forward hidden width")
+    _add_shape_flags(p)
     p.add_argument("--batch-size", type=int, help="sequences per update")
     p.add_argument("--lr", type=float, help="peak learning rate (after warm-up)")
     p.add_argument(
@@ -89,13 +84,7 @@ def add_synthetic_parser(subparsers: Any) -> None:
         type=int,
         help="T5 buckets for the RPE/URPE tables (default: one row per relative offset)",
     )
-    p.add_argument(
-        "--per-layer-scale",
-        action="store_const",
-        const=False,
-        dest="share_scale",
-        help="give every layer its own URPE matrix C (default: one C shared by all layers)",
-    )
+    _add_scale_flag(p)
     p.add_argument(
         "--tie-weights",
         action=argparse.BooleanOptionalAction,
@@ -110,11 +99,7 @@ def add_synthetic_parser(subparsers: Any) -> None:
         type=Path,
         help=f"output folder (default: {DEFAULT_OUT_ROOT}/<task>_<pe>_v<vocab>)",
     )
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument(
-        "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
-    )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_run_flags(p)
     p.set_defaults(func=run_synthetic)
 
 
@@ -142,24 +127,19 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_synthetic(args: argparse.Namespace) -> int:
     """Run the ``synthetic`` sub-command; returns the process exit status."""
-    import torch
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    _log_setup()
     try:
         config = synthetic_config(args.preset, args.task, args.pe, **_overrides(args))
     except ValueError as exc:
         print(f"graphormer-urpe synthetic: error: {exc}", file=sys.stderr)
         return 2
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     out = args.out
     if out is None:
         out = DEFAULT_OUT_ROOT / f"{config.task}_{config.model.pe}_v{config.model.vocab}"
     metrics = train_synthetic(config, out, device=args.device, progress=not args.no_progress)
-    summary = {k: v for k, v in metrics.items() if k not in ("evals", "config")}
-    summary["out"] = str(out)
-    print(json.dumps(summary, indent=2))
+    _print_summary(metrics, out)
     return 0
 
 
@@ -184,9 +164,7 @@ def add_lm_parser(subparsers: Any) -> None:
         default="pydoc",
         help="corpus (default: pydoc, embedded; wikitext-* are read from --data-root)",
     )
-    p.add_argument(
-        "--pe", choices=PE_SCHEMES, default="urpe", help="positional scheme (default: urpe)"
-    )
+    _add_pe_flag(p)
     p.add_argument(
         "--preset",
         choices=("cpu", "paper"),
@@ -203,10 +181,7 @@ def add_lm_parser(subparsers: Any) -> None:
     p.add_argument("--steps", type=int, help="number of updates")
     p.add_argument("--tgt-len", type=int, help="tokens per training segment")
     p.add_argument("--mem-len", type=int, help="memory states kept per layer (0: no memory)")
-    p.add_argument("--width", type=int, help="model width d")
-    p.add_argument("--layers", type=int, help="number of layers")
-    p.add_argument("--heads", type=int, help="attention heads")
-    p.add_argument("--ffn", type=int, help="feed-forward hidden width")
+    _add_shape_flags(p)
     p.add_argument("--dropout", type=float, help="embedding / residual / output dropout")
     p.add_argument("--attention-dropout", type=float, help="attention-probability dropout")
     p.add_argument(
@@ -215,13 +190,7 @@ def add_lm_parser(subparsers: Any) -> None:
         default=None,
         help="pre-LN layers instead of Transformer-XL's post-LN (default: post-LN)",
     )
-    p.add_argument(
-        "--per-layer-scale",
-        action="store_const",
-        const=False,
-        dest="share_scale",
-        help="give every layer its own URPE matrix C (default: one C shared by all layers)",
-    )
+    _add_scale_flag(p)
     p.add_argument("--batch-size", type=int, help="parallel training columns per update")
     p.add_argument("--lr", type=float, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, help="linear warm-up updates")
@@ -249,11 +218,7 @@ def add_lm_parser(subparsers: Any) -> None:
         action="store_true",
         help="continue from the newest checkpoint in --out (its configuration is used)",
     )
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument(
-        "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
-    )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_run_flags(p)
     p.set_defaults(func=run_lm)
 
 
@@ -286,22 +251,19 @@ _LM_FIELDS = (
 
 def run_lm(args: argparse.Namespace) -> int:
     """Run the ``lm`` sub-command; returns the process exit status."""
-    import torch
 
     from ..training.checkpoint import CheckpointError
     from .corpus import CorpusUnavailableError
     from .lm import lm_config, train_lm
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    _log_setup()
     try:
         overrides = {n: getattr(args, n, None) for n in _LM_FIELDS}
         config = lm_config(args.preset, args.corpus, args.pe, **overrides)
     except ValueError as exc:
         print(f"graphormer-urpe lm: error: {exc}", file=sys.stderr)
         return 2
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     out = args.out
     if out is None:
         out = DEFAULT_LM_OUT_ROOT / f"{config.corpus}_{config.model.pe}_s{config.seed}"
@@ -312,7 +274,56 @@ def run_lm(args: argparse.Namespace) -> int:
     except (CorpusUnavailableError, CheckpointError, ValueError) as exc:
         print(f"graphormer-urpe lm: error: {exc}", file=sys.stderr)
         return 2
+    _print_summary(metrics, out)
+    return 0
+
+
+def _add_pe_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--pe", choices=PE_SCHEMES, default="urpe", help="positional scheme (default: urpe)"
+    )
+
+
+def _add_shape_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--width", type=int, help="model width d")
+    p.add_argument("--layers", type=int, help="number of layers")
+    p.add_argument("--heads", type=int, help="attention heads")
+    p.add_argument("--ffn", type=int, help="feed-forward hidden width")
+
+
+def _add_scale_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--per-layer-scale",
+        action="store_const",
+        const=False,
+        dest="share_scale",
+        help="give every layer its own URPE matrix C (default: one C shared by all layers)",
+    )
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how a run executes (the same for ``synthetic`` and ``lm``)."""
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument(
+        "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _log_setup() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+
+def _set_threads(threads: int | None) -> None:
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def _print_summary(metrics: dict[str, Any], out: Path) -> None:
+    """Print a run's metrics (without the per-evaluation list and the config) as JSON."""
     summary = {k: v for k, v in metrics.items() if k not in ("evals", "config")}
     summary["out"] = str(out)
     print(json.dumps(summary, indent=2))
-    return 0

@@ -329,11 +329,18 @@ def plot_positional_tables(model: SequenceTransformer, path: Path, title: str = 
     axes[0][0].legend(fontsize=7, ncol=2)
     if title:
         fig.suptitle(title)
+    write_atomic(path, png_bytes(fig))
+    return True
+
+
+def png_bytes(fig: Any) -> bytes:
+    """A matplotlib figure as PNG bytes (110 dpi); the figure is closed."""
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    write_atomic(path, buf.getvalue())
-    return True
+    return buf.getvalue()
 
 
 def _curve_csv(rows: list[dict[str, Any]], columns: tuple[str, ...] = CURVE_COLUMNS) -> str:
