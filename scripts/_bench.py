@@ -18,6 +18,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -250,14 +252,50 @@ def report(name: str, config: dict, results: dict) -> None:
     print(json.dumps(out, indent=2))
 
 
-def hf_graphormer():
-    """Hugging Face's (deprecated) Graphormer modules, or ``None`` when not installed."""
+class HFGraphormer(NamedTuple):
+    """Hugging Face's (deprecated) Graphormer modules. ``collating`` is ``None`` when its Cython
+    preprocessing cannot be built (Cython 3, or no compiler), ``collating_error`` saying why;
+    the model itself needs no Cython."""
+
+    configuration: ModuleType
+    modeling: ModuleType
+    collating: ModuleType | None
+    collating_error: str | None
+
+
+def hf_graphormer() -> HFGraphormer | None:
+    """Hugging Face's Graphormer (transformers <= 4.57), or ``None`` when not installed."""
     try:
         from transformers.models.deprecated.graphormer import (
-            collating_graphormer,
             configuration_graphormer,
             modeling_graphormer,
         )
     except Exception:
         return None
-    return collating_graphormer, configuration_graphormer, modeling_graphormer
+    try:  # builds its Cython algorithms on import (pyximport): needs Cython and a C compiler
+        import pyximport
+
+        # its algos_graphormer.pyx is Python-2 flavoured (``long``): with Cython 3 it builds only
+        # at language level 2. Installed first, this importer is the one its own install() keeps.
+        pyximport.install(setup_args={"include_dirs": np.get_include()}, language_level=2)
+        from transformers.models.deprecated.graphormer import collating_graphormer
+
+        collating_graphormer.GraphormerDataCollator()  # refuses when Cython is absent
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        error = f"{type(exc).__name__}: {reason} (it needs Cython and a C compiler)"
+        return HFGraphormer(configuration_graphormer, modeling_graphormer, None, error)
+    return HFGraphormer(configuration_graphormer, modeling_graphormer, collating_graphormer, None)
+
+
+def hf_peer(need_collator: bool) -> HFGraphormer:
+    """:func:`hf_graphormer` for ``--peer hf``; exits with a one-line reason when it is missing
+    (or, with ``need_collator``, when its Cython collator cannot be built)."""
+    hf = hf_graphormer()
+    if hf is None:
+        raise SystemExit(
+            "--peer hf needs transformers<=4.57 installed (and Cython for its collator)"
+        )
+    if need_collator and hf.collating is None:
+        raise SystemExit(f"--peer hf: Hugging Face's collator is unavailable: {hf.collating_error}")
+    return hf

@@ -16,7 +16,7 @@ padded tensors are estimated above ``--peer-max-gib``.
 from __future__ import annotations
 
 from _bench import (
-    hf_graphormer,
+    hf_peer,
     median_rate,
     peer_gib,
     peer_skip_reason,
@@ -55,10 +55,7 @@ def main() -> None:
     if skip:
         results["hf"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
     elif a.peer == "hf":
-        hf = hf_graphormer()
-        if hf is None:
-            raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
-        collating = hf[0]
+        collating = hf_peer(need_collator=True).collating
         pre = [collating.preprocess_item(dict(it)) for it in items]
         collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
         collator.multi_hop_max_dist = mh  # the peer's own default is 5 as well

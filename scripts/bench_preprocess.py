@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _bench import hf_graphormer, median_rate, peer_gib, peer_skip_reason, report, setup
+from _bench import hf_peer, median_rate, peer_gib, peer_skip_reason, report, setup
 from torch_geometric.data import Data
 
 from graphormer_urpe.graph.fast_features import BatchedStructures, batched_graph_structure
@@ -109,10 +109,7 @@ def main() -> None:
     if skip:
         results["hf_cython"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
     elif a.peer == "hf":
-        hf = hf_graphormer()
-        if hf is None:
-            raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
-        collating = hf[0]
+        collating = hf_peer(need_collator=True).collating
 
         def peer() -> int:
             for it in items:

@@ -42,7 +42,7 @@ from dataclasses import replace
 import torch
 from _bench import (
     add_molecule_flags,
-    hf_graphormer,
+    hf_peer,
     molecules,
     ogb_items,
     peer_gib,
@@ -240,36 +240,30 @@ def main() -> None:
     if skip:
         results["hf"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
     elif a.peer == "hf":
-        hf = hf_graphormer()
-        if hf is None:
-            raise SystemExit("--peer hf needs transformers<=4.57 and cython<3 installed")
-        collating, configuration, modeling = hf
+        hf = hf_peer(need_collator=False)
         # the same architecture in Hugging Face's terms (pre-LN; its transform head and no
         # final LayerNorm only change the cost of the head)
-        hcfg = configuration.GraphormerConfig(
+        hcfg = hf.configuration.GraphormerConfig(
             **config_to_hf(replace(cfg, final_norm=False, head="transform"))
         )
         torch.manual_seed(0)
-        model = modeling.GraphormerForGraphClassification(hcfg).to(device).train()
-        try:
-            collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
-            pre = [collating.preprocess_item(dict(it)) for it in items]
-            inputs = "Hugging Face preprocess_item + GraphormerDataCollator"
-        except ImportError:  # no Cython / compiler for its algos: the same tensors from ours
-            collator = None
-            inputs = "built from our batches (Hugging Face's Cython preprocessing unavailable)"
+        model = hf.modeling.GraphormerForGraphClassification(hcfg).to(device).train()
         hb = []
-        if collator is not None:
+        if hf.collating is not None:
+            collator = hf.collating.GraphormerDataCollator(spatial_pos_max=1024)
+            pre = [hf.collating.preprocess_item(dict(it)) for it in items]
             for i in range(0, len(pre) - bs + 1, bs):
                 c = collator([dict(x) for x in pre[i : i + bs]])
                 c["labels"] = torch.randn(bs, 1)
                 hb.append({k: v.to(device) for k, v in c.items()})
-        else:
+            inputs = "Hugging Face preprocess_item + GraphormerDataCollator"
+        else:  # its Cython preprocessing cannot be built here: the same tensors from ours
             plain = [
                 collate(graphs[i : i + bs], mh).to(device)
                 for i in range(0, len(graphs) - bs + 1, bs)
             ]
             hb = [{**hf_inputs(b), "labels": torch.randn(b.num_graphs, 1)} for b in plain]
+            inputs = f"built from our batches (Hugging Face's collator: {hf.collating_error})"
 
         entry = measure(model, lambda m, b: m(**b).loss, hb, a, precision, device)
         entry["inputs"] = inputs

@@ -6,7 +6,8 @@
 # Downloads wheels (x86-64 Linux, CPython 3.12) into .device/wheels for what such a machine
 # typically lacks: RDKit, OGB and their small dependencies, and Hugging Face's transformers
 # 4.57.6 (the last release with its Graphormer) with the huggingface_hub and tokenizers it
-# accepts, plus scikit-learn (which OGB imports). Copies the molecules the
+# accepts, plus scikit-learn (which OGB imports); Hugging Face's collator is built with the
+# machine's own Cython when it has one and a compiler. Copies the molecules the
 # check reads (DATA_DIR, default ../shared/data: zinc/{train,val}.csv and the PCQM4Mv2 sample
 # in OGB's layout) into .device/data. Both folders are git-ignored; scripts/device_run.sh
 # installs the wheels into a private folder and runs the check. Prints the total size, which

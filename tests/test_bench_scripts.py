@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,30 @@ def test_disconnected_on_request_and_the_peer_memory_cap(salty_smiles):
     assert "510 hops" in skipped["skipped"] and skipped["estimated_gib"] > 0.001
     assert sum("peer skipped" in line for line in err.splitlines()) == 1
     assert report["results"]["ours_urpe"]["graphs_per_s"] > 0
+
+
+def test_hugging_face_peer_runs_when_its_cython_collator_cannot_be_built(tmp_path):
+    """As on a machine with Cython 3, where building Hugging Face's algorithms fails on import:
+    the peer model is still measured, on the same tensors built from our batches."""
+    pytest.importorskip("transformers.models.deprecated.graphormer.modeling_graphormer")
+    fake = tmp_path / "site" / "pyximport"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "def install(*args, **kwargs):\n"
+        "    raise ImportError('Building module algos_graphormer failed: CompileError')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_train.py"), "--smoke", "--threads", "1"]
+        + ["--peer", "hf", "--no-memory"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    hf = json.loads(proc.stdout)["results"]["hf"]
+    assert hf["graphs_per_s"] > 0
+    assert hf["inputs"].startswith("built from our batches")
+    assert "algos_graphormer failed" in hf["inputs"]

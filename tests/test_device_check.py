@@ -100,12 +100,11 @@ def test_hugging_face_inputs_built_from_ours_equal_its_collator():
     hf = bench.hf_graphormer()
     if hf is None:
         pytest.skip("transformers<=4.57 (Hugging Face's Graphormer) is not installed")
-    collating = hf[0]
-    try:
-        pre_check = collating.preprocess_item
-        collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
-    except ImportError:
-        pytest.skip("Hugging Face's Cython preprocessing is not available")
+    if hf.collating is None:
+        pytest.skip(f"Hugging Face's collator is unavailable: {hf.collating_error}")
+    collating = hf.collating
+    pre_check = collating.preprocess_item
+    collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
     from graphormer_urpe import collate
     from graphormer_urpe.graph.interop import hf_inputs
 
