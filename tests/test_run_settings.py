@@ -3,6 +3,7 @@ config, URPE by default, and URPE's C in its own weight-decay group."""
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 
@@ -97,6 +98,11 @@ def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog): 
     assert cli.main([*args, "--resume"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["stopped_on_time"] is False and metrics["steps"] == 12
+    # the epoch cut short and finished after --resume has one row, the finished one
+    with open(out / "history.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2] and metrics["epochs"] == 3
+    assert [int(r["step"]) for r in rows] == [4, 8, 12]
 
 
 # ---------------------------------------------------------------------------------------

@@ -360,7 +360,13 @@ class _History:
             self.tb = None
 
     def add(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
+        """Append ``row``; a row of the same epoch as the last one (an epoch cut short by
+        ``--time-limit`` and finished after ``--resume``) replaces it, so that each epoch has
+        one row."""
+        if self.rows and int(self.rows[-1]["epoch"]) == int(row["epoch"]):
+            self.rows[-1] = row
+        else:
+            self.rows.append(row)
         if not self.write:
             return
         keys: list[str] = []
