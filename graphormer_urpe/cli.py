@@ -369,7 +369,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 def run_evaluate(args: argparse.Namespace) -> int:
     """``graphormer-urpe evaluate``."""
     from .training import evaluate_checkpoint
-    from .training.checkpoint import atomic_write_text
+    from .training.checkpoint import write_atomic
 
     result = evaluate_checkpoint(
         args.checkpoint,
@@ -381,7 +381,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     out = args.output or os.path.join(
         os.path.dirname(os.path.abspath(args.checkpoint)), f"eval_{args.split}.json"
     )
-    atomic_write_text(out, json.dumps(result, indent=2))
+    write_atomic(out, json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0
 
@@ -415,7 +415,7 @@ def run_predict(args: argparse.Namespace) -> int:
     import torch
 
     from .training import load_checkpoint, predict_smiles
-    from .training.checkpoint import atomic_write_text
+    from .training.checkpoint import write_atomic
     from .training.inference import checkpoint_task_type
 
     if args.input:
@@ -451,7 +451,7 @@ def run_predict(args: argparse.Namespace) -> int:
     for smi, row, err in zip(smiles, pred.tolist(), errors, strict=True):
         w.writerow([smi, *("" if err else f"{v:.6g}" for v in row), err or ""])
     if args.output:
-        atomic_write_text(args.output, buf.getvalue())
+        write_atomic(args.output, buf.getvalue())
         print(f"wrote {len(smiles)} predictions to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(buf.getvalue())

@@ -39,7 +39,8 @@ if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
 
 from graphormer_urpe.sequence import PE_SCHEMES, lm_config, load_corpus, train_lm  # noqa: E402
 from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
-from graphormer_urpe.sequence.train import png_bytes, write_atomic  # noqa: E402
+from graphormer_urpe.sequence.train import png_bytes  # noqa: E402
+from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
 SCHEME_LABELS = {"none": "no PE", "ape": "APE", "rpe": "RPE", "urpe": "URPE"}
 SCHEME_COLORS = {"none": "#7f7f7f", "ape": "#1f77b4", "rpe": "#ff7f0e", "urpe": "#2ca02c"}

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import shutil
+import signal
 import urllib.error
 import zipfile
 from collections import Counter
@@ -30,9 +31,10 @@ from graphormer_urpe.sequence import (
     wikitext_corpus,
 )
 from graphormer_urpe.sequence import corpus as corpus_module
+from graphormer_urpe.sequence import lm as lm_module
 from graphormer_urpe.sequence.lm import batchify, cosine_warmup
 from graphormer_urpe.sequence.model import RelativePositionTable
-from graphormer_urpe.training.checkpoint import load_checkpoint
+from graphormer_urpe.training.checkpoint import TrainingInterrupted, load_checkpoint
 
 # --------------------------------------------------------------------------- helpers
 
@@ -416,6 +418,37 @@ def test_resume_continues_exactly(tmp_path, one_thread, pydoc) -> None:
     assert all(torch.equal(x, y) for x, y in zip(a["memory"], b["memory"], strict=True))
     assert resumed["valid_loss"] == full["valid_loss"]
     assert resumed["evals"] == full["evals"]
+
+
+def test_sigterm_saves_the_update_and_resume_is_exact(tmp_path, one_thread, pydoc, monkeypatch):
+    cfg = _tiny(steps=20, eval_every=10, checkpoint_every=10, dropout=0.2)
+    full = train_lm(cfg, tmp_path / "a", corpus=pydoc, progress=False)
+
+    class SignalAtUpdate:  # torch.nn.functional, raising SIGTERM during the 7th update's loss
+        calls = 0
+
+        def __getattr__(self, name):
+            return getattr(torch.nn.functional, name)
+
+        def cross_entropy(self, *args, **kwargs):
+            if torch.is_grad_enabled():  # a training update, not an evaluation
+                SignalAtUpdate.calls += 1
+                if SignalAtUpdate.calls == 7:
+                    signal.raise_signal(signal.SIGTERM)
+            return torch.nn.functional.cross_entropy(*args, **kwargs)
+
+    monkeypatch.setattr(lm_module, "F", SignalAtUpdate())
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train_lm(cfg, tmp_path / "b", corpus=pydoc, progress=False)
+    assert stopped.value.checkpoint == tmp_path / "b" / "checkpoints" / "step-000000007.pt"
+    assert load_checkpoint(tmp_path / "b" / "last.pt")["step"] == 7  # that update finished
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    monkeypatch.undo()
+    resumed = train_lm(cfg, tmp_path / "b", corpus=pydoc, resume=True, progress=False)
+    a, b = load_checkpoint(tmp_path / "a" / "last.pt"), load_checkpoint(tmp_path / "b" / "last.pt")
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    assert resumed["valid_loss"] == full["valid_loss"] and resumed["evals"] == full["evals"]
 
 
 # --------------------------------------------------------------------------- command line

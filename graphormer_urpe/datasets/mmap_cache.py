@@ -320,13 +320,9 @@ def _build_chunk(task: tuple[str, int, int, list[str], np.ndarray]) -> ChunkResu
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(obj), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    from ..training.checkpoint import write_atomic  # not at import: training imports datasets
+
+    write_atomic(path, json.dumps(obj))
 
 
 def cache_is_complete(cache_dir: str | os.PathLike[str]) -> bool:

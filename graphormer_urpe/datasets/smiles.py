@@ -257,17 +257,6 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def _atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 class MoleculeDataset(SafeInMemoryDataset):
     r"""Cached PyG dataset of featurised molecules (base class of the SMILES sources).
 
@@ -446,7 +435,9 @@ class MoleculeDataset(SafeInMemoryDataset):
             else [records.split_labels[i] for i in kept],
             "skipped": [asdict(s) for s in skipped],
         }
-        _atomic_write_text(meta_path, json.dumps(meta))
+        from ..training.checkpoint import write_atomic
+
+        write_atomic(meta_path, json.dumps(meta))
         self.was_processed = True
         logger.info(
             "%s: processed %d graphs into %s", self.describe(), len(data_list), self.processed_dir

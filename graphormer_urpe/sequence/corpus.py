@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..training.checkpoint import atomic_write_bytes
+from ..training.checkpoint import write_atomic
 
 __all__ = [
     "CORPORA",
@@ -416,7 +416,7 @@ def wikitext_corpus(
             },
             buf,
         )
-        atomic_write_bytes(cache_path, buf.getvalue())
+        write_atomic(cache_path, buf.getvalue())
     return corpus
 
 

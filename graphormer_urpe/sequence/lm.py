@@ -42,14 +42,17 @@ from tqdm.auto import tqdm
 
 from ..training.checkpoint import (
     CheckpointKeeper,
+    TrainingInterrupted,
     incompatible_checkpoint,
     load_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
+    stop_requests,
+    write_atomic,
 )
 from .corpus import CORPORA, LMCorpus, load_corpus
-from .train import _curve_csv, linear_warmup_decay, plot_positional_tables, write_atomic
+from .train import _curve_csv, linear_warmup_decay, plot_positional_tables
 from .xl import TransformerXL, TransformerXLConfig
 
 __all__ = [
@@ -436,71 +439,78 @@ def train_lm(
         disable=not progress,
         dynamic_ncols=True,
     )
-    while step < config.steps:
-        seg = step % len(segments)
-        if seg == 0:
-            memory = None  # a new pass over the data
-        s0, n = segments[seg]
-        x = train_data[:, s0 : s0 + n]
-        y = train_data[:, s0 + 1 : s0 + n + 1]
-        lr = optimizer.param_groups[0]["lr"]
-        logits, memory = model(x, memory)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-        optimizer.step()
-        scheduler.step()
-        step += 1
-        train_loss = float(loss.detach())
-        if not math.isfinite(train_loss):
-            raise FloatingPointError(f"non-finite training loss {train_loss} at update {step}")
-        row: dict[str, Any] = {
-            "step": step,
-            "lr": lr,
-            "train_loss": round(train_loss, 6),
-            "valid_loss": None,
-            "elapsed_s": round(elapsed0 + time.perf_counter() - start, 3),
-        }
-        if step % config.eval_every == 0 or step == config.steps:
-            v_loss, _ = evaluate_lm(
-                model, corpus.valid, config.eval_batch_size, config.max_eval_tokens
+    with stop_requests() as stop:
+        while step < config.steps:
+            seg = step % len(segments)
+            if seg == 0:
+                memory = None  # a new pass over the data
+            s0, n = segments[seg]
+            x = train_data[:, s0 : s0 + n]
+            y = train_data[:, s0 + 1 : s0 + n + 1]
+            lr = optimizer.param_groups[0]["lr"]
+            logits, memory = model(x, memory)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            train_loss = float(loss.detach())
+            if not math.isfinite(train_loss):
+                raise FloatingPointError(f"non-finite training loss {train_loss} at update {step}")
+            row: dict[str, Any] = {
+                "step": step,
+                "lr": lr,
+                "train_loss": round(train_loss, 6),
+                "valid_loss": None,
+                "elapsed_s": round(elapsed0 + time.perf_counter() - start, 3),
+            }
+            if step % config.eval_every == 0 or step == config.steps:
+                v_loss, _ = evaluate_lm(
+                    model, corpus.valid, config.eval_batch_size, config.max_eval_tokens
+                )
+                row["valid_loss"] = round(v_loss, 6)
+                evals.append({"step": step, "valid_loss": v_loss})
+                if v_loss < best["loss"]:
+                    best = {
+                        "loss": v_loss,
+                        "step": step,
+                        "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                    }
+                    if out is not None:
+                        save_checkpoint(
+                            out / "best.pt",
+                            {
+                                "config": json.dumps(config.to_dict()),
+                                "model": best["state"],
+                                "step": step,
+                            },
+                        )
+                logger.info(
+                    "lm/%s step %d: train loss %.4f, valid loss %.4f",
+                    config.model.pe,
+                    step,
+                    train_loss,
+                    v_loss,
+                )
+                bar.set_postfix(loss=f"{train_loss:.3f}", valid=f"{v_loss:.3f}")
+            rows.append(row)
+            bar.update(1)
+            due = step == config.steps or (
+                config.checkpoint_every and step % config.checkpoint_every == 0
             )
-            row["valid_loss"] = round(v_loss, 6)
-            evals.append({"step": step, "valid_loss": v_loss})
-            if v_loss < best["loss"]:
-                best = {
-                    "loss": v_loss,
-                    "step": step,
-                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                }
-                if out is not None:
-                    save_checkpoint(
-                        out / "best.pt",
-                        {
-                            "config": json.dumps(config.to_dict()),
-                            "model": best["state"],
-                            "step": step,
-                        },
-                    )
-            logger.info(
-                "lm/%s step %d: train loss %.4f, valid loss %.4f",
-                config.model.pe,
-                step,
-                train_loss,
-                v_loss,
-            )
-            bar.set_postfix(loss=f"{train_loss:.3f}", valid=f"{v_loss:.3f}")
-        rows.append(row)
-        bar.update(1)
-        if keeper is not None and (
-            step == config.steps
-            or (config.checkpoint_every and step % config.checkpoint_every == 0)
-        ):
-            state = checkpoint_state()
-            state["config"] = json.dumps(state["config"])
-            keeper.save(state, step)
+            stopping = bool(stop["signal"]) and step < config.steps  # SIGTERM / SIGINT
+            if keeper is not None and (due or stopping):
+                state = checkpoint_state()
+                state["config"] = json.dumps(state["config"])
+                saved = keeper.save(state, step)
+                if stopping:  # after this update, resumable from it
+                    bar.close()
+                    raise TrainingInterrupted(stop["signal"], saved)
+            elif stopping:
+                raise KeyboardInterrupt  # no run folder: nothing to save
     bar.close()
     wall = time.perf_counter() - start
 

@@ -24,8 +24,6 @@ import io
 import json
 import logging
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..training.checkpoint import write_atomic
 from .model import SequenceModelConfig, SequenceTransformer
 from .tasks import SyntheticBatch, SyntheticTask, TaskName
 
@@ -48,7 +47,6 @@ __all__ = [
     "evaluate",
     "train_synthetic",
     "plot_positional_tables",
-    "write_atomic",
 ]
 
 logger = logging.getLogger(__name__)
@@ -266,29 +264,6 @@ def evaluate(
         n_total += n
     model.train(was_training)
     return loss_total / max(1, n_total), hits_total / max(1, n_total)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder + ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def plot_positional_tables(model: SequenceTransformer, path: Path, title: str = "") -> bool:

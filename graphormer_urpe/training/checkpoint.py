@@ -14,7 +14,9 @@ import os
 import random
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +28,7 @@ import torch
 __all__ = [
     "CheckpointError",
     "FORMAT",
-    "atomic_write_bytes",
-    "atomic_write_text",
+    "write_atomic",
     "save_checkpoint",
     "load_checkpoint",
     "rng_state",
@@ -35,6 +36,8 @@ __all__ = [
     "CheckpointKeeper",
     "incompatible_checkpoint",
     "torch_load_problem",
+    "TrainingInterrupted",
+    "stop_requests",
 ]
 
 FORMAT = "graphormer-urpe/1"
@@ -46,6 +49,12 @@ class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated, corrupted or from an incompatible version."""
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic(path: str | os.PathLike, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,6 +64,7 @@ def _atomic(path: str | os.PathLike, write) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give a normal file's mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -62,14 +72,12 @@ def _atomic(path: str | os.PathLike, write) -> None:
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and a rename."""
-    _atomic(path, lambda fh: fh.write(data))
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` via a temporary file and a rename."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+    """Write ``data`` (``str``: as UTF-8) to ``path`` through a temporary file in the same
+    folder, flushed to disk, then renamed over ``path``: readers see the old or the new file,
+    never a part of it."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    _atomic(path, lambda fh: fh.write(raw))
 
 
 def rng_state() -> dict[str, Any]:
@@ -287,3 +295,45 @@ class CheckpointKeeper:
         if errors:
             raise CheckpointError(errors[0])
         return None
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT stopped training; a checkpoint of the exact position was saved.
+
+    Attributes:
+        signum: the signal received.
+        checkpoint: the checkpoint written before stopping (``None`` on processes other than
+            rank 0, which do not write).
+    """
+
+    def __init__(self, signum: int, checkpoint: Path | None) -> None:
+        self.signum = signum
+        self.checkpoint = checkpoint
+        name = signal.Signals(signum).name
+        where = f"checkpoint saved to {checkpoint}" if checkpoint else "checkpoint saved by rank 0"
+        super().__init__(f"{name} received: {where}; continue with --resume")
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[dict[str, int]]:
+    """Turn SIGTERM / SIGINT into a request to stop after the current step (twice: at once).
+
+    Yields ``{"signal": signum}``, 0 until a signal arrives; the handlers are restored on exit
+    (outside the main thread, where signals cannot be handled, nothing is installed)."""
+    flag = {"signal": 0}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag["signal"]:  # asked twice: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        flag["signal"] = signum
+        log.warning("%s received: saving a checkpoint after this step", signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield flag
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)

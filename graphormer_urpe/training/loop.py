@@ -31,9 +31,8 @@ import logging
 import math
 import random
 import signal
-import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,13 +48,14 @@ from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from .checkpoint import (
     CheckpointKeeper,
-    atomic_write_bytes,
-    atomic_write_text,
+    TrainingInterrupted,
     incompatible_checkpoint,
     load_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
+    stop_requests,
+    write_atomic,
 )
 from .config import TrainConfig, plan_steps
 from .distributed import DistContext, gather_in_order, init_distributed
@@ -64,6 +64,7 @@ from .sampler import EpochBatchSampler
 __all__ = [
     "train",
     "TrainingInterrupted",
+    "stop_requests",
     "predict",
     "masked_loss",
     "linear_schedule",
@@ -376,7 +377,7 @@ class _History:
         writer = csv.DictWriter(buf, fieldnames=keys)
         writer.writeheader()
         writer.writerows(self.rows)
-        atomic_write_text(self.path, buf.getvalue())
+        write_atomic(self.path, buf.getvalue())
         if self.tb is not None:
             for k, v in row.items():
                 if k not in ("epoch", "step") and isinstance(v, (int, float)):
@@ -410,45 +411,6 @@ def load_splits(config: TrainConfig):
 def _time_up(limit_minutes: float | None, start: float) -> bool:
     """Whether a budget of ``limit_minutes`` (``None``: none) counted from ``start`` is spent."""
     return limit_minutes is not None and time.perf_counter() - start >= 60 * limit_minutes
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT stopped training; a checkpoint of the exact position was saved.
-
-    Attributes:
-        signum: the signal received.
-        checkpoint: the checkpoint written before stopping (``None`` on processes other than
-            rank 0, which do not write).
-    """
-
-    def __init__(self, signum: int, checkpoint: Path | None) -> None:
-        self.signum = signum
-        self.checkpoint = checkpoint
-        name = signal.Signals(signum).name
-        where = f"checkpoint saved to {checkpoint}" if checkpoint else "checkpoint saved by rank 0"
-        super().__init__(f"{name} received: {where}; continue with --resume")
-
-
-@contextlib.contextmanager
-def _stop_requests() -> Iterator[dict[str, int]]:
-    """Turn SIGTERM / SIGINT into a request to stop after the current step (twice: at once)."""
-    flag = {"signal": 0}
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if flag["signal"]:  # asked twice: stop now, without a checkpoint
-            raise KeyboardInterrupt
-        flag["signal"] = signum
-        log.warning("%s received: saving a checkpoint after this step", signal.Signals(signum).name)
-
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield flag
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def _collator(config: GraphormerConfig, device: torch.device) -> GraphormerCollator:
@@ -527,7 +489,7 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
     """
     ctx = init_distributed(resolve_device(config.device))
     try:
-        with _stop_requests() as stop:
+        with stop_requests() as stop:
             return _train(config, ctx, resume, progress, stop)
     finally:
         ctx.close()
@@ -619,7 +581,7 @@ def _train(
     total, epochs, warmup = plan_steps(config, steps_per_epoch)
     config = replace(config, warmup_steps=warmup)  # config.json records the warm-up used
     if main:
-        atomic_write_text(out / "config.json", config.to_json())
+        write_atomic(out / "config.json", config.to_json())
     groups = parameter_groups(model, config.weight_decay, config.urpe_weight_decay)
     saved_groups = ckpt.get("optimizer", {}).get("param_groups", []) if ckpt else []
     if len(saved_groups) == 1 < len(groups):
@@ -967,7 +929,7 @@ def _train(
         "seed": config.seed,
     }
     if main:
-        atomic_write_bytes(out / "metrics.json", json.dumps(metrics, indent=2).encode())
+        write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     log.info(
         "best valid %s %.4f (epoch %d), test %s %s; mean predictor valid %.4f test %s",
         metric,

@@ -38,10 +38,10 @@ from ..graph.interop import (
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from .checkpoint import (
     CheckpointError,
-    atomic_write_text,
     incompatible_checkpoint,
     load_checkpoint,
     save_checkpoint,
+    write_atomic,
 )
 from .config import TrainConfig
 
@@ -358,7 +358,7 @@ def export_huggingface(
     tmp = folder / ".model.safetensors.tmp"
     save_file(state, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, folder / "model.safetensors")
-    atomic_write_text(folder / "config.json", json.dumps(hf_config, indent=2, sort_keys=True))
+    write_atomic(folder / "config.json", json.dumps(hf_config, indent=2, sort_keys=True))
     log.info("wrote %s (config.json + model.safetensors, %d tensors)", folder, len(state))
     return folder
 
