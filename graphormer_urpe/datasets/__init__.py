@@ -83,6 +83,7 @@ __all__ = [
     "DatasetSplits",
     "load_dataset",
     "apply_input_policy",
+    "target_values",
     "graph_sizes",
     "load_nci5k",
     "load_csv",
@@ -479,7 +480,7 @@ def graph_sizes(dataset: Dataset) -> np.ndarray:
     return np.array([int(dataset[i].num_nodes) for i in range(len(dataset))], dtype=np.int64)
 
 
-def _target_values(dataset: Dataset) -> np.ndarray:
+def target_values(dataset: Dataset) -> np.ndarray:
     """``[len(dataset), T]`` float64 targets (``NaN`` = missing), read without building graphs
     where the storage allows it."""
     if len(dataset) == 0:
@@ -566,7 +567,7 @@ def apply_input_policy(splits: DatasetSplits, max_nodes: int | None = None) -> D
 
     train = splits.train
     total = len(train)
-    unlabelled = ~np.isfinite(_target_values(train)).any(axis=1)
+    unlabelled = ~np.isfinite(target_values(train)).any(axis=1)
     sizes = graph_sizes(train) if max_nodes is not None else np.zeros(total, dtype=np.int64)
     oversize = sizes > max_nodes if max_nodes is not None else np.zeros(total, dtype=bool)
     n_unlabelled = int(unlabelled.sum())
@@ -601,7 +602,7 @@ def apply_input_policy(splits: DatasetSplits, max_nodes: int | None = None) -> D
     if keep.size < total:
         train = _subset(train, keep)
 
-    valid_y = _target_values(splits.valid)
+    valid_y = target_values(splits.valid)
     if not np.isfinite(valid_y).any():
         raise ValueError(
             f"{name}: the valid split ({len(splits.valid)} graphs) has no target value; the "
@@ -610,7 +611,7 @@ def apply_input_policy(splits: DatasetSplits, max_nodes: int | None = None) -> D
     oversize_eval = {}
     for part in ("valid", "test"):
         ds = getattr(splits, part)
-        y = valid_y if part == "valid" else _target_values(ds)
+        y = valid_y if part == "valid" else target_values(ds)
         missing = int((~np.isfinite(y).any(axis=1)).sum())
         if missing:
             logger.info(

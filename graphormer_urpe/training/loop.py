@@ -157,15 +157,13 @@ def masked_loss(pred: Tensor, target: Tensor, kind: str = "l1") -> Tensor:
 
 
 def dataset_targets(dataset: Dataset) -> Tensor:
-    """All targets of a dataset of graphs as ``[N, T]`` float."""
-    if callable(getattr(type(dataset), "target_matrix", None)):  # read without building graphs
-        if len(dataset) == 0:
-            raise ValueError("the dataset is empty")
-        return dataset.target_matrix().float()
-    ys = [dataset[i].y.reshape(1, -1).float() for i in range(len(dataset))]
-    if not ys:
+    """All targets of a dataset of graphs as ``[N, T]`` float (``NaN``: missing), read without
+    building the graphs where the storage allows it."""
+    from ..datasets import target_values
+
+    if len(dataset) == 0:
         raise ValueError("the dataset is empty")
-    return torch.cat(ys, dim=0)
+    return torch.from_numpy(target_values(dataset)).float()
 
 
 def make_loader(
