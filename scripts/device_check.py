@@ -89,6 +89,7 @@ FIDELITY_SEEDS = (1, 2)
 ZINC_PEAK_LR = 2e-4  # Graphormer v1 on ZINC: peak lr 2e-4, 40k warm-up of 400k steps
 ZINC_WARMUP_FRACTION = 40_000 / 400_000
 E2E_MAX_SECONDS = 50  # the end-to-end run's --time-limit, counted from its launch
+FIDELITY_RESERVE = 25  # seconds the ZINC runs leave for plotting and packing at the latest
 
 
 # ---------------------------------------------------------------------------------------
@@ -781,6 +782,7 @@ def _train_cmd(
     out: Path,
     dev: str,
     prec: str,
+    time_limit_s: float | None = None,
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -831,11 +833,24 @@ def _train_cmd(
     if check.smoke:
         cmd += ["--num-layers", "1", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
         cmd += ["--threads", "1"]
+    if time_limit_s is not None:
+        cmd += ["--time-limit", f"{max(time_limit_s, 1.0) / 60:.4f}"]
     return cmd
 
 
-def _run_four(check: Check, tag: str, steps: int, dev: str, prec: str, limit: float) -> dict:
-    """The four runs at once; ``{(attention, seed): run folder}`` after all have finished."""
+def _run_four(
+    check: Check,
+    tag: str,
+    steps: int,
+    dev: str,
+    prec: str,
+    limit: float,
+    time_limit_s: float | None = None,
+) -> dict:
+    """The four runs at once; ``{(attention, seed): run folder}`` after all have finished.
+
+    ``limit``: seconds after which they are killed; ``time_limit_s``: each run's own
+    ``--time-limit`` (a clean stop with its results, before ``limit``)."""
     dataset = zinc_dataset_flag(check.work, data_dir(check.args), check.smoke)
     procs = {}
     for a in FIDELITY_ATTENTIONS:
@@ -843,7 +858,8 @@ def _run_four(check: Check, tag: str, steps: int, dev: str, prec: str, limit: fl
             out = check.work / "runs" / f"{tag}-{a}-seed{s}"
             shutil.rmtree(out, ignore_errors=True)
             name = f"fidelity_{tag}_{a}_seed{s}"
-            proc, log = check.launch(name, _train_cmd(check, dataset, a, s, steps, out, dev, prec))
+            cmd = _train_cmd(check, dataset, a, s, steps, out, dev, prec, time_limit_s)
+            proc, log = check.launch(name, cmd)
             procs[(a, s)] = (proc, log, out, name)
     end = time.monotonic() + min(limit, check.remaining())
     timed_out = []
@@ -895,7 +911,7 @@ def section_fidelity(check: Check, res: dict) -> None:
         probe_wall = time.monotonic() - t0
         rate = _steps_per_s(probe)
         overhead = max(0.0, probe_wall - probe_steps / rate)  # start-up, evaluation, writing
-        budget = check.remaining() - overhead - 15  # plotting and packing
+        budget = check.remaining() - overhead - FIDELITY_RESERVE  # plotting and packing
         steps = int(rate * budget * 0.9)
         res["probe"] = {
             "steps": probe_steps,
@@ -919,7 +935,9 @@ def section_fidelity(check: Check, res: dict) -> None:
         "note": "Graphormer's ZINC recipe (40k warm-up of 400k linear-decay steps) scaled to "
         "the steps that fit the budget at the measured rate; four processes at once",
     }
-    runs = _run_four(check, "main", steps, dev, prec, check.remaining() - 10)
+    # a clean stop at the latest FIDELITY_RESERVE s before the end, should the steps not fit
+    safety = check.remaining() - FIDELITY_RESERVE
+    runs = _run_four(check, "main", steps, dev, prec, check.remaining() - 10, safety)
     per_run = {}
     best: dict[str, list[float]] = {a: [] for a in FIDELITY_ATTENTIONS}
     for (a, s), out in runs.items():
@@ -931,6 +949,7 @@ def section_fidelity(check: Check, res: dict) -> None:
             "epochs": m["epochs"],
             "train_seconds": m["train_seconds"],
             "graphs_per_second": m["graphs_per_second"],
+            "stopped_on_time": m["stopped_on_time"],
             "parameters": m["parameters"],
             "baseline_valid_mae": m["baseline_valid_mae"],
         }
@@ -941,7 +960,9 @@ def section_fidelity(check: Check, res: dict) -> None:
     res["runs"] = per_run
     res["steps_per_s_per_process"] = round(_steps_per_s(runs), 2)
     g, u = best["graphormer"], best["urpe"]
+    done = {r["steps"] for r in per_run.values()}
     res["comparison"] = {
+        "equal_steps": len(done) == 1,
         "graphormer_mean": statistics.mean(g),
         "urpe_mean": statistics.mean(u),
         "urpe_minus_graphormer": statistics.mean(u) - statistics.mean(g),
