@@ -52,7 +52,7 @@ from ..training.checkpoint import (
     write_atomic,
 )
 from .corpus import CORPORA, LMCorpus, load_corpus
-from .train import _curve_csv, linear_warmup_decay, plot_positional_tables
+from .train import _curve_csv, linear_warmup_decay, optimizer_update, plot_positional_tables
 from .xl import TransformerXL, TransformerXLConfig
 
 __all__ = [
@@ -450,16 +450,8 @@ def train_lm(
             lr = optimizer.param_groups[0]["lr"]
             logits, memory = model(x, memory)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-            optimizer.step()
-            scheduler.step()
             step += 1
-            train_loss = float(loss.detach())
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(f"non-finite training loss {train_loss} at update {step}")
+            train_loss = optimizer_update(model, optimizer, scheduler, loss, config.clip_norm, step)
             row: dict[str, Any] = {
                 "step": step,
                 "lr": lr,

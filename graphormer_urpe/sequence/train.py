@@ -266,6 +266,29 @@ def evaluate(
     return loss_total / max(1, n_total), hits_total / max(1, n_total)
 
 
+def optimizer_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    loss: Tensor,
+    clip_norm: float | None,
+    step: int,
+) -> float:
+    """One update from ``loss`` (a scalar): backward, optional gradient-norm clipping, optimiser
+    and schedule steps. Returns the loss as a float; a non-finite one raises
+    ``FloatingPointError`` naming update ``step``."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise FloatingPointError(f"non-finite training loss {value} at update {step}")
+    return value
+
+
 def plot_positional_tables(model: SequenceTransformer, path: Path, title: str = "") -> bool:
     """Plot the learned ``B`` and ``C`` of each head against the relative offset ``j - i``.
 
@@ -395,15 +418,7 @@ def train_synthetic(
         lr = optimizer.param_groups[0]["lr"]
         loss_sum, hits, n = masked_loss_and_hits(model(batch.tokens), batch)
         loss = loss_sum / n
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-        optimizer.step()
-        scheduler.step()
-        train_loss = float(loss.detach())
-        if not math.isfinite(train_loss):
-            raise FloatingPointError(f"non-finite training loss {train_loss} at update {step}")
+        train_loss = optimizer_update(model, optimizer, scheduler, loss, config.clip_norm, step)
         row: dict[str, Any] = {
             "step": step,
             "lr": lr,
