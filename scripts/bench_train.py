@@ -138,6 +138,74 @@ def count_flops(model, loss_fn, batch, precision: Precision) -> int:
     return int(counter.get_total_flops())
 
 
+# operators that only re-describe a tensor's memory: no kernel on any device
+VIEW_OPS = frozenset(
+    "alias as_strided chunk detach diagonal expand expand_as flatten lift_fresh movedim narrow "
+    "permute _reshape_alias reshape select slice split split_with_sizes squeeze t transpose "
+    "unbind unflatten unsqueeze _unsafe_view view view_as".split()
+)
+
+OPS_NOTE = (
+    "ops_per_step: ATen operators dispatched in one training step (zero_grad, forward, "
+    "backward, AdamW), views excluded: a device-independent count of the launches a step "
+    "makes. On CUDA, gpu_activity: kernels (and copies) of one profiled step, the GPU's busy "
+    "time (union of their intervals) and busy_fraction = busy time / median step time; well "
+    "below 1 means the step waits on the host (launch-bound), not on the GPU"
+)
+
+
+def count_ops(step: Callable, batch) -> int:
+    """Non-view ATen operators dispatched by one call of ``step(batch)``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ not in VIEW_OPS:
+                Counter.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter():
+        step(batch)
+    return Counter.ops
+
+
+def covered_ns(spans: list[tuple[int, int]]) -> int:
+    """Length of the union of ``(start, end)`` intervals sorted by start."""
+    busy, end = 0, None
+    for lo, hi in spans:
+        if end is None or lo >= end:
+            busy += hi - lo
+            end = hi
+        elif hi > end:
+            busy += hi - end
+            end = hi
+    return busy
+
+
+def gpu_activity(step: Callable, batch, device: torch.device, step_s: float) -> dict:
+    """Device activity of one profiled ``step(batch)`` on CUDA: kernel count, busy time (the
+    union of the device events' intervals) and its fraction of the median step ``step_s``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step(batch)
+        _sync(device)
+    spans = sorted(
+        (e.start_ns(), e.end_ns())
+        for e in prof.profiler.kineto_results.events()
+        if e.device_type() == torch.autograd.DeviceType.CUDA and e.end_ns() > e.start_ns()
+    )
+    busy = covered_ns(spans)
+    return {
+        "device_events": len(spans),
+        "busy_ms": round(busy / 1e6, 2),
+        "busy_fraction": round(busy / 1e9 / step_s, 3),
+    }
+
+
 def measure(model, loss_fn, batches, a, precision: Precision, device: torch.device) -> dict:
     """Median graphs/s of AdamW training steps of ``model`` on ``batches``, and memory.
 
@@ -172,6 +240,14 @@ def measure(model, loss_fn, batches, a, precision: Precision, device: torch.devi
         entry["tflops_per_s"] = round(flops / med / 1e12, 2)
         if a.peak_flops:
             entry["mfu"] = round(flops / med / a.peak_flops, 4)
+    if not a.no_ops:
+        if not a.compile:  # a compiled step runs fused kernels, not these operators
+            entry["ops_per_step"] = count_ops(step, batches[0])
+        if device.type == "cuda":
+            try:  # a profiler problem must not cost the figures above
+                entry["gpu_activity"] = gpu_activity(step, batches[0], device, med)
+            except Exception as exc:
+                entry["gpu_activity"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     if not a.no_memory:
         mem = step_memory(step, batches[0], device)
         state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
@@ -190,6 +266,9 @@ def main() -> None:
     p.add_argument("--num-layers", type=int, default=None, help="override the preset's layers")
     p.add_argument("--peak-flops", type=float, default=None, help="device peak FLOP/s for MFU")
     p.add_argument("--no-flops", action="store_true", help="skip counting FLOPs")
+    p.add_argument(
+        "--no-ops", action="store_true", help="skip counting operators (and GPU activity)"
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -296,6 +375,7 @@ def main() -> None:
         "real_token_fraction": round(real / grid, 3),
         "peak_flops": a.peak_flops,
         "flops_note": None if a.no_flops else FLOPS_NOTE,
+        "ops_note": None if a.no_ops else OPS_NOTE,
     }
     if not a.no_memory:
         config["memory_note"] = MEMORY_NOTE["cuda" if device.type == "cuda" else "cpu"]

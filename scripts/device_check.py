@@ -687,6 +687,13 @@ def _speed_summary(res: dict) -> dict:
             for a in ("graphormer", "urpe"):
                 if f"ours_{a}" in row:
                     row[f"{a}_over_hf"] = round(row[f"ours_{a}"] / row["hf"], 2)
+        busy = {
+            k: v["gpu_activity"]["busy_fraction"]
+            for k, v in r.items()
+            if isinstance(v, dict) and "busy_fraction" in v.get("gpu_activity", {})
+        }
+        if busy:  # well below 1: the step waits on the host (kernel launches), not the GPU
+            row["gpu_busy_fraction"] = busy
         out[key] = row
     e2e = res.get("pcqm4mv2_end_to_end", {})
     if "graphs_per_second" in e2e:

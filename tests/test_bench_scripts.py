@@ -27,6 +27,28 @@ def test_benchmark_smoke_mode_emits_json(name):
     assert report["benchmark"] == name.removeprefix("bench_")
     rates = [v["graphs_per_s"] for v in report["results"].values() if isinstance(v, dict)]
     assert rates and all(r > 0 for r in rates)
+    if name == "bench_train":  # launches per step, counted for every model
+        counts = [v["ops_per_step"] for v in report["results"].values() if isinstance(v, dict)]
+        assert all(c > 10 for c in counts) and report["config"]["ops_note"]
+
+
+def test_busy_time_is_the_union_of_the_device_intervals():
+    import random
+
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from bench_train import covered_ns
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    rng = random.Random(0)
+    for _ in range(200):
+        spans = []
+        for _ in range(rng.randrange(0, 12)):
+            lo = rng.randrange(0, 60)
+            spans.append((lo, lo + rng.randrange(1, 15)))
+        spans.sort()
+        covered = {t for lo, hi in spans for t in range(lo, hi)}  # unit cells [t, t + 1)
+        assert covered_ns(spans) == len(covered), spans
 
 
 SALTS = [

@@ -292,6 +292,18 @@ def test_one_process_nccl_torchrun(tmp_path):
     assert {"best.pt", "last.pt", "metrics.json"} <= {p.name for p in out.iterdir()}
 
 
+def test_benchmark_reports_the_gpus_activity():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_train.py"
+    cmd = [sys.executable, str(script), "--smoke", "--device", "cuda", "--precision", "bf16"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, entry in json.loads(proc.stdout)["results"].items():
+        if isinstance(entry, dict) and "graphs_per_s" in entry:
+            act = entry["gpu_activity"]
+            assert act.get("device_events", 0) > 0, (name, act)
+            assert 0 < act["busy_ms"] and 0 < act["busy_fraction"] < 2, (name, act)
+
+
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
 def test_compiled_model_matches_eager_and_stops_recompiling(attention):
     import torch._dynamo
