@@ -90,6 +90,8 @@ def test_smoke_runs_every_section_and_writes_a_valid_report(tmp_path):
     assert diff == pytest.approx(
         fid["comparison"]["urpe_mean"] - fid["comparison"]["graphormer_mean"]
     )
+    bench = report["sections"]["speed"]["results"]["zinc-slim_eager"]["config"]
+    assert bench["source"] == "pcqm_smiles.csv" and bench["molecules"] == 16  # PCQM4Mv2's
     e2e = report["sections"]["speed"]["results"]["pcqm4mv2_end_to_end"]
     assert e2e["graphs_per_second"] > 0 and e2e["train_graphs_in_cache"] == 2 * 1500
     assert report["sections"]["correctness"]["results"]["tests"] > 0
