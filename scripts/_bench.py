@@ -153,6 +153,18 @@ def peer_skip_reason(gib: float, cap: float, items: list[dict]) -> str | None:
     return reason
 
 
+def peer_skipped(
+    a, items: list[dict], batch_size: int | None, keep_batches: bool = False
+) -> dict | None:
+    """With ``--peer hf``: the report entry of a peer skipped for its estimated memory
+    (``{"skipped": reason, "estimated_gib": ...}``), ``None`` when it runs or is not asked."""
+    if a.peer != "hf":
+        return None
+    gib = peer_gib(items, batch_size, keep_batches=keep_batches)
+    reason = peer_skip_reason(gib, a.peer_max_gib, items)
+    return None if reason is None else {"skipped": reason, "estimated_gib": round(gib, 2)}
+
+
 def ogb_items(smiles: list[str]) -> list[dict]:
     """OGB featurisation (9 atom / 3 bond columns) as dicts of numpy arrays.
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 from _bench import (
     hf_peer,
     median_rate,
-    peer_gib,
-    peer_skip_reason,
+    peer_skipped,
     pyg_graphs,
     report,
     setup,
@@ -50,10 +49,9 @@ def main() -> None:
     results: dict = {}
     rate, rates = median_rate(ours, a.repeats)
     results["ours"] = {"graphs_per_s": round(rate, 1), "all": [round(r) for r in rates]}
-    gib = peer_gib(items, bs) if a.peer == "hf" else 0.0
-    skip = peer_skip_reason(gib, a.peer_max_gib, items) if a.peer == "hf" else None
-    if skip:
-        results["hf"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
+    skipped = peer_skipped(a, items, bs)
+    if skipped:
+        results["hf"] = skipped
     elif a.peer == "hf":
         collating = hf_peer(need_collator=True).collating
         pre = [collating.preprocess_item(dict(it)) for it in items]

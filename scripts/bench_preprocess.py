@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _bench import hf_peer, median_rate, peer_gib, peer_skip_reason, report, setup
+from _bench import hf_peer, median_rate, peer_skipped, report, setup
 from torch_geometric.data import Data
 
 from graphormer_urpe.graph.fast_features import BatchedStructures, batched_graph_structure
@@ -104,10 +104,9 @@ def main() -> None:
             same &= x.dtype == y.dtype and x.shape == y.shape and bool(torch.equal(x, y))
     results["batched_identical_to_per_graph"] = same
 
-    gib = peer_gib(items, None) if a.peer == "hf" else 0.0
-    skip = peer_skip_reason(gib, a.peer_max_gib, items) if a.peer == "hf" else None
-    if skip:
-        results["hf_cython"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
+    skipped = peer_skipped(a, items, None)
+    if skipped:
+        results["hf_cython"] = skipped
     elif a.peer == "hf":
         collating = hf_peer(need_collator=True).collating
 

@@ -45,8 +45,7 @@ from _bench import (
     hf_peer,
     molecules,
     ogb_items,
-    peer_gib,
-    peer_skip_reason,
+    peer_skipped,
     pyg_graphs,
     report,
 )
@@ -314,10 +313,9 @@ def main() -> None:
         )
         del model
 
-    gib = peer_gib(items, bs, keep_batches=True) if a.peer == "hf" else 0.0
-    skip = peer_skip_reason(gib, a.peer_max_gib, items) if a.peer == "hf" else None
-    if skip:
-        results["hf"] = {"skipped": skip, "estimated_gib": round(gib, 2)}
+    skipped = peer_skipped(a, items, bs, keep_batches=True)
+    if skipped:
+        results["hf"] = skipped
     elif a.peer == "hf":
         hf = hf_peer(need_collator=False)
         # the same architecture in Hugging Face's terms (pre-LN; its transform head and no

@@ -89,6 +89,8 @@ FIDELITY_SEEDS = (1, 2)
 ZINC_PEAK_LR = 2e-4  # Graphormer v1 on ZINC: peak lr 2e-4, 40k warm-up of 400k steps
 ZINC_WARMUP_FRACTION = 40_000 / 400_000
 E2E_MAX_SECONDS = 50  # the end-to-end run's --time-limit, counted from its launch
+CLI = [sys.executable, "-m", "graphormer_urpe.cli"]  # the command line, in this interpreter
+SMOKE_MODEL = ["--num-layers", "1", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
 FIDELITY_RESERVE = 25  # seconds the ZINC runs leave for plotting and packing at the latest
 
 
@@ -723,7 +725,7 @@ def _end_to_end(check: Check, dev: str, prec: str, res: dict) -> dict:
     shutil.rmtree(run, ignore_errors=True)
     if check.smoke:
         steps, batch, workers = 3, 16, 1
-        model = ["--num-layers", "1", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
+        model = SMOKE_MODEL
     else:
         # about 30 s of training at the eager rate just measured
         rate = (
@@ -733,9 +735,7 @@ def _end_to_end(check: Check, dev: str, prec: str, res: dict) -> dict:
         steps = int(min(3000, max(30, 30 * rate / batch)))
         model = []
     cmd = [
-        sys.executable,
-        "-m",
-        "graphormer_urpe.cli",
+        *CLI,
         "train",
         "--dataset",
         "pcqm4mv2",
@@ -807,9 +807,7 @@ def _train_cmd(
     time_limit_s: float | None = None,
 ) -> list[str]:
     cmd = [
-        sys.executable,
-        "-m",
-        "graphormer_urpe.cli",
+        *CLI,
         "train",
         "--dataset",
         dataset,
@@ -853,7 +851,7 @@ def _train_cmd(
         "--no-progress",
     ]
     if check.smoke:
-        cmd += ["--num-layers", "1", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
+        cmd += SMOKE_MODEL
         cmd += ["--threads", "1"]
     if time_limit_s is not None:
         cmd += ["--time-limit", f"{max(time_limit_s, 1.0) / 60:.4f}"]
@@ -1003,9 +1001,7 @@ def section_fidelity(check: Check, res: dict) -> None:
     check.run(
         "fidelity_plot",
         [
-            sys.executable,
-            "-m",
-            "graphormer_urpe.cli",
+            *CLI,
             "plot",
             *map(str, order),
             "--compare",
