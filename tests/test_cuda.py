@@ -316,9 +316,11 @@ def test_compiled_model_matches_eager_and_stops_recompiling(attention):
     graphs = graph_zoo(seed=9, count=96, node_features=3, edge_features=3)
     sizes = (8, 12, 16, 20, 24, 16)
     batches, start = [], 0
-    for bs in sizes:  # different batch sizes and pad lengths
-        batches.append(collate(graphs[start : start + bs], cfg.multi_hop_max_dist, 8).to("cuda"))
+    for bs in sizes:  # different batch sizes and pad lengths, padded to 8 as in training
+        chunk = graphs[start : start + bs]
+        batches.append(collate(chunk, cfg.multi_hop_max_dist, pad_to_multiple=8).to("cuda"))
         start += bs
+    assert len({b.attn_bias.shape[-1] for b in batches}) > 1  # the pad length does vary
     counts = []
     for b in batches:
         eager = model(b)
