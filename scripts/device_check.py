@@ -1084,8 +1084,6 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "fidelity":
                     check.budgets.pop("fidelity", None)
                 check.run_section(name, lambda r, f=funcs[name]: f(check, r))
-                if name == "environment" and "environment" in check.sections:
-                    pass
             if name == "environment" and name not in args.sections:
                 section_environment(check, {})  # the other sections read it
     finally:

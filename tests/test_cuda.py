@@ -84,7 +84,9 @@ def _grads(fn, *leaves):
 def test_attention_forward_backward_against_float64_cpu(kind, with_scale):
     q, k, v, bias, scale, kpm = _masked_inputs(11)
     s = scale if with_scale else None
-    ref, ref_grads = _grads(lambda q, k, v: naive_attention(q, k, v, bias, s, kpm), q, k, v)
+    ref, ref_grads = _grads(  # float64 leaves: float64 reference gradients too
+        lambda q, k, v: naive_attention(q, k, v, bias, s, kpm), q.double(), k.double(), v.double()
+    )
     dev = torch.device("cuda")
 
     def run(q, k, v):
