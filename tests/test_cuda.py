@@ -23,6 +23,7 @@ import torch
 from graphormer_urpe import Graphormer, URPEAttention, collate, urpe_attention
 from graphormer_urpe.attention import _AttentionCore
 from graphormer_urpe.graph.model import fit_tables
+from graphormer_urpe.training.checkpoint import rng_state, set_rng_state
 from graphormer_urpe.training.loop import (
     Precision,
     StepTotals,
@@ -242,6 +243,16 @@ def test_a_nonfinite_loss_freezes_the_weights_on_the_device():
     assert totals.read()[2] == 1
     for n, p in model.named_parameters():
         assert torch.equal(p.detach(), good[n]), n
+
+
+def test_checkpoint_rng_state_restores_the_gpus_random_stream():
+    dev = torch.device("cuda")
+    state = rng_state(dev)
+    assert state["cuda"].dtype == torch.uint8
+    a = torch.rand(64, device=dev)
+    torch.nn.functional.dropout(torch.ones(1000, device=dev), 0.1)
+    set_rng_state(state, dev)
+    assert torch.equal(torch.rand(64, device=dev), a)
 
 
 def _table(tmp_path: Path) -> Path:

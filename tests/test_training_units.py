@@ -65,6 +65,61 @@ def test_checkpoint_round_trip_and_rng(tmp_path):
     assert not list(tmp_path.glob(".*tmp"))  # no temp files left
 
 
+class _FakeCudaRng:
+    """Stands in for ``torch.cuda``'s generator functions and records what is asked of them."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        for name in ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all"):
+            monkeypatch.setattr(torch.cuda, name, self._recorder(name))
+
+    def _recorder(self, name):
+        def record(*args):
+            self.calls.append((name, *args))
+            return torch.full((4,), 7, dtype=torch.uint8)
+
+        return record
+
+
+def test_cpu_runs_leave_cuda_alone(monkeypatch):
+    fake = _FakeCudaRng(monkeypatch)
+    for device in (None, "cpu", torch.device("cpu")):
+        state = rng_state(device)
+        assert "cuda" not in state
+        set_rng_state({**state, "cuda": [torch.zeros(4, dtype=torch.uint8)]}, device)
+    assert fake.calls == []
+
+
+def test_cuda_rng_state_is_the_runs_gpu_only(monkeypatch):
+    fake = _FakeCudaRng(monkeypatch)
+    state = rng_state("cuda:1")
+    assert [c[0] for c in fake.calls] == ["get_rng_state"]
+    assert fake.calls[0][1] == torch.device("cuda", 1)
+    assert torch.equal(state["cuda"], torch.full((4,), 7, dtype=torch.uint8))
+    fake.calls.clear()
+    set_rng_state(state, "cuda:1")
+    ((name, saved, device),) = fake.calls
+    assert (name, device) == ("set_rng_state", torch.device("cuda", 1))
+    assert torch.equal(saved, state["cuda"])
+
+
+def test_older_per_machine_cuda_states_restore_the_runs_gpu(monkeypatch, caplog):
+    """Older checkpoints hold one CUDA state per GPU of the writing machine: the run's GPU
+    takes its own entry, and a GPU index the writer did not have is skipped with a warning
+    instead of failing on a machine with another number of GPUs."""
+    fake = _FakeCudaRng(monkeypatch)
+    per_gpu = [torch.full((4,), i, dtype=torch.uint8) for i in range(3)]
+    state = {**rng_state(), "cuda": per_gpu}
+    set_rng_state(state, "cuda:2")
+    ((name, saved, device),) = fake.calls
+    assert name == "set_rng_state" and device == torch.device("cuda", 2)
+    assert torch.equal(saved, per_gpu[2])
+    fake.calls.clear()
+    with caplog.at_level("WARNING"):
+        set_rng_state(state, "cuda:5")
+    assert fake.calls == [] and "no RNG state for cuda:5" in caplog.text
+
+
 def test_bad_checkpoints_give_one_line_errors(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "missing.pt")

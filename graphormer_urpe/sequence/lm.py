@@ -389,7 +389,7 @@ def train_lm(
             history = json.loads(ckpt["history"])
             rows, evals, initial_valid = history["rows"], history["evals"], history["initial"]
             best = {"loss": history["best_loss"], "step": history["best_step"], "state": None}
-            set_rng_state(ckpt["rng"])
+            set_rng_state(ckpt["rng"], device)
         if out is not None and (out / "best.pt").is_file():
             best["state"] = load_checkpoint(out / "best.pt", map_location=device)["model"]
     logger.info(
@@ -422,7 +422,7 @@ def train_lm(
             "step": step,
             "memory": [] if memory is None else [t.cpu() for t in memory],
             "history": json.dumps(history),
-            "rng": rng_state(),
+            "rng": rng_state(device),
         }
 
     if initial_valid is None:

@@ -80,8 +80,14 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     _atomic(path, lambda fh: fh.write(raw))
 
 
-def rng_state() -> dict[str, Any]:
-    """Python, numpy and torch (CPU and CUDA) RNG states as weights-only-loadable values."""
+def rng_state(device: torch.device | str | None = None) -> dict[str, Any]:
+    """Python, numpy and torch RNG states as weights-only-loadable values.
+
+    Args:
+        device: the device the run computes on. For a CUDA device the state of that GPU's
+            generator is included (``"cuda"``, a ``uint8`` tensor); other GPUs are not
+            touched, so that no process initialises CUDA on a GPU it does not use.
+    """
     np_state = np.random.get_state()  # noqa: NPY002 - the global RNG is what we restore
     state: dict[str, Any] = {
         "python": random.getstate(),
@@ -93,13 +99,27 @@ def rng_state() -> dict[str, Any]:
         },
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    cuda = _cuda_device(device)
+    if cuda is not None:
+        state["cuda"] = torch.cuda.get_rng_state(cuda)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore the states captured by :func:`rng_state`."""
+def _cuda_device(device: torch.device | str | None) -> torch.device | None:
+    """``device`` as a CUDA device with its index (``None`` for other devices)."""
+    if device is None or torch.device(device).type != "cuda":
+        return None
+    device = torch.device(device)
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device | str | None = None) -> None:
+    """Restore the states captured by :func:`rng_state`.
+
+    The CUDA state goes to ``device``'s generator, and only when ``device`` is a CUDA device.
+    Checkpoints written before the CUDA state was per device hold a list with one state per
+    GPU of the writing machine; ``device``'s entry is used where there is one.
+    """
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]
@@ -113,8 +133,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
         )
     )
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = _cuda_device(device)
+    saved = state.get("cuda")
+    if cuda is None or saved is None:
+        return
+    if isinstance(saved, (list, tuple)):  # one state per GPU of the machine that wrote it
+        if cuda.index >= len(saved):
+            msg = "the checkpoint holds no RNG state for %s; its generator keeps its state"
+            log.warning(msg, cuda)
+            return
+        saved = saved[cuda.index]
+    torch.cuda.set_rng_state(saved, cuda)
 
 
 def torch_load_problem(path: str | os.PathLike, exc: BaseException) -> str:

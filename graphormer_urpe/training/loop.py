@@ -656,11 +656,11 @@ def _train(
             precision.scaler.load_state_dict(ckpt["scaler"])
         ranks = ckpt.get("rng_ranks")
         if ranks is not None and len(ranks) == ctx.world_size:
-            set_rng_state(ranks[ctx.rank])
+            set_rng_state(ranks[ctx.rank], device)
         else:
             if ctx.enabled:
                 log.warning("the checkpoint was written by another number of processes")
-            set_rng_state(ckpt["rng"])
+            set_rng_state(ckpt["rng"], device)
         position = ckpt.get("position") or {"epoch": ckpt["epoch"] + 1, "batch": 0}
         epoch, start_batch, step = position["epoch"], position["batch"], ckpt["step"]
         loss_sum, loss_count = ckpt.get("epoch_loss", (0.0, 0))
@@ -686,14 +686,14 @@ def _train(
         ranks = None
         if ctx.enabled:
             ranks = [None] * ctx.world_size
-            torch.distributed.all_gather_object(ranks, rng_state())
+            torch.distributed.all_gather_object(ranks, rng_state(device))
         return {
             "config": config.to_json(),
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": precision.scaler.state_dict(),
-            "rng": rng_state(),
+            "rng": rng_state(device),
             "rng_ranks": ranks,
             "epoch": epoch,
             "position": {"epoch": epoch, "batch": batch},
