@@ -10,6 +10,7 @@ The public API::
         Graphormer, GraphormerEncoder, GraphormerConfig, PRESETS, get_preset,
         read_graphormer, convert_checkpoint,      # published weights (Hugging Face, fairseq)
         export_huggingface, init_from_checkpoint,
+        iter_predictions, Prediction,             # stream predictions for any SMILES iterable
     )
 """
 
@@ -34,6 +35,7 @@ from .training.pretrained import (
     init_from_checkpoint,
     read_graphormer,
 )
+from .training.stream import Prediction, iter_predictions
 
 __version__ = "0.1.0"
 
@@ -47,6 +49,7 @@ __all__ = [
     "GraphormerConfig",
     "GraphormerEncoder",
     "GraphormerFeatures",
+    "Prediction",
     "URPEAttention",
     "add_graphormer_features",
     "collate",
@@ -55,6 +58,7 @@ __all__ = [
     "get_preset",
     "graph_structure",
     "init_from_checkpoint",
+    "iter_predictions",
     "read_graphormer",
     "urpe_attention",
     "__version__",

@@ -408,72 +408,66 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """``graphormer-urpe predict``."""
-    import csv
-    import io
+    """``graphormer-urpe predict``: streams rows to the output as their batches finish."""
+    import contextlib
 
     import torch
 
-    from .training import load_checkpoint, predict_smiles
-    from .training.checkpoint import write_atomic
-    from .training.inference import checkpoint_task_type
+    from .training import load_model
+    from .training.stream import iter_predictions, read_smiles, write_predictions_csv
 
-    if args.input:
-        import pandas as pd
-
-        table = pd.read_csv(args.input)
-        if args.smiles_column not in table.columns:
-            raise ValueError(
-                f"{args.input} has no column {args.smiles_column!r}; columns: "
-                f"{', '.join(map(str, table.columns))}"
-            )
-        smiles = [str(s) for s in table[args.smiles_column].tolist()]
-    else:
-        smiles = list(args.smiles)
-    ckpt = load_checkpoint(args.checkpoint)
-    names = list(ckpt.get("target_names", ["y"]))
-    binary = checkpoint_task_type(ckpt) == "binary"
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    lm = load_model(args.checkpoint, args.device or "auto")
+    binary = lm.task_type == "binary"
     if args.logits and not binary:
         raise ValueError(
             f"--logits applies to binary tasks; {args.checkpoint} predicts regression targets"
         )
-    pred, errors = predict_smiles(
-        args.checkpoint, smiles, args.device or "auto", progress=not args.no_progress
+    smiles = read_smiles(args.input, args.smiles_column) if args.input else args.smiles
+    results = iter_predictions(
+        lm,
+        smiles,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        chunk_size=args.chunk_size,
+        progress=not args.no_progress,
     )
-    if binary:  # one logit per task: probabilities unless the raw scores are asked for
-        prefix = "logit_" if args.logits else "prob_"
-        names = [prefix + n for n in names]
-        if not args.logits:
-            pred = torch.sigmoid(pred)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["smiles", *names, "error"])
-    for smi, row, err in zip(smiles, pred.tolist(), errors, strict=True):
-        w.writerow([smi, *("" if err else f"{v:.6g}" for v in row), err or ""])
-    if args.output:
-        write_atomic(args.output, buf.getvalue())
-        print(f"wrote {len(smiles)} predictions to {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(buf.getvalue())
-    bad = sum(e is not None for e in errors)
-    if bad:
-        print(f"graphormer-urpe: {bad} of {len(smiles)} SMILES could not be read", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        out = sys.stdout
+        if args.output:  # written line by line: an interrupted run leaves a valid prefix
+            out = stack.enter_context(open(args.output, "w", newline="", encoding="utf-8"))
+        rows, bad = write_predictions_csv(results, out, lm.target_names, binary, args.logits)
+    where = f" to {args.output}" if args.output else ""
+    print(
+        f"graphormer-urpe: wrote {rows} rows{where}: {rows - bad} molecules predicted, "
+        f"{bad} could not be read",
+        file=sys.stderr,
+    )
     return 0
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
+    from .training.stream import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+
     p = sub.add_parser(
         "predict",
         help="predict molecules from SMILES",
-        description="Predict the targets of molecules with a trained checkpoint. Writes CSV "
-        "(smiles, one column per target, error) to --output or standard output; invalid "
-        "SMILES get an empty prediction and the reason. Binary tasks (ogbg-molhiv, ...) give "
-        "probabilities in prob_<task> columns, or raw scores in logit_<task> with --logits.",
+        description="Predict the targets of molecules with a trained checkpoint. Streams CSV "
+        "(smiles, one column per target, error) to --output or standard output, one row per "
+        "input row in input order, as each batch finishes; invalid SMILES get an empty "
+        "prediction and the reason. Binary tasks (ogbg-molhiv, ...) give probabilities in "
+        "prob_<task> columns, or raw scores in logit_<task> with --logits.",
     )
     p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
-    src.add_argument("--input", help="a CSV file with a SMILES column")
+    src.add_argument(
+        "--input",
+        help="a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
+        "line (a name may follow), or - for standard input (CSV when its first line names "
+        "--smiles-column, else one SMILES a line)",
+    )
     p.add_argument("--smiles-column", default="smiles", help="SMILES column of --input")
     p.add_argument("--output", default=None, help="CSV file to write (default: stdout)")
     p.add_argument(
@@ -481,6 +475,27 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="binary tasks: write the raw scores (logit_<task>) instead of sigmoid "
         "probabilities (prob_<task>)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"featurisation processes (default {DEFAULT_WORKERS}; 0: in the main process)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"molecules per model batch (default {DEFAULT_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK_SIZE,
+        help=f"SMILES per featurisation task (default {DEFAULT_CHUNK_SIZE})",
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="CPU threads for the model (default: torch's)"
     )
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

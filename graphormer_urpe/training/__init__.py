@@ -13,12 +13,14 @@ from .pretrained import (
     init_from_checkpoint,
     read_graphormer,
 )
+from .stream import Prediction, iter_predictions, read_smiles
 
 __all__ = [
     "CheckpointError",
     "InitReport",
     "LoadedModel",
     "PretrainedSource",
+    "Prediction",
     "Precision",
     "TRAIN_PRESETS",
     "TrainConfig",
@@ -26,6 +28,7 @@ __all__ = [
     "evaluate_checkpoint",
     "export_huggingface",
     "init_from_checkpoint",
+    "iter_predictions",
     "linear_schedule",
     "load_checkpoint",
     "load_model",
@@ -35,6 +38,7 @@ __all__ = [
     "predict",
     "predict_smiles",
     "read_graphormer",
+    "read_smiles",
     "resolve_device",
     "save_checkpoint",
     "train",

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from torch_geometric.data import Data
 
-from ..graph.features import GraphormerFeatures
 from ..graph.model import Graphormer
 from .checkpoint import incompatible_checkpoint, load_checkpoint
 from .config import TrainConfig
@@ -102,39 +101,43 @@ def evaluate_checkpoint(
 
 
 def predict_smiles(
-    path: str | Path,
-    smiles: list[str],
+    path: str | Path | LoadedModel,
+    smiles: Iterable[str],
     device: str = "auto",
     batch_size: int = 256,
     progress: bool = True,
+    workers: int | None = None,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, list[str | None]]:
     """Predict every SMILES; invalid ones are reported and get NaN predictions.
+
+    The in-memory form of :func:`~graphormer_urpe.training.stream.iter_predictions` (the one
+    code path), which streams any number of SMILES; ``workers`` and ``chunk_size`` default
+    to its defaults.
 
     Returns:
         ``(pred [len(smiles), T], errors)`` where ``errors[i]`` is ``None`` or the reason row
         ``i`` could not be featurised.
     """
-    from ..datasets import featurize_smiles
+    from . import stream
 
-    lm = load_model(path, device)
-    transform = GraphormerFeatures(lm.model.config.multi_hop_max_dist)
-    graphs: list[Data] = []
-    keep: list[int] = []
-    errors: list[str | None] = [None] * len(smiles)
-    for i, smi in enumerate(smiles):
-        try:
-            g = featurize_smiles(smi, lm.featurizer)
-        except ValueError as exc:
-            errors[i] = str(exc)
-            log.warning("row %d: %s", i, exc)
-            continue
-        graphs.append(transform(g))
-        keep.append(i)
-    out = torch.full((len(smiles), lm.model.config.num_targets), math.nan)
-    if graphs:
-        loader = make_loader(graphs, lm.model.config, batch_size, shuffle=False)
-        pred, _ = predict(
-            lm.model, loader, lm.device, Precision(lm.config.precision, lm.device), progress
-        )
-        out[torch.tensor(keep)] = pred
+    options = {
+        "workers": stream.DEFAULT_WORKERS if workers is None else workers,
+        "chunk_size": stream.DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size,
+    }
+    lm = path if isinstance(path, LoadedModel) else load_model(path, device)
+    rows: list[torch.Tensor | None] = []
+    errors: list[str | None] = []
+    results = stream.iter_predictions(
+        lm, smiles, batch_size=batch_size, progress=progress, **options
+    )
+    for p in results:
+        if p.error is not None:
+            log.warning("row %d: %s", p.index, p.error)
+        rows.append(p.values)
+        errors.append(p.error)
+    out = torch.full((len(rows), lm.model.config.num_targets), math.nan)
+    keep = [i for i, r in enumerate(rows) if r is not None]
+    if keep:
+        out[torch.tensor(keep)] = torch.stack([rows[i] for i in keep])
     return out, errors

@@ -1,0 +1,360 @@
+r"""Streaming prediction: any number of SMILES in, one result per row out, in input order.
+
+Memory stays flat however long the input is::
+
+    SMILES ──chunks of chunk_size──▶ worker processes: featurize_chunk (compact arrays,
+    about 1 kB a molecule; at most 2 x workers chunks in flight)
+      ──in input order──▶ decode_graphs (Graphormer features)
+      ──batches of batch_size consecutive valid molecules──▶ the model
+      ──▶ one Prediction per input row, in input order
+
+Batches hold ``batch_size`` consecutive *valid* molecules whatever the chunk boundaries, so
+the predictions do not depend on ``chunk_size`` or ``workers``. A row that cannot be featurised
+keeps its place with ``values=None`` and the reason in ``error``.
+
+Example::
+
+    from graphormer_urpe import iter_predictions
+
+    for p in iter_predictions("runs/x/best.pt", open("library.smi")):
+        print(p.index, p.smiles, None if p.values is None else p.values.tolist(), p.error)
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import multiprocessing
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from pathlib import Path
+from typing import IO, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from ..graph.batch import GraphormerCollator
+from .inference import LoadedModel, load_model
+from .loop import Precision
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_WORKERS",
+    "Prediction",
+    "iter_predictions",
+    "read_smiles",
+    "write_predictions_csv",
+]
+
+DEFAULT_BATCH_SIZE = 256
+"""Valid molecules per model batch."""
+DEFAULT_CHUNK_SIZE = 1000
+"""SMILES per featurisation task sent to a worker process."""
+DEFAULT_WORKERS = 2
+"""Featurisation processes (0: featurise in the calling process)."""
+
+
+class Prediction(NamedTuple):
+    """The result for one input row.
+
+    Attributes:
+        index: the row, counted from 0 over the input SMILES.
+        smiles: the SMILES as given.
+        values: ``[T]`` float32 model outputs (logits for binary tasks), or ``None``.
+        error: why the row could not be featurised, or ``None``.
+    """
+
+    index: int
+    smiles: str
+    values: Tensor | None
+    error: str | None
+
+
+class _Row(NamedTuple):
+    index: int
+    smiles: str
+    graph: Data | None
+    error: str | None
+
+
+# --------------------------------------------------------------------------------------
+# Reading SMILES
+# --------------------------------------------------------------------------------------
+
+
+def read_smiles(
+    source: str | Path, smiles_column: str = "smiles", stdin: IO[str] | None = None
+) -> Iterator[str]:
+    """The SMILES of a file, read lazily, one per row.
+
+    ``.csv`` / ``.csv.gz``: the ``smiles_column`` column. ``.smi`` / ``.txt`` (optionally
+    ``.gz``): the first whitespace-separated field of each line (a name may follow), a first
+    line whose field is ``smiles_column`` (any case) being a header; a blank line is a row
+    with an empty SMILES. ``-``: standard input (``stdin``), read as CSV when its first line
+    names ``smiles_column`` among comma-separated fields, else one SMILES a line.
+    """
+    if str(source) == "-":
+        yield from _read_stdin(stdin if stdin is not None else sys.stdin, smiles_column)
+        return
+    name = str(source).lower().removesuffix(".gz")
+    if not name.endswith((".csv", ".smi", ".txt")):
+        raise ValueError(
+            f"{source}: unknown input format; expected .csv, .csv.gz, .smi or .txt "
+            "(one SMILES a line), or - for standard input"
+        )
+    opener = gzip.open if str(source).lower().endswith(".gz") else open
+    with opener(source, "rt", newline="") as fh:
+        if name.endswith(".csv"):
+            yield from _csv_column(fh, smiles_column, str(source))
+        else:
+            yield from _smiles_lines(fh, smiles_column)
+
+
+def _read_stdin(fh: IO[str], smiles_column: str) -> Iterator[str]:
+    first = fh.readline()
+    rest: Iterable[str] = fh
+    fields = next(csv.reader([first]), [])
+    if len(fields) > 1 and smiles_column in fields:
+        yield from _csv_column(_chain([first], rest), smiles_column, "standard input")
+    elif first:
+        yield from _smiles_lines(_chain([first], rest), smiles_column)
+
+
+def _chain(head: list[str], tail: Iterable[str]) -> Iterator[str]:
+    yield from head
+    yield from tail
+
+
+def _csv_column(lines: Iterable[str], column: str, where: str) -> Iterator[str]:
+    reader = csv.reader(lines)
+    header = next(reader, None)
+    if header is None:
+        raise ValueError(f"{where} is empty; expected a CSV header with a {column!r} column")
+    if column not in header:
+        raise ValueError(f"{where} has no column {column!r}; columns: {', '.join(header)}")
+    k = header.index(column)
+    for row in reader:
+        yield row[k] if k < len(row) else ""
+
+
+def _smiles_lines(lines: Iterable[str], column: str) -> Iterator[str]:
+    for i, line in enumerate(lines):
+        fields = line.split(maxsplit=1)
+        smi = fields[0] if fields else ""
+        if i == 0 and smi.lower() == column.lower():
+            continue
+        yield smi
+
+
+# --------------------------------------------------------------------------------------
+# Featurising in worker processes, in input order
+# --------------------------------------------------------------------------------------
+
+
+def _featurize_part(part: list[str], first: int, featurizer: str) -> tuple[dict, list]:
+    """One chunk's compact arrays and failures (runs in a worker process)."""
+    from ..datasets.store import featurize_chunk
+
+    arrays, failures, _ = featurize_chunk(part, np.zeros((len(part), 1)), first, featurizer)
+    return arrays, failures
+
+
+def _chunks(smiles: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
+    it, first = iter(smiles), 0
+    while part := [s if isinstance(s, str) else str(s) for s in islice(it, size)]:
+        yield first, part
+        first += len(part)
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    # fork starts workers in milliseconds where it is available (Linux); spawn elsewhere
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")  # pragma: no cover
+
+
+def _featurized(
+    smiles: Iterable[str], featurizer: str, workers: int, chunk_size: int
+) -> Iterator[tuple[int, list[str], dict, list]]:
+    """``(first row, SMILES, arrays, failures)`` per chunk, in input order.
+
+    With ``workers`` processes, at most ``2 * workers`` chunks are submitted and not yet
+    consumed, so the input is read only as fast as it is used. An input of one chunk is
+    featurised in this process.
+    """
+    chunks = _chunks(smiles, chunk_size)
+    head = list(islice(chunks, 2))
+    chunks = _chain(head, chunks)
+    if workers == 0 or len(head) < 2:  # a single chunk is featurised here, without a pool
+        for first, part in chunks:
+            yield first, part, *_featurize_part(part, first, featurizer)
+        return
+    with _mp_context().Pool(workers) as pool:
+        pending: deque = deque()
+        for first, part in chunks:
+            pending.append(
+                (first, part, pool.apply_async(_featurize_part, (part, first, featurizer)))
+            )
+            if len(pending) >= 2 * workers:
+                first, part, result = pending.popleft()
+                yield first, part, *result.get()
+        while pending:
+            first, part, result = pending.popleft()
+            yield first, part, *result.get()
+
+
+def _rows(
+    chunks: Iterable[tuple[int, list[str], dict, list]], hops: int, zinc: bool
+) -> Iterator[_Row]:
+    """Every input row with its decoded graph or its failure reason, in input order."""
+    from ..datasets.store import decode_graphs, with_pointers
+
+    for first, part, arrays, failures in chunks:
+        reasons = {f.index: f.reason for f in failures}
+        valid = len(arrays["num_nodes"])
+        graphs = decode_graphs(with_pointers(arrays), range(valid), hops, edge_attr_1d=zinc)
+        g = iter(graphs)
+        for i, smi in enumerate(part, start=first):
+            if i in reasons:
+                yield _Row(i, smi, None, reasons[i])
+            else:
+                yield _Row(i, smi, next(g), None)
+
+
+def _batches(rows: Iterable[_Row], size: int) -> Iterator[list[_Row]]:
+    """Consecutive rows holding ``size`` valid molecules (the last: at most ``size``); rows
+    before any pending valid molecule come out at once."""
+    pending: list[_Row] = []
+    valid = 0
+    for row in rows:
+        if row.graph is None and valid == 0:
+            yield [row]
+            continue
+        pending.append(row)
+        valid += row.graph is not None
+        if valid == size:
+            yield pending
+            pending, valid = [], 0
+    if pending:
+        yield pending
+
+
+# --------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _predict_batch(
+    lm: LoadedModel, collator: GraphormerCollator, precision: Precision, rows: list[_Row]
+) -> Iterator[Prediction]:
+    graphs = [r.graph for r in rows if r.graph is not None]
+    out = None
+    if graphs:
+        batch = collator(graphs).to(lm.device, non_blocking=True)
+        with precision.autocast():
+            out = lm.model(batch).float().cpu()  # [B, T]
+    k = 0
+    for r in rows:
+        if r.graph is None:
+            yield Prediction(r.index, r.smiles, None, r.error)
+        else:
+            yield Prediction(r.index, r.smiles, out[k], None)
+            k += 1
+
+
+def iter_predictions(
+    model: LoadedModel | str | Path,
+    smiles: Iterable[str],
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    workers: int = DEFAULT_WORKERS,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    device: str = "auto",
+    progress: bool = False,
+) -> Iterator[Prediction]:
+    """Predict every SMILES of ``smiles`` (any iterable, read lazily), yielding one
+    :class:`Prediction` per input row in input order as soon as its batch is done.
+
+    Args:
+        model: a checkpoint path or a :func:`~graphormer_urpe.training.load_model` result.
+        smiles: the SMILES (a list, a generator, :func:`read_smiles`, ...).
+        batch_size: valid molecules per model batch.
+        workers: featurisation processes (0: in this process).
+        chunk_size: SMILES per featurisation task.
+        device: where to load a checkpoint path (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
+        progress: show a progress bar (molecules/s) on standard error.
+    """
+    for name, value, low in (("batch_size", batch_size, 1), ("chunk_size", chunk_size, 1)):
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value}")
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    lm = model if isinstance(model, LoadedModel) else load_model(model, device)
+    lm.model.eval()
+    cfg = lm.model.config
+    collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
+    precision = Precision(lm.config.precision, lm.device)
+    chunks = _featurized(smiles, lm.featurizer, workers, chunk_size)
+    rows = _rows(chunks, cfg.multi_hop_max_dist, zinc=lm.featurizer == "zinc")
+    with tqdm(desc="predict", unit="mol", disable=not progress, smoothing=0.1) as bar:
+        for part in _batches(rows, batch_size):
+            yield from _predict_batch(lm, collator, precision, part)
+            bar.update(len(part))
+
+
+# --------------------------------------------------------------------------------------
+# Writing CSV
+# --------------------------------------------------------------------------------------
+
+
+def prediction_columns(target_names: Sequence[str], binary: bool, logits: bool) -> list[str]:
+    """The CSV header: ``smiles``, one column per target (``prob_`` / ``logit_`` prefixed for
+    binary tasks), ``error``."""
+    if binary:
+        prefix = "logit_" if logits else "prob_"
+        target_names = [prefix + n for n in target_names]
+    return ["smiles", *target_names, "error"]
+
+
+def write_predictions_csv(
+    predictions: Iterable[Prediction],
+    fh: IO[str],
+    target_names: Sequence[str],
+    binary: bool = False,
+    logits: bool = False,
+) -> tuple[int, int]:
+    """Write the header, then one row per prediction, flushed as it comes, so that an
+    interrupted run leaves a valid CSV prefix. Binary tasks get sigmoid probabilities unless
+    ``logits``.
+
+    Returns:
+        ``(rows, failed)``: rows written and how many of them could not be featurised.
+    """
+    writer = csv.writer(fh, lineterminator="\n")
+    writer.writerow(prediction_columns(target_names, binary, logits))
+    fh.flush()
+    rows = failed = 0
+    line = io.StringIO()
+    row_writer = csv.writer(line, lineterminator="\n")
+    for p in predictions:
+        if p.values is None:
+            cells = [""] * len(target_names)
+            failed += 1
+        else:
+            values = torch.sigmoid(p.values) if binary and not logits else p.values
+            cells = [f"{v:.6g}" for v in values.tolist()]
+        row_writer.writerow([p.smiles, *cells, p.error or ""])
+        fh.write(line.getvalue())  # one whole line per write
+        fh.flush()
+        line.seek(0)
+        line.truncate()
+        rows += 1
+    return rows, failed

@@ -1,0 +1,340 @@
+"""Streaming prediction against a plain in-memory reference, bit for bit.
+
+The reference featurises each molecule with ``featurize_smiles`` + ``GraphormerFeatures``,
+cuts the valid molecules into batches of ``batch_size`` consecutive ones in input order, and
+runs the model on each collated batch. The stream must give exactly those numbers, whatever
+the worker count and chunk size, with every invalid row in its place with its reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
+from graphormer_urpe.datasets import featurize_smiles
+from graphormer_urpe.training import (
+    iter_predictions,
+    load_model,
+    make_config,
+    predict_smiles,
+    read_smiles,
+    save_checkpoint,
+)
+from graphormer_urpe.training.loop import build_model
+from graphormer_urpe.training.stream import Prediction, write_predictions_csv
+
+VALID = [
+    "CCO",
+    "c1ccccc1",
+    "CC(=O)Nc1ccc(O)cc1",
+    "C1CCCCC1",
+    "CC(C)(C)C",
+    "OCCO",
+    "c1ccncc1",
+    "CC#N",
+    "C=CC=C",
+    "OC(=O)c1ccccc1",
+    "C",
+    "CCCCCCCCCC",
+    "C1CC1",
+    "CCS",
+    "NC1CCCCC1",
+    "COc1ccccc1",
+    "c1ccc2ccccc2c1",
+    "CC(O)C",
+    "O=C(O)CCC(=O)O",
+    "CN1CCC[C@H]1c1cccnc1",
+]
+BAD = ["not_a_smiles((", "", "C1CC", "c1cccc1"]
+SALT = "CC(=O)[O-].[Na+]"  # disconnected: valid for OGB, an unknown atom type for ZINC
+SELENIUM = "C[Se]C"  # valid for OGB, an unknown atom type for ZINC
+
+
+def _mixed() -> list[str]:
+    """Valid and invalid rows interleaved, invalid ones at the start, middle and end."""
+    rows = [BAD[0], *VALID[:7], BAD[1], SALT, *VALID[7:13], BAD[2], SELENIUM, *VALID[13:]]
+    return [*rows, BAD[3], *VALID[:3], BAD[0]]
+
+
+MIXED = _mixed()
+
+
+def _checkpoint(path: Path, featurizer: str, task_type: str = "regression", seed: int = 0):
+    """A tiny untrained model saved as a checkpoint of this library."""
+    torch.manual_seed(seed)
+    config = make_config(
+        "small",
+        model_overrides=dict(
+            num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2, attention="urpe"
+        ),
+    )
+    names = ["a", "b"]
+    model = build_model(config.model, featurizer, len(names))
+    config.model = model.config
+    save_checkpoint(
+        path,
+        {
+            "config": config.to_json(),
+            "model": model.state_dict(),
+            "featurizer": featurizer,
+            "target_names": names,
+            "metric": "rocauc" if task_type == "binary" else "mae",
+            "task_type": task_type,
+        },
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def ogb_ckpt(tmp_path_factory) -> Path:
+    return _checkpoint(tmp_path_factory.mktemp("ogb") / "best.pt", "ogb")
+
+
+@pytest.fixture(scope="module")
+def zinc_ckpt(tmp_path_factory) -> Path:
+    return _checkpoint(tmp_path_factory.mktemp("zinc") / "best.pt", "zinc", seed=1)
+
+
+@pytest.fixture(scope="module")
+def binary_ckpt(tmp_path_factory) -> Path:
+    return _checkpoint(tmp_path_factory.mktemp("bin") / "best.pt", "ogb", "binary", seed=2)
+
+
+@torch.no_grad()
+def reference(ckpt: Path, smiles: list[str], batch_size: int):
+    """``(values, errors)`` per row, computed plainly, one molecule at a time."""
+    lm = load_model(ckpt, "cpu")
+    cfg = lm.model.config
+    transform = GraphormerFeatures(cfg.multi_hop_max_dist)
+    collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
+    graphs, keep, errors = [], [], [None] * len(smiles)
+    for i, smi in enumerate(smiles):
+        try:
+            graphs.append(transform(featurize_smiles(smi, lm.featurizer)))
+            keep.append(i)
+        except ValueError as exc:
+            errors[i] = str(exc)
+    values: list[torch.Tensor | None] = [None] * len(smiles)
+    for start in range(0, len(graphs), batch_size):
+        out = lm.model(collator(graphs[start : start + batch_size]))
+        for k, row in enumerate(out):
+            values[keep[start + k]] = row
+    return values, errors
+
+
+def _check(results: list[Prediction], smiles: list[str], ref) -> None:
+    values, errors = ref
+    assert [p.index for p in results] == list(range(len(smiles)))
+    assert [p.smiles for p in results] == smiles
+    for p, v, e in zip(results, values, errors, strict=True):
+        if e is None:
+            assert p.error is None and p.values is not None
+            assert p.values.dtype == torch.float32 and torch.equal(p.values, v), p.smiles
+        else:
+            assert p.values is None and p.error, p.smiles
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("chunk_size", [1, 4, 7, 1000])
+def test_stream_equals_in_memory_reference_bit_for_bit(ogb_ckpt, workers, chunk_size):
+    ref = reference(ogb_ckpt, MIXED, batch_size=5)
+    lm = load_model(ogb_ckpt, "cpu")
+    results = list(
+        iter_predictions(lm, iter(MIXED), batch_size=5, workers=workers, chunk_size=chunk_size)
+    )
+    _check(results, MIXED, ref)
+    bad = {p.smiles: p.error for p in results if p.error}
+    assert set(bad) == set(BAD)
+    assert "not_a_smiles((" in bad["not_a_smiles(("] and "empty" in bad[""]
+
+
+@pytest.mark.parametrize("workers,chunk_size", [(0, 3), (2, 5)])
+def test_zinc_featurizer_unknown_atom_types_keep_their_place(zinc_ckpt, workers, chunk_size):
+    ref = reference(zinc_ckpt, MIXED, batch_size=4)
+    results = list(
+        iter_predictions(zinc_ckpt, MIXED, batch_size=4, workers=workers, chunk_size=chunk_size)
+    )
+    _check(results, MIXED, ref)
+    bad = {p.smiles: p.error for p in results if p.error}
+    assert set(bad) == {*BAD, SALT, SELENIUM}
+    assert "'Se'" in bad[SELENIUM] and "ZINC" in bad[SELENIUM]
+
+
+def test_batches_do_not_depend_on_chunks(ogb_ckpt):
+    """A batch of valid molecules spans chunk boundaries and invalid rows."""
+    ref = reference(ogb_ckpt, MIXED, batch_size=3)
+    for chunk_size in (2, 9):
+        results = list(iter_predictions(ogb_ckpt, MIXED, batch_size=3, chunk_size=chunk_size))
+        _check(results, MIXED, ref)
+
+
+def test_predict_smiles_keeps_its_contract(ogb_ckpt):
+    values, errors = reference(ogb_ckpt, MIXED, batch_size=256)
+    pred, errs = predict_smiles(ogb_ckpt, MIXED, "cpu", progress=False)
+    assert pred.shape == (len(MIXED), 2) and len(errs) == len(MIXED)
+    for row, v, e, got in zip(pred, values, errors, errs, strict=True):
+        assert (got is None) == (e is None)
+        if e is None:
+            assert torch.equal(row, v)
+        else:
+            assert all(math.isnan(x) for x in row.tolist())
+
+
+def test_input_is_read_lazily(ogb_ckpt):
+    """An endless input works: only a bounded number of chunks is read ahead."""
+    read = 0
+
+    def endless():
+        nonlocal read
+        for smi in itertools.cycle(VALID):
+            read += 1
+            yield smi
+
+    results = iter_predictions(ogb_ckpt, endless(), batch_size=4, workers=2, chunk_size=10)
+    got = list(itertools.islice(results, 50))
+    assert [p.index for p in got] == list(range(50))
+    # 50 rows out; at most 2 x workers chunks in flight, one being decoded, one batch pending
+    assert read <= 50 + (2 * 2 + 1) * 10 + 4
+    results.close()
+
+
+# --------------------------------------------------------------------------------------
+# Input formats and the command line
+# --------------------------------------------------------------------------------------
+
+
+def _write_inputs(folder: Path, smiles: list[str]) -> dict[str, Path]:
+    paths = {}
+    table = io.StringIO()
+    w = csv.writer(table, lineterminator="\n")
+    w.writerow(["name", "smiles", "other"])
+    for i, s in enumerate(smiles):
+        w.writerow([f"m{i}", s, i])
+    paths["csv"] = folder / "in.csv"
+    paths["csv"].write_text(table.getvalue())
+    paths["csv.gz"] = folder / "in.csv.gz"
+    with gzip.open(paths["csv.gz"], "wt") as fh:
+        fh.write(table.getvalue())
+    paths["smi"] = folder / "in.smi"
+    # a name may follow the SMILES; an empty SMILES is a blank line
+    paths["smi"].write_text("".join(f"{s}\tmol {i}\n" if s else "\n" for i, s in enumerate(smiles)))
+    paths["txt"] = folder / "in.txt"
+    paths["txt"].write_text("smiles\n" + "".join(f"{s}\n" for s in smiles))
+    return paths
+
+
+def test_read_smiles_every_format(tmp_path):
+    smiles = ["CCO", "", "c1ccccc1", "xx(("]
+    for kind, path in _write_inputs(tmp_path, smiles).items():
+        assert list(read_smiles(path)) == smiles, kind
+    with pytest.raises(ValueError, match="no column 'smi'"):
+        list(read_smiles(tmp_path / "in.csv", "smi"))
+    with pytest.raises(ValueError, match="unknown input format"):
+        list(read_smiles(tmp_path / "in.sdf"))
+    lines = io.StringIO("CCO name\nc1ccccc1\n")
+    assert list(read_smiles("-", stdin=lines)) == ["CCO", "c1ccccc1"]
+    table = io.StringIO("id,smiles\n1,CCO\n2,c1ccccc1\n")
+    assert list(read_smiles("-", stdin=table)) == ["CCO", "c1ccccc1"]
+
+
+def _expected_rows(ckpt: Path, smiles: list[str], batch_size: int) -> list[list[str]]:
+    values, errors = reference(ckpt, smiles, batch_size)
+    return [
+        [s, *(["", ""] if e else [f"{x:.6g}" for x in v.tolist()]), e and "ERR" or ""]
+        for s, v, e in zip(smiles, values, errors, strict=True)
+    ]
+
+
+def _read_output(path_or_text: Path | str) -> list[list[str]]:
+    text = path_or_text.read_text() if isinstance(path_or_text, Path) else path_or_text
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["smiles", "a", "b", "error"]
+    return [[*r[:-1], r[-1] and "ERR"] for r in rows[1:]]
+
+
+@pytest.mark.parametrize("kind", ["csv", "csv.gz", "smi", "txt"])
+def test_cli_predicts_every_input_format(ogb_ckpt, tmp_path, capsys, kind):
+    path = _write_inputs(tmp_path, MIXED)[kind]
+    out = tmp_path / "pred.csv"
+    args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", str(path), "--output", str(out)]
+    opts = ["--batch-size", "6", "--workers", "1", "--chunk-size", "8", "--no-progress"]
+    assert cli.main([*args, *opts, "--device", "cpu", "--threads", "1"]) == 0
+    assert _read_output(out) == _expected_rows(ogb_ckpt, MIXED, 6)
+    err = capsys.readouterr().err
+    bad = sum(s in BAD for s in MIXED)
+    assert f"{len(MIXED) - bad} molecules predicted, {bad} could not be read" in err
+
+
+def test_cli_reads_standard_input_and_writes_standard_output(ogb_ckpt, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{s}\n" for s in MIXED)))
+    args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", "-", "--no-progress"]
+    assert cli.main([*args, "--batch-size", "4", "--workers", "0"]) == 0
+    captured = capsys.readouterr()
+    assert _read_output(captured.out) == _expected_rows(ogb_ckpt, MIXED, 4)
+    assert "could not be read" in captured.err
+
+
+def test_cli_smiles_and_binary_columns(binary_ckpt, tmp_path, capsys):
+    args = ["predict", "--checkpoint", str(binary_ckpt), "--smiles", "CCO", "xx((", "C"]
+    assert cli.main([*args, "--no-progress"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0] == ["smiles", "prob_a", "prob_b", "error"]
+    values, _ = reference(binary_ckpt, ["CCO", "xx((", "C"], 256)
+    assert rows[1][1:3] == [f"{x:.6g}" for x in torch.sigmoid(values[0]).tolist()]
+    assert rows[2][1:3] == ["", ""] and rows[2][3]
+    assert cli.main([*args, "--no-progress", "--logits"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0][1] == "logit_a" and rows[3][1:3] == [f"{x:.6g}" for x in values[2].tolist()]
+
+
+# --------------------------------------------------------------------------------------
+# Interrupted runs
+# --------------------------------------------------------------------------------------
+
+
+def test_interrupted_writer_leaves_a_valid_prefix(ogb_ckpt, tmp_path):
+    full = list(iter_predictions(ogb_ckpt, MIXED, batch_size=5, workers=0))
+
+    def interrupted(k: int):
+        yield from full[:k]
+        raise KeyboardInterrupt
+
+    whole = io.StringIO()
+    write_predictions_csv(full, whole, ["a", "b"])
+    for k in (0, 1, 7, len(full) - 1):
+        path = tmp_path / f"part{k}.csv"
+        with open(path, "w", newline="") as fh, pytest.raises(KeyboardInterrupt):
+            write_predictions_csv(interrupted(k), fh, ["a", "b"])
+        text = path.read_text()
+        assert whole.getvalue().startswith(text) and text.endswith("\n")
+        assert len(list(csv.reader(io.StringIO(text)))) == k + 1
+
+
+def test_interrupted_cli_run_leaves_a_prefix_of_the_output(ogb_ckpt, tmp_path, monkeypatch):
+    from graphormer_urpe.training import stream
+
+    path = _write_inputs(tmp_path, MIXED)["smi"]
+    full, part = tmp_path / "full.csv", tmp_path / "part.csv"
+    args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", str(path), "--no-progress"]
+    opts = ["--batch-size", "3", "--workers", "1", "--chunk-size", "5"]
+    assert cli.main([*args, *opts, "--output", str(full)]) == 0
+    read = stream.read_smiles
+
+    def failing_read(*a, **kw):
+        yield from itertools.islice(read(*a, **kw), 17)
+        raise KeyboardInterrupt  # Ctrl-C while reading row 17
+
+    monkeypatch.setattr(stream, "read_smiles", failing_read)
+    monkeypatch.setattr("graphormer_urpe.cli.sys.stderr", io.StringIO())
+    assert cli.main([*args, *opts, "--output", str(part)]) == 130  # interrupted
+    text = part.read_text()
+    assert full.read_text().startswith(text) and text.endswith("\n")
+    assert 1 < len(text.splitlines()) < len(MIXED)
