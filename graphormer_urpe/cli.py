@@ -414,10 +414,14 @@ def run_predict(args: argparse.Namespace) -> int:
     import torch
 
     from .training import load_model
-    from .training.stream import iter_predictions, read_smiles, write_predictions_csv
+    from .training.stream import (
+        default_threads,
+        iter_predictions,
+        read_smiles,
+        write_predictions_csv,
+    )
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or default_threads(args.workers))
     lm = load_model(args.checkpoint, args.device or "auto")
     binary = lm.task_type == "binary"
     if args.logits and not binary:
@@ -495,7 +499,11 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         help=f"SMILES per featurisation task (default {DEFAULT_CHUNK_SIZE})",
     )
     p.add_argument(
-        "--threads", type=int, default=None, help="CPU threads for the model (default: torch's)"
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for the model (default: the CPU cores left after --workers, at "
+        "least 1; more threads than free cores slow everything down)",
     )
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -32,6 +32,26 @@ def test_benchmark_smoke_mode_emits_json(name):
         assert all(c > 10 for c in counts) and report["config"]["ops_note"]
 
 
+def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
+    from tests.test_predict_stream import MIXED
+
+    smi = tmp_path / "mols.smi"
+    smi.write_text("".join(f"{s}\n" for s in MIXED * 10))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_predict.py"), "--smoke", "--smiles-file", str(smi)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["benchmark"] == "predict"
+    (run,) = report["results"]["stream"]
+    assert run["molecules"] == 300 and run["molecules_per_s"] > 0 and run["peak_rss_mib"] > 0
+    assert report["results"]["profile"]["small"]["model"]["cpu_ms_per_molecule"] > 0
+
+
 def test_busy_time_is_the_union_of_the_device_intervals():
     import random
 

@@ -29,7 +29,7 @@ from graphormer_urpe.training import (
     save_checkpoint,
 )
 from graphormer_urpe.training.loop import build_model
-from graphormer_urpe.training.stream import Prediction, write_predictions_csv
+from graphormer_urpe.training.stream import Prediction, default_threads, write_predictions_csv
 
 VALID = [
     "CCO",
@@ -204,6 +204,11 @@ def test_input_is_read_lazily(ogb_ckpt):
     # 50 rows out; at most 2 x workers chunks in flight, one being decoded, one batch pending
     assert read <= 50 + (2 * 2 + 1) * 10 + 4
     results.close()
+
+
+def test_model_threads_leave_the_workers_their_cores():
+    assert default_threads(10**6) == 1
+    assert default_threads(0) >= default_threads(1) >= 1
 
 
 # --------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ keeps its place with ``values=None`` and the reason in ``error``.
 Example::
 
     from graphormer_urpe import iter_predictions
+    from graphormer_urpe.training import read_smiles
 
-    for p in iter_predictions("runs/x/best.pt", open("library.smi")):
+    for p in iter_predictions("runs/x/best.pt", read_smiles("library.smi")):
         print(p.index, p.smiles, None if p.values is None else p.values.tolist(), p.error)
 """
 
@@ -26,6 +27,7 @@ import csv
 import gzip
 import io
 import multiprocessing
+import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -48,6 +50,7 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_WORKERS",
     "Prediction",
+    "default_threads",
     "iter_predictions",
     "read_smiles",
     "write_predictions_csv",
@@ -59,6 +62,17 @@ DEFAULT_CHUNK_SIZE = 1000
 """SMILES per featurisation task sent to a worker process."""
 DEFAULT_WORKERS = 2
 """Featurisation processes (0: featurise in the calling process)."""
+
+
+def default_threads(workers: int) -> int:
+    """Torch threads for the model: the CPU cores this process may use, less the ``workers``
+    featurisation processes, at least 1 (threads that compete with busy workers for a core
+    make both slower)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - workers)
 
 
 class Prediction(NamedTuple):

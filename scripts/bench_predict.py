@@ -1,0 +1,314 @@
+"""Benchmark ``graphormer-urpe predict`` end to end on real drug-like SMILES (MOSES).
+
+Prints JSON. For each model preset and input size, the command runs in a subprocess on the
+first N MOSES training SMILES (``scripts/_moses.py`` fetches them outside the repository) with
+an untrained checkpoint of that preset (speed does not depend on the weights):
+
+* ``molecules_per_s``: N / wall time of the whole command (start-up, model load, reading,
+  featurising, the model, writing the CSV);
+* ``peak_rss_mib``: the largest sum of the resident memory of the command and its worker
+  processes, sampled every 0.2 s with psutil (pages shared between the forked workers and the
+  main process count once per process, so this overstates the memory used);
+  ``peak_pss_mib`` the same for the proportional set size (shared pages split between the
+  processes that share them: the memory the run actually takes); ``peak_rss_main_mib`` the
+  main process alone;
+* ``cpu_s``: user + system CPU time of the command and its workers; ``cpu_ms_per_molecule``
+  (main process: ``main_cpu_s``). With C idle cores, C x 1000 / ``cpu_ms_per_molecule`` bounds
+  the throughput.
+
+``--baseline REV`` runs the same measurement for the ``predict`` command of an earlier commit
+(``git worktree add`` into a temporary folder) on ``--baseline-sizes`` (it reads a CSV).
+``--profile`` measures each stage alone, in this process, on one thread: featurising
+(``featurize_chunk``), decoding the compact arrays to Graphormer features, collating, and the
+model's forward pass, in molecules/s and ms per molecule. Run::
+
+    python scripts/bench_predict.py --profile
+    python scripts/bench_predict.py --sizes 10000 100000 1000000 --presets small
+    python scripts/bench_predict.py --sizes 10000 --presets pcqm4mv2-small
+    python scripts/bench_predict.py --sizes --baseline 0251eef --baseline-sizes 10000 30000
+    python scripts/bench_predict.py --smoke --smiles-file some.smi
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+from _moses import moses_smiles_file
+
+from graphormer_urpe.training import make_config, save_checkpoint
+from graphormer_urpe.training.loop import build_model
+from graphormer_urpe.training.stream import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_WORKERS,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 2**20
+
+
+def make_checkpoint(preset: str, path: Path) -> dict:
+    """An untrained checkpoint of ``preset`` (OGB featuriser, one regression target)."""
+    torch.manual_seed(0)
+    config = make_config(preset)
+    model = build_model(config.model, "ogb", 1)
+    config.model = model.config
+    state = {
+        "config": config.to_json(),
+        "model": model.state_dict(),
+        "featurizer": "ogb",
+        "target_names": ["y"],
+        "metric": "mae",
+        "task_type": "regression",
+    }
+    save_checkpoint(path, state)
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "hops": model.config.multi_hop_max_dist,
+    }
+
+
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return [proc, *proc.children(recursive=True)]
+    return []
+
+
+def _memory(procs: list[psutil.Process]) -> tuple[int, int]:
+    rss = pss = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            info = p.memory_full_info()
+            rss += info.rss
+            pss += getattr(info, "pss", info.rss)
+    return rss, pss
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run ``cmd``; wall time, peak memory of its process tree, CPU time."""
+    before = os.times()
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    main = psutil.Process(proc.pid)
+    peak_rss = peak_pss = peak_main = 0
+    main_cpu = 0.0
+    while proc.poll() is None:
+        rss, pss = _memory(_tree(main))
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        with contextlib.suppress(psutil.Error):
+            peak_main = max(peak_main, main.memory_info().rss)
+            t = main.cpu_times()
+            main_cpu = t.user + t.system
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    after = os.times()
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    cpu = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    return {
+        "seconds": round(wall, 2),
+        "peak_rss_mib": round(peak_rss / MIB, 1),
+        "peak_pss_mib": round(peak_pss / MIB, 1),
+        "peak_rss_main_mib": round(peak_main / MIB, 1),
+        "cpu_s": round(cpu, 1),
+        "main_cpu_s": round(main_cpu, 1),
+        "summary": err.strip().splitlines()[-1] if err.strip() else "",
+    }
+
+
+def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
+    cmd += ["--input", str(smi), "--output", str(out), "--no-progress", "--device", "cpu"]
+    cmd += ["--workers", str(a.workers), "--batch-size", str(a.batch_size)]
+    cmd += ["--chunk-size", str(a.chunk_size)]
+    if a.threads is not None:
+        cmd += ["--threads", str(a.threads)]
+    result = {"molecules": n, **measure(cmd)}
+    return _rates(result, n)
+
+
+def _rates(result: dict, n: int) -> dict:
+    result["molecules_per_s"] = round(n / result["seconds"], 1)
+    result["cpu_ms_per_molecule"] = round(1000 * result["cpu_s"] / n, 3)
+    result["main_cpu_ms_per_molecule"] = round(1000 * result["main_cpu_s"] / n, 3)
+    return result
+
+
+def run_baseline(rev: str, ckpt: Path, smi: Path, n: int, work: Path) -> dict:
+    """The ``predict`` command of commit ``rev`` (reads a CSV with a ``smiles`` column)."""
+    tree = work / f"rev-{rev}"
+    if not tree.exists():
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
+            check=True,
+            capture_output=True,
+        )
+    table = work / f"moses_{n}.csv"
+    with open(smi) as src, open(table, "w") as dst:
+        dst.write("smiles\n")
+        shutil.copyfileobj(src, dst)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
+    cmd += ["--input", str(table), "--output", str(work / "base.csv"), "--no-progress"]
+    result = {"molecules": n, "rev": rev, **measure(cmd + ["--device", "cpu"], env)}
+    return _rates(result, n)
+
+
+def profile(ckpts: dict[str, Path], smi: Path, n: int, batch_size: int) -> dict:
+    """Each stage alone in this process on one thread: molecules/s (wall) and CPU ms per
+    molecule (this process's CPU time, which other load on the machine barely changes)."""
+    from graphormer_urpe import GraphormerCollator
+    from graphormer_urpe.datasets.store import decode_graphs, featurize_chunk, with_pointers
+    from graphormer_urpe.training import load_model, read_smiles
+
+    torch.set_num_threads(1)
+    smiles = list(itertools.islice(read_smiles(smi), n))
+    times: dict[str, tuple[float, float]] = {}
+
+    def timed(name: str, fn):
+        wall, cpu = time.perf_counter(), time.process_time()
+        value = fn()
+        times[name] = (time.perf_counter() - wall, time.process_time() - cpu)
+        return value
+
+    arrays, _, _ = timed("featurize", lambda: featurize_chunk(smiles, np.zeros((n, 1)), 0))
+    arrays = with_pointers(arrays)
+    valid = len(arrays["num_nodes"])
+    out: dict = {"molecules": n, "valid": valid, "threads": 1, "batch_size": batch_size}
+    out["featurize"] = _stage(valid, *times["featurize"])
+    for name, ckpt in ckpts.items():
+        lm = load_model(ckpt, "cpu")
+        hops = lm.model.config.multi_hop_max_dist
+        graphs = timed("decode", lambda h=hops: decode_graphs(arrays, range(valid), h))
+        collator = GraphormerCollator(hops, lm.model.config.spatial_pos_max)
+        parts = [graphs[i : i + batch_size] for i in range(0, len(graphs), batch_size)]
+        batches = timed("collate", lambda c=collator, p=parts: [c(b) for b in p])
+        if name != "small":  # the large model on the first few batches only
+            batches = batches[: max(1, 2048 // batch_size)]
+        with torch.no_grad():
+            timed("model", lambda m=lm.model, b=batches: [m(x) for x in b])
+        seen = sum(len(b) for b in batches)
+        stages = {k: _stage(valid, *times[k]) for k in ("decode", "collate")}
+        stages["model"] = _stage(seen, *times["model"])
+        total = out["featurize"]["cpu_ms_per_molecule"]
+        total += sum(v["cpu_ms_per_molecule"] for v in stages.values())
+        main = sum(v["cpu_ms_per_molecule"] for v in stages.values())
+        out[name] = {
+            **stages,
+            "total_cpu_ms_per_molecule": round(total, 3),
+            "main_process_cpu_ms_per_molecule": round(main, 3),
+            "bound_2_cores_molecules_per_s": round(2000 / total, 1),
+            "bound_main_process_molecules_per_s": round(1000 / main, 1),
+        }
+    return out
+
+
+def first_lines(src: str, n: int, work: Path) -> Path:
+    """The first ``n`` lines of ``src`` in a file of their own."""
+    path = work / f"first_{n}.smi"
+    with open(src) as fh:
+        lines = [line for _, line in zip(range(n), fh, strict=False)]
+    if len(lines) < n:
+        raise ValueError(f"{src} has {len(lines)} lines; {n} asked for")
+    path.write_text("".join(lines))
+    return path
+
+
+def _stage(n: int, wall: float, cpu: float) -> dict:
+    return {
+        "molecules_per_s": round(n / wall, 1),
+        "cpu_ms_per_molecule": round(1000 * cpu / n, 3),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--presets", nargs="+", default=["small", "pcqm4mv2-small"])
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default torch's)")
+    p.add_argument("--baseline", default=None, metavar="REV", help="e.g. 0251eef")
+    p.add_argument("--baseline-sizes", type=int, nargs="*", default=[10_000, 30_000])
+    p.add_argument("--profile", action="store_true", help="time each stage alone")
+    p.add_argument("--profile-molecules", type=int, default=5000)
+    p.add_argument(
+        "--smiles-file",
+        default=None,
+        help="take the molecules from this file (one SMILES a line) instead of MOSES",
+    )
+    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    a = p.parse_args()
+    if a.smoke:
+        a.sizes, a.presets, a.profile, a.profile_molecules = [300], ["small"], True, 300
+    work = Path(tempfile.mkdtemp(prefix="bench-predict-"))
+
+    def molecules(n: int) -> Path:
+        return first_lines(a.smiles_file, n, work) if a.smiles_file else moses_smiles_file(n)
+
+    results: dict = {"stream": [], "baseline": []}
+    load = [os.getloadavg()[0]]
+    try:
+        ckpts, models = {}, {}
+        for preset in a.presets:
+            ckpts[preset] = work / f"{preset}.pt"
+            models[preset] = make_checkpoint(preset, ckpts[preset])
+        if a.profile:
+            smi = molecules(a.profile_molecules)
+            results["profile"] = profile(ckpts, smi, a.profile_molecules, a.batch_size)
+        for preset in a.presets:
+            for n in a.sizes:
+                row = run_stream(a, ckpts[preset], molecules(n), n, work / "out.csv")
+                results["stream"].append({"preset": preset, **models[preset], **row})
+                print(json.dumps(results["stream"][-1]), file=sys.stderr)
+        if a.baseline:
+            for n in a.baseline_sizes:
+                row = run_baseline(a.baseline, ckpts[a.presets[0]], molecules(n), n, work)
+                results["baseline"].append({"preset": a.presets[0], **row})
+                print(json.dumps(results["baseline"][-1]), file=sys.stderr)
+    finally:
+        load.append(os.getloadavg()[0])
+        for tree in work.glob("rev-*"):
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False
+            )
+        shutil.rmtree(work, ignore_errors=True)
+    report = {
+        "benchmark": "predict",
+        "config": {
+            "workers": a.workers,
+            "batch_size": a.batch_size,
+            "chunk_size": a.chunk_size,
+            "threads": a.threads,
+            "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
+            "load_average_1min_start_end": [round(x, 2) for x in load],
+        },
+        "results": results,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
