@@ -197,6 +197,11 @@ def _train_config_cls():
     return TrainConfig
 
 
+_CACHE_DIR_HELP = (
+    "folder of the dataset stores (default $GRAPHORMER_URPE_CACHE, else ~/.cache/graphormer-urpe)"
+)
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -221,7 +226,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
     )
-    d.add_argument("--data-root", default=None, help="dataset folder (default data/<name>)")
+    d.add_argument(
+        "--data-root", default=None, help="folder of downloaded datasets (default data/<name>)"
+    )
+    d.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
+    d.add_argument(
+        "--preprocess-workers",
+        type=int,
+        default=None,
+        help="processes that build a missing dataset store (default 1)",
+    )
     d.add_argument("--smiles-column", default=None, help="CSV: SMILES column (default smiles)")
     d.add_argument("--target-columns", nargs="+", default=None, help="CSV: target column(s)")
     d.add_argument("--split-column", default=None, help="CSV: column holding train/valid/test")
@@ -377,6 +391,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         args.data_root,
         args.device or "auto",
         progress=not args.no_progress,
+        cache_dir=args.cache_dir,
+        workers=args.workers,
     )
     out = args.output or os.path.join(
         os.path.dirname(os.path.abspath(args.checkpoint)), f"eval_{args.split}.json"
@@ -401,6 +417,10 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         help="split to evaluate (default test)",
     )
     p.add_argument("--data-root", default=None, help="dataset folder, if it moved")
+    p.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
+    p.add_argument(
+        "--workers", type=int, default=1, help="processes that build a missing store (default 1)"
+    )
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--output", default=None, help="JSON file to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -652,7 +672,10 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
 
 def run_preprocess(args: argparse.Namespace) -> int:
     """``graphormer-urpe preprocess``."""
+    import time
+
     from .datasets import LSC_DATASETS, load_dataset, preprocess_lsc
+    from .datasets.registry import store_report
 
     if args.dataset in LSC_DATASETS:
         report = preprocess_lsc(
@@ -662,24 +685,23 @@ def run_preprocess(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             download=not args.no_download,
             progress=not args.no_progress,
+            cache_dir=args.cache_dir,
         )
-    elif args.dataset.startswith("ogbg-"):
-        if args.workers != 1:
-            log.info(
-                "%s is processed in one process (OGB's reader); --workers ignored", args.dataset
-            )
-        splits = load_dataset(args.dataset, args.data_root, args.multi_hop_max_dist)
-        report = {
-            "dataset": splits.name,
-            "graphs": {k: len(getattr(splits, k)) for k in ("train", "valid", "test")},
-            "metric": splits.metric,
-            "task_type": splits.task_type,
-        }
     else:
-        raise ValueError(
-            f"preprocess handles pcqm4mv2, pcqm4m and ogbg-mol* sets, not {args.dataset!r} "
-            "(other datasets are processed by train)"
+        t0 = time.perf_counter()
+        splits = load_dataset(
+            args.dataset,
+            args.data_root,
+            strict=args.strict,
+            smiles_column=args.smiles_column,
+            target_columns=args.target_columns,
+            split_column=args.split_column,
+            split=args.split,
+            featurizer=args.featurizer,
+            cache_dir=args.cache_dir,
+            workers=args.workers,
         )
+        report = {"seconds": round(time.perf_counter() - t0, 3), **store_report(splits)}
     print(json.dumps(report, indent=2))
     return 0
 
@@ -687,35 +709,41 @@ def run_preprocess(args: argparse.Namespace) -> int:
 def _add_preprocess(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "preprocess",
-        help="featurise an OGB dataset once (parallel, resumable) and report its cache",
-        description="Download (when absent) and preprocess an OGB dataset: SMILES -> graph -> "
-        "Graphormer features. For pcqm4mv2 / pcqm4m this builds a memory-mapped cache in "
-        "resumable chunks with --workers processes (an interrupted run continues where it "
-        "stopped) and prints a JSON report: molecules/s, failures, cache size and load time, "
-        "and the projection to the full dataset.",
+        help="build a dataset's store once (parallel, resumable) and report it",
+        description="Download (when absent) and preprocess a dataset into its memory-mapped "
+        "store in the cache folder: SMILES -> graph -> shortest paths, in resumable chunks "
+        "with --workers processes (an interrupted run continues where it stopped). Prints a "
+        "JSON report: the store folder(s), graphs, failures, size and time (for pcqm4mv2 / "
+        "pcqm4m also molecules/s and the projection to the full dataset). train and "
+        "evaluate build a missing store themselves; this command does it ahead of time.",
     )
     p.add_argument(
         "--dataset",
         required=True,
-        help="pcqm4mv2, pcqm4m, or an ogbg-mol* name (e.g. ogbg-molhiv)",
+        help="any dataset train takes: nci5k, zinc, zinc-full, csv:PATH, csv:TRAIN,VALID,TEST, "
+        "pcqm4mv2, pcqm4m or an ogbg-mol* name",
     )
     p.add_argument(
-        "--data-root", default=None, help="dataset root holding pcqm4m-v2/ etc. (default data)"
+        "--data-root", default=None, help="folder of downloaded datasets (default data/<name>)"
     )
+    p.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     p.add_argument(
         "--chunk-size",
         type=int,
         default=20_000,
-        help="molecules per resumable chunk of a new build (default 20000)",
+        help="pcqm4mv2 / pcqm4m: molecules per resumable chunk of a new build (default 20000)",
+    )
+    p.add_argument("--smiles-column", default="smiles", help="CSV: SMILES column")
+    p.add_argument("--target-columns", nargs="+", default=None, help="CSV: target column(s)")
+    p.add_argument("--split-column", default=None, help="CSV: column holding train/valid/test")
+    p.add_argument(
+        "--split", choices=["random", "scaffold"], default="random", help="CSV: split rule"
     )
     p.add_argument(
-        "--multi-hop-max-dist",
-        type=int,
-        default=5,
-        help="ogbg-mol*: hops of path features cached (default 5; pcqm caches are independent "
-        "of it)",
+        "--featurizer", choices=["zinc", "ogb"], default=None, help="CSV: featuriser (ogb)"
     )
+    p.add_argument("--strict", action="store_true", help="fail on any invalid molecule")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_preprocess)

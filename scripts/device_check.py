@@ -172,6 +172,8 @@ class Check:
         self.budgets = dict(SMOKE_BUDGETS if self.smoke else GPU_BUDGETS)
         self.out = Path(args.out).resolve()
         self.work = Path(args.work).resolve() if args.work else Path(tempfile.mkdtemp())
+        # every dataset store of the check, in its own work folder (subprocesses inherit it)
+        os.environ["GRAPHORMER_URPE_CACHE"] = str(self.work / "stores")
         self.logs = self.work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -374,7 +376,7 @@ def pcqm_smiles(work: Path, data: Path) -> Path:
 
 
 def prepare_zinc(work: Path, data: Path, smoke: bool) -> None:
-    """Featurise the ZINC stand-in once into ``work/zinc-root`` (the runs then read the cache)."""
+    """Featurise the ZINC stand-in once into its store (the runs then read it)."""
     from graphormer_urpe.training import make_config
     from graphormer_urpe.training.loop import load_splits
 
@@ -402,12 +404,13 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
     import torch
 
     from graphormer_urpe.datasets import preprocess_lsc
-    from graphormer_urpe.datasets.mmap_cache import (
+    from graphormer_urpe.datasets.pcqm import LSC_DATASETS, _store_dir, load_split_dict
+    from graphormer_urpe.datasets.source import file_digest
+    from graphormer_urpe.datasets.store import (
         META_FILE,
         MoleculeCache,
         cache_is_complete,
     )
-    from graphormer_urpe.datasets.pcqm import _cache_dir, _file_digest, load_split_dict
 
     src_root = work / "pcqm-sample"
     if not src_root.exists():
@@ -440,8 +443,8 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
         },
         folder / "split_dict.pt",
     )
-    digest = _file_digest(folder / "raw" / "data.csv.gz")
-    dst = _cache_dir(folder, digest)
+    digest = file_digest(folder / "raw" / "data.csv.gz")
+    dst = _store_dir(LSC_DATASETS["pcqm4mv2"], folder / "raw" / "data.csv.gz", None)
     if cache_is_complete(dst):
         return
     dst.mkdir(parents=True, exist_ok=True)
@@ -1046,6 +1049,7 @@ def main(argv: list[str] | None = None) -> int:
     data = data_dir(args)
     if args.prepare:
         work = Path(args.work)
+        os.environ.setdefault("GRAPHORMER_URPE_CACHE", str(work / "stores"))
         if args.prepare == "zinc":
             prepare_zinc(work, data, args.smoke)
         else:

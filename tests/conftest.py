@@ -115,3 +115,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def store_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Every test builds its dataset stores in a fresh cache folder of its own (never the
+    user's ``~/.cache``); subprocesses inherit it through the environment variable."""
+    folder = tmp_path_factory.mktemp("store-cache")
+    monkeypatch.setenv("GRAPHORMER_URPE_CACHE", str(folder))
+    return folder

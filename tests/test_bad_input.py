@@ -7,6 +7,7 @@ the named columns, empty splits and a loss that overflows.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import replace
@@ -21,7 +22,6 @@ from rdkit import Chem
 from graphormer_urpe.datasets import (
     DatasetSplits,
     InvalidMoleculeError,
-    SmilesCSVDataset,
     UnknownAtomTypeError,
     apply_input_policy,
     build_molecule_cache,
@@ -31,7 +31,8 @@ from graphormer_urpe.datasets import (
     ogb_smiles_to_graph,
     zinc_mol_to_graph,
 )
-from graphormer_urpe.datasets.mmap_cache import CachedGraphDataset, MoleculeCache
+from graphormer_urpe.datasets.smiles_csv import open_csv
+from graphormer_urpe.datasets.store import CachedGraphDataset, MoleculeCache
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import UNREACHABLE, GraphormerFeatures
 from graphormer_urpe.graph.model import Graphormer, fit_tables, get_preset
@@ -62,6 +63,16 @@ def _csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def _csv_store(path: Path, target_columns: list[str], featurizer: str = "ogb") -> MoleculeCache:
+    """The store of a whole CSV file (no split), the one ``load_dataset`` uses for it."""
+    return open_csv(path, "smiles", featurizer, target_columns)
+
+
+def _whole(cache: MoleculeCache, multi_hop_max_dist: int = 5) -> CachedGraphDataset:
+    """Every graph of a store, in source order."""
+    return CachedGraphDataset(cache, np.arange(len(cache)), multi_hop_max_dist, "all")
+
+
 def _forward(graphs: list, featurizer: str, **model: object) -> torch.Tensor:
     """Collate ``graphs`` and run a tiny Graphormer on them; returns ``[B, 1]``."""
     torch.manual_seed(0)
@@ -83,21 +94,33 @@ def test_invalid_smiles_are_skipped_with_row_and_smiles_or_raise_under_strict(tm
     smiles = GOOD[:3] + ["C1CC("] + GOOD[3:6] + ["XYZ"] + GOOD[6:]
     path = _csv(tmp_path / "mols.csv", [{"smiles": s, "y": float(i)} for i, s in enumerate(smiles)])
     with caplog.at_level(logging.WARNING):
-        ds = SmilesCSVDataset(tmp_path / "root", path, target_columns=["y"])
-    assert len(ds) == len(GOOD)
-    assert [(s.row, s.smiles) for s in ds.skipped] == [(3, "C1CC("), (7, "XYZ")]
-    assert f"{path}: skipping row 3 (line 5) 'C1CC('" in caplog.text
-    assert "row 7 (line 9) 'XYZ'" in caplog.text
-    assert f"{path}: skipped 2 of {len(smiles)} rows (invalid molecules)" in caplog.text
-    assert 3 not in ds.rows.tolist() and 7 not in ds.rows.tolist()
+        cache = _csv_store(path, ["y"])
+    assert len(cache) == len(GOOD) and cache.meta["rows"] == len(smiles)
+    assert [(f.index, f.smiles) for f in cache.failures] == [(3, "C1CC("), (7, "XYZ")]
+    assert all("C1CC(" in f.reason or "XYZ" in f.reason for f in cache.failures)
+    assert re.search(re.escape(f"{path}: row 3 ") + r"(\(line 5\) )?'C1CC\('", caplog.text)
+    assert re.search(r"row 7 (\(line 9\) )?'XYZ'", caplog.text)
+    assert f"{path}: 2 of {len(smiles)} molecules could not be featurised" in caplog.text
+    assert cache.source_index.tolist() == [r for r in range(len(smiles)) if r not in (3, 7)]
+    assert cache.smiles(range(len(cache))) == GOOD
+    # the reasons stay with the store
+    meta = json.loads((cache.cache_dir / "meta.json").read_text())
+    assert [f["index"] for f in meta["failures"]] == [3, 7]
 
     with pytest.raises(InvalidMoleculeError) as info:
-        load_dataset(
-            f"csv:{path}", root=str(tmp_path / "strict"), target_columns=["y"], strict=True
-        )
+        load_dataset(f"csv:{path}", target_columns=["y"], strict=True)
     msg = str(info.value)
     assert str(path) in msg and "2 invalid molecule(s)" in msg
     assert "row 3 (line 5) 'C1CC('" in msg and "row 7 (line 9) 'XYZ'" in msg
+
+
+def test_skipped_row_warnings_give_the_file_line(tmp_path, caplog):
+    rows = [{"smiles": s, "y": 1.0} for s in GOOD[:3] + ["C1CC("]]
+    path = _csv(tmp_path / "line.csv", rows)
+    with caplog.at_level(logging.WARNING):
+        cache = _csv_store(path, ["y"])
+    assert [f.index for f in cache.failures] == [3]
+    assert f"{path}: row 3 (line 5) 'C1CC('" in caplog.text
 
 
 def test_empty_molecules_are_invalid(tmp_path, caplog):
@@ -112,11 +135,12 @@ def test_empty_molecules_are_invalid(tmp_path, caplog):
     rows[1]["smiles"] = ""
     path = _csv(tmp_path / "empty.csv", rows)
     with caplog.at_level(logging.WARNING):
-        ds = SmilesCSVDataset(tmp_path / "root", path, target_columns=["y"])
-    assert len(ds) == 3 and [s.row for s in ds.skipped] == [1]
-    assert "row 1 (line 3) '': empty SMILES" in caplog.text
+        cache = _csv_store(path, ["y"])
+    assert len(cache) == 3 and [f.index for f in cache.failures] == [1]
+    assert cache.failures[0].reason == "empty SMILES ''"
+    assert re.search(r"row 1 (\(line 3\) )?'' left out: empty SMILES", caplog.text)
     with pytest.raises(InvalidMoleculeError, match=r"row 1 \(line 3\) '': empty SMILES"):
-        SmilesCSVDataset(tmp_path / "strict", path, target_columns=["y"], strict=True)
+        load_dataset(f"csv:{path}", target_columns=["y"], strict=True)
 
 
 def test_single_atom_is_a_valid_graph_that_trains(tmp_path):
@@ -130,8 +154,10 @@ def test_single_atom_is_a_valid_graph_that_trains(tmp_path):
         assert mixed.shape == (2, 1) and torch.isfinite(mixed).all()
     # through a cached dataset too
     rows = [{"smiles": s, "y": float(i)} for i, s in enumerate(["C", "O", "[Na+]", "CCO"])]
-    ds = SmilesCSVDataset(tmp_path / "root", _csv(tmp_path / "one.csv", rows), target_columns=["y"])
-    assert len(ds) == 4 and graph_sizes(ds).tolist() == [1, 1, 1, 3]
+    cache = _csv_store(_csv(tmp_path / "one.csv", rows), ["y"])
+    ds = _whole(cache)
+    assert len(ds) == 4 and not cache.failures and graph_sizes(ds).tolist() == [1, 1, 1, 3]
+    assert ds[2].spatial_pos.tolist() == [0] and ds[2].edge_index.shape == (2, 0)
     assert torch.isfinite(_forward([ds[i] for i in range(4)], "ogb")).all()
 
 
@@ -153,9 +179,11 @@ def test_salts_stay_one_disconnected_graph(tmp_path, caplog):
         assert torch.isfinite(_forward(graphs, featurizer, spatial_pos_max=20)).all()
     rows = [{"smiles": s, "y": 1.0} for s in ["CC(=O)[O-].[Na+]", "[Na+].[Cl-]", "CCO"]]
     with caplog.at_level(logging.WARNING):
-        ds = SmilesCSVDataset(tmp_path / "r", _csv(tmp_path / "s.csv", rows), target_columns=["y"])
-    assert len(ds) == 3 and not ds.skipped and "skipping" not in caplog.text
+        cache = _csv_store(_csv(tmp_path / "s.csv", rows), ["y"])
+    assert len(cache) == 3 and not cache.failures and "left out" not in caplog.text
+    ds = _whole(cache)
     assert graph_sizes(ds).tolist() == [5, 2, 3]
+    assert (ds[1].spatial_pos == UNREACHABLE).sum() == 2  # two ions, unreachable from each other
 
 
 def test_unknown_zinc_atom_types_are_named_and_skipped_or_raise(tmp_path, caplog):
@@ -168,14 +196,17 @@ def test_unknown_zinc_atom_types_are_named_and_skipped_or_raise(tmp_path, caplog
     smiles = GOOD[:4] + ["C[Se]C"] + GOOD[4:6] + ["[C-]#[O+]"]
     path = _csv(tmp_path / "z.csv", [{"smiles": s, "y": 1.0} for s in smiles])
     with caplog.at_level(logging.WARNING):
-        ds = SmilesCSVDataset(tmp_path / "root", path, target_columns=["y"], featurizer="zinc")
-    assert len(ds) == 6 and [s.row for s in ds.skipped] == [4, 7]
-    assert "row 4 (line 6) 'C[Se]C'" in caplog.text and "atom 1 has type 'Se'" in caplog.text
-    assert "row 7 (line 9) '[C-]#[O+]'" in caplog.text and "skipped 2 of 8 rows" in caplog.text
+        cache = _csv_store(path, ["y"], featurizer="zinc")
+    assert len(cache) == 6 and [f.index for f in cache.failures] == [4, 7]
+    assert re.search(r"row 4 (\(line 6\) )?'C\[Se\]C'", caplog.text)
+    assert "atom 1 has type 'Se'" in caplog.text
+    assert re.search(r"row 7 (\(line 9\) )?'\[C-\]#\[O\+\]'", caplog.text)
+    assert "2 of 8 molecules could not be featurised" in caplog.text
+    # the OGB featuriser encodes both: a store of its own with no failure
+    ogb = _csv_store(path, ["y"], featurizer="ogb")
+    assert ogb.cache_dir != cache.cache_dir and len(ogb) == 8 and not ogb.failures
     with pytest.raises(InvalidMoleculeError) as info:
-        SmilesCSVDataset(
-            tmp_path / "strict", path, target_columns=["y"], featurizer="zinc", strict=True
-        )
+        load_dataset(f"csv:{path}", target_columns=["y"], featurizer="zinc", strict=True)
     msg = str(info.value)
     assert str(path) in msg and "row 4 (line 6) 'C[Se]C'" in msg and "type 'Se'" in msg
 
@@ -277,7 +308,7 @@ def test_empty_splits_are_errors_naming_split_and_dataset(tmp_path):
         load_dataset(name, root=str(tmp_path / "r"), split_column="fold")
     msg = str(info.value)
     assert msg.startswith(f"{name}: the test split is empty")
-    assert "'fold'" in msg and "['train', 'valid']" in msg
+    assert str(path) in msg and "labels present: ['train', 'valid']" in msg
     # every test row invalid: the split column still names the empty split
     rows = _split_rows()
     rows[10]["smiles"] = rows[11]["smiles"] = "C1CC("
@@ -296,6 +327,13 @@ def test_empty_splits_are_errors_naming_split_and_dataset(tmp_path):
     good = [_csv(tmp_path / f"{p}.csv", [{"smiles": s, "y": 1.0} for s in GOOD]) for p in "ab"]
     with pytest.raises(ValueError, match=re.escape(f"{bad}: no valid molecule")):
         load_dataset(f"csv:{good[0]},{bad},{good[1]}", root=str(tmp_path / "r"))
+
+
+def test_empty_column_split_names_the_split_column(tmp_path):
+    path = _csv(tmp_path / "notest.csv", _split_rows(n_test=0))
+    with pytest.raises(ValueError, match="the test split is empty") as info:
+        load_dataset(f"csv:{path}", split_column="fold")
+    assert "'fold'" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""Dataset sources: featurisers, the ZINC target, PyG ZINC, SMILES CSVs, nci5k, splits."""
+"""Dataset sources: featurisers, the ZINC target, ZINC, SMILES CSVs, nci5k, splits, the store."""
 
 from __future__ import annotations
 
 import gzip
 import logging
 import math
-import os
 import pickle
+import re
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -20,27 +20,32 @@ import torch
 from networkx.algorithms import isomorphism
 from torch_geometric.datasets import ZINC
 
+import graphormer_urpe.datasets.store as store_module
 from graphormer_urpe.datasets import (
     FEATURIZERS,
     ZINC_ATOM_TYPES,
+    CachedGraphDataset,
     DatasetSplits,
     DatasetUnavailableError,
     InvalidMoleculeError,
-    NCI5kDataset,
-    SmilesCSVDataset,
+    MoleculeCache,
     UnknownAtomTypeError,
     featurize_smiles,
     load_dataset,
     load_nci5k,
-    load_zinc,
+    load_zinc_splits,
+    open_nci,
+    open_zinc,
     penalized_logp,
     random_split,
+    read_nci,
     regression_metrics,
     scaffold_split,
     zinc_mol_to_graph,
 )
+from graphormer_urpe.datasets.smiles_csv import open_csv
 from graphormer_urpe.datasets.zinc_target import cycle_basis, largest_ring_penalty
-from graphormer_urpe.graph.features import has_graphormer_features
+from graphormer_urpe.graph.features import GraphormerFeatures, has_graphormer_features
 from tests.conftest import SHARED_DATA
 
 ZINC_VAL_CSV = SHARED_DATA / "zinc" / "val.csv"
@@ -193,7 +198,69 @@ def test_penalized_logp_reproduces_val_csv():
 
 
 # ---------------------------------------------------------------------------------------
-# ZINC through PyG's ZINC class on a raw fixture
+# The store: graphs as GraphormerFeatures builds them, reuse, identity
+# ---------------------------------------------------------------------------------------
+
+_GRAPH_KEYS = (
+    "x",
+    "edge_index",
+    "edge_attr",
+    "spatial_pos",
+    "edge_input",
+    "edge_input_hops",
+    "degree",
+)
+
+
+def _assert_same_graph(got, ref) -> None:
+    """A graph read from a store equals the one ``GraphormerFeatures`` builds (dtype, shape,
+    values), and its ``y`` is ``[1, T]`` float32."""
+    for key in _GRAPH_KEYS:
+        a, b = getattr(got, key), getattr(ref, key)
+        assert a.dtype == b.dtype, (key, a.dtype, b.dtype)
+        assert a.shape == b.shape, (key, tuple(a.shape), tuple(b.shape))
+        assert torch.equal(a, b), key
+    assert got.y.dtype == torch.float32 and got.y.dim() == 2 and got.y.shape[0] == 1
+
+
+def _expected_graph(smiles: str, featurizer: str, multi_hop_max_dist: int):
+    return GraphormerFeatures(multi_hop_max_dist)(featurize_smiles(smiles, featurizer))
+
+
+@pytest.fixture
+def featurize_calls(monkeypatch) -> list[int]:
+    """The number of molecules of every chunk the stores featurise (a reused store: none)."""
+    calls: list[int] = []
+    real = store_module.featurize_chunk
+
+    def counting(smiles, *args, **kwargs):
+        calls.append(len(smiles))
+        return real(smiles, *args, **kwargs)
+
+    monkeypatch.setattr(store_module, "featurize_chunk", counting)
+    return calls
+
+
+def _csv_store(
+    path: Path,
+    target_columns: list[str] | None = None,
+    featurizer: str = "ogb",
+    smiles_column: str = "smiles",
+) -> MoleculeCache:
+    """The store of a whole CSV file (no split), the one ``load_dataset`` uses for it."""
+    return open_csv(path, smiles_column, featurizer, target_columns)
+
+
+def _whole(cache: MoleculeCache, multi_hop_max_dist: int = 20) -> CachedGraphDataset:
+    return CachedGraphDataset(cache, np.arange(len(cache)), multi_hop_max_dist, "all")
+
+
+def _mtime(cache: MoleculeCache) -> int:
+    return (cache.cache_dir / "meta.json").stat().st_mtime_ns
+
+
+# ---------------------------------------------------------------------------------------
+# ZINC from PyG's raw files (a fixture)
 # ---------------------------------------------------------------------------------------
 
 
@@ -225,43 +292,53 @@ def _write_zinc_raw(root: Path) -> dict[str, list[str]]:
     }
 
 
-def test_zinc_through_pyg_subset_full_and_stale_cache(tmp_path, caplog):
+def test_zinc_store_subset_full_and_hops_read_from_one_store(tmp_path, store_cache):
     root = tmp_path / "ZINC"
     expected = _write_zinc_raw(root)
-    train, val, test = load_zinc(root, subset=True, multi_hop_max_dist=20)
-    assert isinstance(train, ZINC)
-    assert [len(train), len(val), len(test)] == [4, 1, 2]
-    for ds, split in ((train, "train"), (val, "val"), (test, "test")):
+    splits = load_zinc_splits(root, 20, subset=True)
+    assert splits.name == "zinc" and splits.featurizer == "zinc"
+    parts = {"train": splits.train, "val": splits.valid, "test": splits.test}
+    assert all(isinstance(ds, CachedGraphDataset) for ds in parts.values())
+    assert [len(ds) for ds in parts.values()] == [4, 1, 2]
+    cache = splits.train.cache
+    assert {ds.cache.cache_dir for ds in parts.values()} == {cache.cache_dir}
+    # the official splits are the split codes stored with the graphs
+    assert cache.split_codes.tolist() == [0, 0, 0, 0, 1, 2, 2]
+    for split, ds in parts.items():
         for i, smiles in enumerate(expected[split]):
-            d, ref = ds[i], zinc_mol_to_graph(smiles)
-            assert torch.equal(d.x, ref.x) and torch.equal(d.edge_attr, ref.edge_attr)
-            assert torch.equal(d.edge_index, ref.edge_index)
-            assert has_graphormer_features(d)
-            assert d.y.shape == (1, 1) and d.y.dtype == torch.float32
+            d = ds[i]
+            _assert_same_graph(d, GraphormerFeatures(20)(zinc_mol_to_graph(smiles)))
+            assert d.x.shape[1] == 1 and d.edge_attr.dim() == 1 and has_graphormer_features(d)
+            assert d.y.shape == (1, 1)
             assert d.y.item() == pytest.approx(penalized_logp(smiles), abs=1e-5)
-    hops_20 = [int(d.edge_input_hops) for d in train]
-    assert max(hops_20) > 2
+    assert max(int(d.edge_input_hops) for d in splits.train) > 2
 
-    # another multi_hop_max_dist must re-process, not reuse the cache PyG only warns about
-    with caplog.at_level(logging.WARNING, logger="graphormer_urpe.datasets.zinc"):
-        train2, _, _ = load_zinc(root, subset=True, multi_hop_max_dist=2)
-    assert "re-processing ZINC" in caplog.text
-    assert max(int(d.edge_input_hops) for d in train2) == 2
-    assert torch.load(root / "subset" / "processed" / "pre_transform.pt") == (
-        "GraphormerFeatures(multi_hop_max_dist=2)"
-    )
+    # another multi_hop_max_dist reads the same store (nothing is rebuilt) with its own hops
+    built = _mtime(cache)
+    short = load_zinc_splits(root, 2, subset=True)
+    assert short.train.cache.cache_dir == cache.cache_dir and _mtime(cache) == built
+    assert max(int(d.edge_input_hops) for d in short.train) == 2
+    ref = GraphormerFeatures(2)(zinc_mol_to_graph(expected["train"][0]))
+    _assert_same_graph(short.train[0], ref)
+    # the store lives in the cache folder, not under the dataset root
+    assert cache.cache_dir.is_relative_to(store_cache)
+    assert sorted(p.name for p in root.iterdir()) == ["raw"]
 
-    # the full dataset lives in its own processed folder and uses every molecule
+    # the full dataset has its own store and uses every molecule
     splits = load_dataset("zinc-full", root=str(root), multi_hop_max_dist=20)
     assert splits.name == "zinc-full" and splits.featurizer == "zinc"
     assert [len(splits.train), len(splits.valid), len(splits.test)] == [6, 2, 2]
-    assert (root / "full" / "processed" / "train.pt").exists()
+    full = splits.train.cache
+    assert full.cache_dir != cache.cache_dir and full.cache_dir.is_relative_to(store_cache)
+    for i, smiles in enumerate(expected["full-val"]):
+        _assert_same_graph(splits.valid[i], GraphormerFeatures(20)(zinc_mol_to_graph(smiles)))
     assert splits.target_names == ["penalized_logp"] and splits.num_targets == 1
     with pytest.raises(ValueError, match="featurizer must be 'zinc'"):
         load_dataset("zinc", root=str(root), featurizer="ogb")
+    assert open_zinc(root, subset=True).cache_dir == cache.cache_dir
 
 
-def test_zinc_offline_download_fails_fast_with_instructions(tmp_path, monkeypatch):
+def test_zinc_offline_download_fails_fast_with_instructions(tmp_path, monkeypatch, store_cache):
     calls: list[str] = []
 
     def offline(url, *args, **kwargs):
@@ -280,13 +357,14 @@ def test_zinc_offline_download_fails_fast_with_instructions(tmp_path, monkeypatc
     assert not (root / "molecules.zip").exists()
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
-    # a partial raw folder is never handed to PyG's download (which would delete it)
+    # a partial raw folder is never downloaded over (which would replace it)
     calls.clear()
     (root / "raw").mkdir(parents=True, exist_ok=True)
     (root / "raw" / "train.pickle").write_bytes(b"placeholder")
     with pytest.raises(DatasetUnavailableError, match="missing val.pickle, test.pickle"):
-        load_zinc(root)
-    assert calls == [] and (root / "raw" / "train.pickle").exists()
+        open_zinc(root)
+    assert calls == [] and (root / "raw" / "train.pickle").read_bytes() == b"placeholder"
+    assert not any(store_cache.iterdir())  # no store was started
 
 
 # ---------------------------------------------------------------------------------------
@@ -320,24 +398,28 @@ def _write_csv(path: Path, rows: list[dict], compress: bool = False) -> Path:
     return path
 
 
-def test_csv_invalid_smiles_reported_skipped_or_strict(tmp_path, caplog):
+def test_csv_invalid_smiles_reported_skipped_or_strict(tmp_path, caplog, featurize_calls):
     rows = [{"smiles": s, "y": i, "note": "x"} for i, s in enumerate(CSV_SMILES[:5])]
     rows.insert(2, {"smiles": "C1CC(", "y": 99, "note": "broken"})
     rows.append({"smiles": "", "y": 98, "note": "empty"})
     path = _write_csv(tmp_path / "mols.csv", rows)
     with caplog.at_level(logging.WARNING):
-        ds = SmilesCSVDataset(tmp_path / "root", path, target_columns=["y"])
-    assert len(ds) == 5
-    assert [r.row for r in ds.skipped] == [2, 6]
-    assert "row 2 (line 4) 'C1CC('" in caplog.text and "skipped 2 of 7 rows" in caplog.text
-    assert ds.rows.tolist() == [0, 1, 3, 4, 5]
-    assert [float(ds[i].y) for i in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]
-    # strict: a fresh build raises, and so does reusing the non-strict cache
-    with pytest.raises(InvalidMoleculeError, match=r"2 invalid molecule\(s\).*row 2"):
-        SmilesCSVDataset(tmp_path / "fresh", path, target_columns=["y"], strict=True)
-    assert not list((tmp_path / "fresh").rglob("data.pt"))
+        cache = _csv_store(path, ["y"])
+    assert len(cache) == 5 and cache.meta["rows"] == 7
+    assert [(f.index, f.smiles) for f in cache.failures] == [(2, "C1CC("), (6, "")]
+    assert re.search(r"row 2 (\(line 4\) )?'C1CC\('", caplog.text)
+    assert "2 of 7 molecules could not be featurised" in caplog.text
+    assert cache.source_index.tolist() == [0, 1, 3, 4, 5]
+    assert cache.smiles(range(5)) == CSV_SMILES[:5]
+    assert [float(d.y) for d in _whole(cache)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert featurize_calls == [7]
+    # strict: a fresh store raises, and so does reusing the store built with failures
+    with pytest.raises(InvalidMoleculeError, match=r"2 invalid molecule\(s\).*row 2 \(line 4\)"):
+        load_dataset(f"csv:{path}", target_columns=["y"], strict=True, cache_dir=tmp_path / "f")
+    assert featurize_calls == [7, 7]
     with pytest.raises(InvalidMoleculeError, match="C1CC"):
-        SmilesCSVDataset(tmp_path / "root", path, target_columns=["y"], strict=True)
+        load_dataset(f"csv:{path}", target_columns=["y"], strict=True)
+    assert featurize_calls == [7, 7]  # the first store was reused, not rebuilt
 
 
 def test_csv_missing_targets_extra_and_missing_columns(tmp_path):
@@ -347,33 +429,36 @@ def test_csv_missing_targets_extra_and_missing_columns(tmp_path):
         {"id": "c", "smiles": "CCC", "t1": 3.0, "t2": 4.0, "comment": "out"},
     ]
     path = _write_csv(tmp_path / "multi.csv", rows)
-    ds = SmilesCSVDataset(tmp_path / "root", path, target_columns=["t1", "t2"])
+    cache = _csv_store(path, ["t1", "t2"])
+    ds = _whole(cache)
     y = torch.cat([ds[i].y for i in range(3)])
     assert y.shape == (3, 2) and y.dtype == torch.float32
     assert torch.isnan(y[0, 1]) and torch.isnan(y[1, 0]) and y[2].tolist() == [3.0, 4.0]
-    assert ds.target_names == ["t1", "t2"]
+    assert torch.equal(ds.target_matrix().nan_to_num(-1.0), y.nan_to_num(-1.0))
+    assert cache.target_names == ["t1", "t2"]
     # target inference picks the numeric columns only (id and comment are text)
-    inferred = SmilesCSVDataset(tmp_path / "root2", path)
+    inferred = _csv_store(path)
     assert inferred.target_names == ["t1", "t2"]
     with pytest.raises(ValueError, match=r"\['t3'\] not found; available columns: \['id', 'smi"):
-        SmilesCSVDataset(tmp_path / "root", path, target_columns=["t3"])
+        load_dataset(f"csv:{path}", target_columns=["t3"])
     with pytest.raises(ValueError, match=r"\['SMILES'\] not found.*'comment'"):
-        SmilesCSVDataset(tmp_path / "root", path, smiles_column="SMILES", target_columns=["t1"])
+        load_dataset(f"csv:{path}", smiles_column="SMILES", target_columns=["t1"])
     bad = _write_csv(tmp_path / "bad.csv", [{"smiles": "CCO", "y": "abc"}])
     with pytest.raises(ValueError, match=r"row 0 \(line 2\).*'y' holds 'abc'"):
-        SmilesCSVDataset(tmp_path / "root", bad, target_columns=["y"])
+        load_dataset(f"csv:{bad}", target_columns=["y"])
     with pytest.raises(FileNotFoundError, match="nowhere.csv"):
-        SmilesCSVDataset(tmp_path / "root", tmp_path / "nowhere.csv")
+        load_dataset(f"csv:{tmp_path / 'nowhere.csv'}")
 
 
 def _check_partition(splits: DatasetSplits, total: int) -> None:
-    rows = []
-    for part in (splits.train, splits.valid, splits.test):
-        rows += [int(i) for i in part.indices()]
-    assert sorted(rows) == list(range(total))  # every row exactly once
+    """The three splits read one store and hold every source row exactly once."""
+    parts = (splits.train, splits.valid, splits.test)
+    assert len({p.cache.cache_dir for p in parts}) == 1
+    rows = [int(r) for p in parts for r in p.source_index]
+    assert sorted(rows) == list(range(total))
 
 
-def test_csv_split_column_random_and_scaffold(tmp_path):
+def test_csv_split_column_random_and_scaffold(tmp_path, store_cache):
     labels = ["train", "val", "test", "validation", "Train", "valid"] * 2
     rows = [
         {"smiles": s, "y": float(i), "fold": lab}
@@ -384,23 +469,27 @@ def test_csv_split_column_random_and_scaffold(tmp_path):
     assert by_col.name == f"csv:{path}" and by_col.featurizer == "ogb"
     assert [len(by_col.train), len(by_col.valid), len(by_col.test)] == [4, 6, 2]
     assert sorted(float(d.y) for d in by_col.test) == [2.0, 8.0]
+    assert by_col.target_names == ["y"]  # the split column is not a target
     _check_partition(by_col, 12)
+    # the root is not used for CSV files: the store is in the cache folder
+    assert not (tmp_path / "r").exists()
+    assert by_col.train.cache.cache_dir.is_relative_to(store_cache)
 
-    rand = load_dataset(f"csv:{path}", root=str(tmp_path / "r"), target_columns=["y"], seed=1)
+    rand = load_dataset(f"csv:{path}", target_columns=["y"], seed=1)
     _check_partition(rand, 12)
     assert [len(rand.train), len(rand.valid), len(rand.test)] == [9, 1, 2]
-    again = load_dataset(f"csv:{path}", root=str(tmp_path / "r"), target_columns=["y"], seed=1)
-    assert list(again.test.indices()) == list(rand.test.indices())
+    again = load_dataset(f"csv:{path}", target_columns=["y"], seed=1)
+    assert again.test.source_index.tolist() == rand.test.source_index.tolist()
+    other_seed = load_dataset(f"csv:{path}", target_columns=["y"], seed=2)
+    assert other_seed.train.cache.cache_dir == rand.train.cache.cache_dir  # same store
 
-    scaf = load_dataset(
-        f"csv:{path}", root=str(tmp_path / "r"), target_columns=["y"], split="scaffold"
-    )
+    scaf = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
     _check_partition(scaf, 12)
     with pytest.raises(ValueError, match="unknown split method 'stratified'"):
-        load_dataset(f"csv:{path}", root=str(tmp_path / "r"), split="stratified")
+        load_dataset(f"csv:{path}", split="stratified")
     bad = _write_csv(tmp_path / "badsplit.csv", [{"smiles": "CCO", "y": 1, "fold": "holdout"}])
     with pytest.raises(ValueError, match=r"row 0.*unknown split label 'holdout'"):
-        load_dataset(f"csv:{bad}", root=str(tmp_path / "r"), split_column="fold")
+        load_dataset(f"csv:{bad}", split_column="fold")
 
 
 def test_split_functions_partition_and_keep_scaffolds_together():
@@ -419,35 +508,47 @@ def test_split_functions_partition_and_keep_scaffolds_together():
         random_split(10, (0.5, 0.2, 0.2))
 
 
-def test_csv_gzip_separate_files_and_cache_keys(tmp_path):
+def test_csv_gzip_separate_files_and_store_keys(tmp_path, featurize_calls):
     rows = [{"smiles": s, "y": float(i)} for i, s in enumerate(CSV_SMILES)]
     gz = _write_csv(tmp_path / "mols.csv.gz", rows, compress=True)
-    root = tmp_path / "cache"
-    ds = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="zinc")
+    zinc = _csv_store(gz, ["y"], featurizer="zinc")
+    ds = _whole(zinc)
     assert len(ds) == 12 and ds[0].x.shape[1] == 1 and ds[0].edge_attr.dim() == 1
-    assert ds.was_processed
-    same = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="zinc")
-    assert not same.was_processed and same.processed_dir == ds.processed_dir
-    other = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="ogb")
-    hops = SmilesCSVDataset(root, gz, target_columns=["y"], multi_hop_max_dist=1)
-    assert len({ds.processed_dir, other.processed_dir, hops.processed_dir}) == 3
-    assert other[0].x.shape[1] == 9
-    assert max(int(d.edge_input_hops) for d in hops) == 1
+    for i in (0, 3, 11):
+        _assert_same_graph(ds[i], _expected_graph(CSV_SMILES[i], "zinc", 20))
+    assert featurize_calls == [12]  # built
+    built = _mtime(zinc)
+    same = _csv_store(gz, ["y"], featurizer="zinc")
+    assert same.cache_dir == zinc.cache_dir and _mtime(same) == built
+    assert featurize_calls == [12]  # reused
+    other = _csv_store(gz, ["y"], featurizer="ogb")
+    assert other.cache_dir != zinc.cache_dir and featurize_calls == [12, 12]
+    assert _whole(other)[0].x.shape[1] == 9
+    _assert_same_graph(_whole(other)[5], _expected_graph(CSV_SMILES[5], "ogb", 20))
+    # multi_hop_max_dist is applied when graphs are read: the same store, other hops
+    hops = load_dataset(f"csv:{gz}", target_columns=["y"], multi_hop_max_dist=1)
+    assert hops.train.cache.cache_dir == other.cache_dir and featurize_calls == [12, 12]
+    assert max(int(d.edge_input_hops) for d in hops.train) == 1
+    for i, smiles in enumerate(hops.test.smiles()):
+        _assert_same_graph(hops.test[i], _expected_graph(smiles, "ogb", 1))
     _write_csv(gz, rows + [{"smiles": "CCCl", "y": 12.0}], compress=True)  # content changed
-    edited = SmilesCSVDataset(root, gz, target_columns=["y"], featurizer="zinc")
-    assert edited.was_processed and len(edited) == 13
+    edited = _csv_store(gz, ["y"], featurizer="zinc")
+    assert edited.cache_dir not in (zinc.cache_dir, other.cache_dir) and len(edited) == 13
+    assert featurize_calls == [12, 12, 13]
 
     parts = [
         _write_csv(tmp_path / f"{name}.csv", chunk)
         for name, chunk in (("tr", rows[:8]), ("va", rows[8:10]), ("te", rows[10:]))
     ]
     spec = "csv:" + ",".join(map(str, parts))
-    splits = load_dataset(spec, root=str(root))
+    splits = load_dataset(spec)
     assert [len(splits.train), len(splits.valid), len(splits.test)] == [8, 2, 2]
+    assert len({s.cache.cache_dir for s in (splits.train, splits.valid, splits.test)}) == 3
     assert splits.target_names == ["y"]
     assert float(splits.test[1].y) == 11.0
+    assert splits.test.smiles() == CSV_SMILES[10:]
     with pytest.raises(ValueError, match="three comma-separated paths"):
-        load_dataset(f"csv:{parts[0]},{parts[1]}", root=str(root))
+        load_dataset(f"csv:{parts[0]},{parts[1]}")
     with pytest.raises(ValueError, match="unknown dataset 'qm9'"):
         load_dataset("qm9")
 
@@ -457,24 +558,28 @@ def test_csv_gzip_separate_files_and_cache_keys(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 
-def test_nci5k_subset_labels_features_and_split(tmp_path):
-    splits = load_nci5k(tmp_path / "nci", multi_hop_max_dist=5, limit=120)
+def test_nci5k_subset_labels_features_and_split(store_cache, featurize_calls):
+    splits = load_nci5k(5, limit=120)
     assert splits.name == "nci5k" and splits.featurizer == "ogb"
     assert splits.target_names == ["penalized_logp"] and splits.metric == "mae"
     total = len(splits.train) + len(splits.valid) + len(splits.test)
     assert total == 120  # the first 120 NCI molecules all parse
     assert [len(splits.train), len(splits.valid)] == [96, 12]
     _check_partition(splits, 120)
-    dataset = splits.train.__class__  # views of one NCI5kDataset
-    assert issubclass(dataset, NCI5kDataset)
-    base = NCI5kDataset(tmp_path / "nci", multi_hop_max_dist=5, limit=120)
-    assert not base.was_processed  # the cache is reused
+    assert all(isinstance(p, CachedGraphDataset) for p in (splits.train, splits.valid))
+    assert featurize_calls == [120]
+    base = open_nci(limit=120)
+    assert base.cache_dir == splits.train.cache.cache_dir
+    assert featurize_calls == [120]  # the store is reused
+    assert base.cache_dir.parent == store_cache / "nci5k"
+    smiles = base.smiles(range(len(base)))
+    assert base.source_index.tolist() == list(range(120))
     for i in (0, 57, 119):
-        d = base[i]
+        d = base.graph(i, 5)
         assert d.x.shape[1] == 9 and d.edge_attr.shape[1] == 3 and has_graphormer_features(d)
-        assert float(d.y) == pytest.approx(penalized_logp(base.smiles[i]), abs=1e-4)
+        _assert_same_graph(d, _expected_graph(smiles[i], "ogb", 5))
+        assert float(d.y) == pytest.approx(penalized_logp(smiles[i]), abs=1e-4)
         assert int(d.edge_input_hops) <= 5
-    assert os.path.dirname(base.processed_dir) == str(tmp_path / "nci" / "processed")
 
 
 def test_nci5k_reports_and_skips_bad_molecules(tmp_path, caplog):
@@ -482,11 +587,16 @@ def test_nci5k_reports_and_skips_bad_molecules(tmp_path, caplog):
     src.write_text(
         "# comment\nCCO,20.2\nO=C1O[Al]23(OC1=O)(OC(=O)C(=O)O2)OC(=O)C(=O)O3,1\nc1ccccc1,0\n"
     )
+    records = read_nci(str(src))
+    assert records.rows.tolist() == [0, 2] and records.smiles == ["CCO", "c1ccccc1"]
+    assert [(s.index, "[Al]" in s.smiles) for s in records.skipped] == [(1, True)]
+    assert "cannot parse" in records.skipped[0].reason
     with caplog.at_level(logging.WARNING):
-        ds = NCI5kDataset(tmp_path / "n", source=str(src))
-    assert len(ds) == 2 and ds.smiles == ["CCO", "c1ccccc1"]
-    assert [s.row for s in ds.skipped] == [1]
-    assert "skipped 1 of 3 rows" in caplog.text and "[Al]" in caplog.text
+        cache = open_nci(str(src), progress=False)
+    assert len(cache) == 2 and cache.smiles([0, 1]) == ["CCO", "c1ccccc1"]
+    assert cache.source_index.tolist() == [0, 2]
+    assert [f.index for f in cache.failures] == [1] and cache.meta["rows"] == 3
+    assert "1 of 3 molecules could not be featurised" in caplog.text and "[Al]" in caplog.text
 
 
 # ---------------------------------------------------------------------------------------

@@ -313,50 +313,52 @@ def test_batched_processing_gives_the_same_inmemory_dataset(tmp_path):
         assert torch.equal(batched.slices[key], value), key
 
 
-def _without_features(data: Data) -> Data:
-    raw = data.clone()
-    for key in ("spatial_pos", "edge_input", "edge_input_hops", "degree"):
-        del raw[key]
-    return raw
+def _assert_graphs_equal(got: Data, want: Data) -> None:
+    """Same structure and Graphormer features (dtype, shape, values); ``y`` by value."""
+    for key in ("x", "edge_index", "edge_attr", *_FEATURE_KEYS):
+        a, b = getattr(got, key), getattr(want, key)
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+    assert torch.equal(got.y.reshape(-1), want.y.reshape(-1).float())
 
 
-def _assert_stored_features_are_the_transforms(dataset, hops: int) -> None:
-    transform = GraphormerFeatures(multi_hop_max_dist=hops)
-    for k in range(len(dataset)):
-        stored = dataset.get(k)
-        _assert_same_graph(stored, transform(_without_features(stored)))
+_FEATURE_KEYS = ("spatial_pos", "edge_input", "edge_input_hops", "degree")
 
 
-def test_zinc_processing_is_batched_and_gives_pyg_per_graph_files(tmp_path):
+def test_zinc_store_gives_pygs_graphs_with_the_transforms_features(tmp_path):
     from torch_geometric.datasets import ZINC
 
-    from graphormer_urpe.datasets import load_zinc
+    from graphormer_urpe.datasets import load_zinc_splits
     from tests.test_datasets import _write_zinc_raw
 
     _write_zinc_raw(tmp_path / "ours")
     _write_zinc_raw(tmp_path / "pyg")
-    train, val, test = load_zinc(tmp_path / "ours", subset=False, multi_hop_max_dist=3)
-    for split, ours in (("train", train), ("val", val), ("test", test)):
-        # PyG's own processing, calling the transform graph by graph
-        pyg = ZINC(str(tmp_path / "pyg"), False, split, pre_transform=GraphormerFeatures(3))
-        assert len(ours) == len(pyg) > 0
-        _assert_same_graph(ours._data, pyg._data)
-        assert sorted(ours.slices) == sorted(pyg.slices)
-        for key, value in pyg.slices.items():
-            assert torch.equal(ours.slices[key], value), key
-        _assert_stored_features_are_the_transforms(ours, 3)
+    for subset in (False, True):
+        splits = load_zinc_splits(tmp_path / "ours", 3, subset=subset)
+        for split, ours in (("train", splits.train), ("val", splits.valid), ("test", splits.test)):
+            # PyG's own reader, calling the transform graph by graph
+            pyg = ZINC(str(tmp_path / "pyg"), subset, split, pre_transform=GraphormerFeatures(3))
+            assert len(ours) == len(pyg) > 0
+            for k in range(len(pyg)):
+                _assert_graphs_equal(ours[k], pyg[k])
+            batch = ours.__getitems__(list(range(len(ours))))  # decoded together, as batches are
+            for k in range(len(pyg)):
+                _assert_graphs_equal(batch[k], pyg[k])
 
 
-def test_smiles_csv_processing_stores_the_transforms_features(tmp_path):
-    from graphormer_urpe.datasets import SmilesCSVDataset
+def test_smiles_csv_store_gives_the_transforms_features(tmp_path):
+    from graphormer_urpe.datasets import featurize_smiles, load_dataset
 
     smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CC1C(=O)O", "CC[NH3+].CC(=O)[O-]", "C"]
+    smiles = smiles * 3
     path = tmp_path / "mols.csv"
-    rows = [f"{s},{k * 0.5}" for k, s in enumerate(smiles)]
-    path.write_text("smiles,y\n" + "\n".join(rows) + "\n")
-    for featurizer, hops in (("ogb", 5), ("zinc", 2)):
-        ds = SmilesCSVDataset(
-            tmp_path / featurizer, path, featurizer=featurizer, multi_hop_max_dist=hops
+    rows = [f"{s},{k * 0.5},{('train', 'valid', 'test')[k % 3]}" for k, s in enumerate(smiles)]
+    path.write_text("smiles,y,fold\n" + "\n".join(rows) + "\n")
+    for featurizer, hops in (("ogb", 5), ("zinc", 2), ("zinc", 20)):
+        splits = load_dataset(
+            f"csv:{path}", multi_hop_max_dist=hops, featurizer=featurizer, split_column="fold"
         )
-        assert len(ds) == len(smiles)
-        _assert_stored_features_are_the_transforms(ds, hops)
+        for part in (splits.train, splits.valid, splits.test):
+            for k, row in enumerate(part.source_index):
+                want = GraphormerFeatures(hops)(featurize_smiles(smiles[row], featurizer))
+                want.y = torch.tensor([[row * 0.5]])
+                _assert_graphs_equal(part[k], want)

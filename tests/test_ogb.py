@@ -34,10 +34,10 @@ from graphormer_urpe.datasets import (
     MoleculeCache,
     build_molecule_cache,
     load_dataset,
-    mmap_cache,
     ogb_smiles_to_graph,
     open_lsc,
     preprocess_lsc,
+    store,
 )
 from graphormer_urpe.datasets.pcqm import PCQM4M, PCQM4MV2, load_split_dict
 from graphormer_urpe.graph.batch import collate
@@ -267,7 +267,7 @@ def test_pcqm4mv2_splits_features_nan_tests_and_failures(lsc_root, caplog):
     root, smiles, gaps = lsc_root
     with caplog.at_level(logging.WARNING):
         splits = load_dataset("pcqm4mv2", root=str(root), multi_hop_max_dist=5)
-    assert "row 5 'C1CC(' not cached" in caplog.text and "1 of" in caplog.text
+    assert "row 5 'C1CC(' left out" in caplog.text and "1 of" in caplog.text
     data = open_lsc("pcqm4mv2", root)
     assert data.missing["train"].tolist() == [5] and data.missing["test-dev"].size == 0
     split_file = v2_splits(len(smiles))
@@ -367,7 +367,7 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
     ref = build_molecule_cache(tmp_path / "ref", smiles, y, chunk_size=5, progress=False)
     assert ref.chunks == 8 and [f.index for f in ref.failures] == [len(SMILES)]
 
-    real_write = mmap_cache.write_chunk
+    real_write = store.write_chunk
     written: list[str] = []
 
     def interrupted(chunk_dir, arrays, meta):
@@ -376,22 +376,22 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
         real_write(chunk_dir, arrays, meta)
         written.append(Path(chunk_dir).name)
 
-    monkeypatch.setattr(mmap_cache, "write_chunk", interrupted)
+    monkeypatch.setattr(store, "write_chunk", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=5, progress=False)
     assert not (tmp_path / "run" / "meta.json").exists()
     assert sorted(p.name for p in (tmp_path / "run" / "chunks").iterdir()) == written
     (tmp_path / "run" / "chunks" / ".000007.tmp-1").mkdir()  # a writer's leftover
 
-    monkeypatch.setattr(mmap_cache, "write_chunk", real_write)
+    monkeypatch.setattr(store, "write_chunk", real_write)
     computed: list[int] = []
-    real_featurize = mmap_cache.featurize_chunk
+    real_featurize = store.featurize_chunk
 
-    def counting(smiles_part, targets, first_index):
-        computed.append(first_index)
-        return real_featurize(smiles_part, targets, first_index)
+    def counting(smiles_part, targets, first_index=0, featurizer="ogb", **kw):
+        computed.append(int(kw["rows"][0]))
+        return real_featurize(smiles_part, targets, first_index, featurizer, **kw)
 
-    monkeypatch.setattr(mmap_cache, "featurize_chunk", counting)
+    monkeypatch.setattr(store, "featurize_chunk", counting)
     # a different chunk size on resume: the recorded plan wins
     report = build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=7, progress=False)
     assert sorted(computed) == [15, 20, 25, 30, 35] and report.chunks_computed == 5
@@ -496,7 +496,7 @@ def write_ogbg_layout(root: Path, name: str, smiles: list[str], labels: np.ndarr
     return folder
 
 
-def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, capsys):
+def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, capsys, store_cache):
     labels = (np.arange(len(SMILES)) % 3 == 0).astype(np.int64).reshape(-1, 1)
     folder = write_ogbg_layout(tmp_path, "ogbg-molhiv", SMILES, labels)
 
@@ -513,16 +513,25 @@ def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, cap
     for k in range(len(splits.valid)):
         row = len(SMILES) - 12 + k
         g = splits.valid[k]
-        assert_same_graph(g, reference(SMILES[row], 5), frozenset({"num_nodes"}))  # OGB sets it
+        assert_same_graph(g, reference(SMILES[row], 5))
         assert int(g.y) == labels[row, 0]
-    processed = list((folder / "processed").glob("*/data.pt"))
-    assert len(processed) == 1
-    torch.load(processed[0], weights_only=True)  # our cache is weights-only loadable
-    mtime = processed[0].stat().st_mtime_ns
-    load_dataset("ogbg-molhiv", root=str(tmp_path), multi_hop_max_dist=5)
-    assert processed[0].stat().st_mtime_ns == mtime  # reused, not re-processed
-    load_dataset("ogbg-molhiv", root=str(tmp_path), multi_hop_max_dist=3)
-    assert len(list((folder / "processed").glob("*/data.pt"))) == 2  # one cache per setting
+    store = splits.valid.cache
+    assert store.cache_dir.parent == store_cache / "ogbg"  # in the cache folder, not the root
+    assert not (folder / "processed").exists()
+    meta = store.cache_dir / "meta.json"
+    mtime = meta.stat().st_mtime_ns
+    again = load_dataset("ogbg-molhiv", root=str(tmp_path), multi_hop_max_dist=3)
+    assert meta.stat().st_mtime_ns == mtime  # reused, not re-processed: hops apply on reading
+    assert again.valid.cache.cache_dir == store.cache_dir
+    assert_same_graph(again.valid[0], reference(SMILES[len(SMILES) - 12], 3))
+    # an edited raw file builds a new store next to the old one
+    labels[0, 0] = 1 - labels[0, 0]
+    pd.DataFrame(labels).to_csv(
+        folder / "raw" / "graph-label.csv.gz", header=False, index=False, compression="gzip"
+    )
+    edited = load_dataset("ogbg-molhiv", root=str(tmp_path))
+    assert edited.train.cache.cache_dir != store.cache_dir
+    assert int(edited.train[0].y) == labels[0, 0]
 
     y = torch.tensor([[0.0], [1.0], [1.0], [0.0], [float("nan")], [1.0]])
     scores = torch.tensor([[0.1], [0.8], [0.3], [0.4], [0.9], [0.7]])

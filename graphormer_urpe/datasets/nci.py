@@ -8,34 +8,38 @@ features (NCI has elements and charges outside ZINC's 28 atom types). It is a sm
 always-available regression task for smoke tests, tutorials and CI.
 
 Molecules whose SMILES do not parse, or whose target cannot be computed, are reported (row and
-SMILES) and skipped, with the count logged. The cache is ``<root>/processed/<key>/`` (default
-root ``data/nci5k``); the key covers the source file's bytes, the RDKit version (the target
-depends on it), the featuriser, ``multi_hop_max_dist`` and ``limit``.
+SMILES) and left out, with the count logged. The store (:mod:`.source`) is keyed by the source
+file's bytes, the RDKit version (the target depends on it), the featuriser and ``limit``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 from rdkit import RDConfig, rdBase
 from tqdm.auto import tqdm
 
 from .featurize import InvalidMoleculeError, parse_smiles
-from .smiles import MoleculeDataset, MoleculeRecords, SkippedRow, file_digest
+from .source import MoleculeRecords, file_digest, open_store, store_dir
+from .store import MoleculeCache, MoleculeFailure
 from .zinc_target import penalized_logp
 
-__all__ = ["NCI5K_PATH", "NCI5K_DEFAULT_ROOT", "NCI5kDataset", "read_nci_smiles"]
+__all__ = [
+    "NCI5K_PATH",
+    "NCI5K_TARGET",
+    "read_nci_smiles",
+    "read_nci",
+    "nci_store_dir",
+    "open_nci",
+]
 
 logger = logging.getLogger(__name__)
 
 NCI5K_PATH = os.path.join(RDConfig.RDDataDir, "NCI", "first_5k.tpsa.csv")
 """The NCI file shipped with RDKit."""
-
-NCI5K_DEFAULT_ROOT = os.path.join("data", "nci5k")
 
 
 def read_nci_smiles(path: str = NCI5K_PATH, limit: int | None = None) -> list[str]:
@@ -65,88 +69,85 @@ def read_nci_smiles(path: str = NCI5K_PATH, limit: int | None = None) -> list[st
     return out
 
 
-class NCI5kDataset(MoleculeDataset):
-    r"""RDKit's 5,000 NCI molecules labelled with penalized logP (one target).
+NCI5K_TARGET = "penalized_logp"
 
-    Args:
-        root: dataset root (default ``data/nci5k``).
-        featurizer: ``"ogb"`` (default; NCI has atoms outside ZINC's 28 types, which the
-            ``"zinc"`` featuriser would skip).
-        multi_hop_max_dist: passed to ``GraphormerFeatures``.
-        limit: use only the first ``limit`` molecules (quick tests); ``None`` = all.
-        strict: raise instead of skipping invalid molecules.
-        transform: PyG ``transform`` applied on access.
-        force_reload: re-process even if a cache exists.
-        source: the NCI file (default: the one shipped with RDKit).
-    """
 
-    target_name = "penalized_logp"
+def nci_store_dir(
+    source: str = NCI5K_PATH,
+    featurizer: str = "ogb",
+    limit: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Path:
+    """The store folder of the NCI molecules read with these options."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 or None, got {limit}")
+    if not os.path.exists(source):
+        read_nci_smiles(source)  # raises the explanatory FileNotFoundError
+    identity = {
+        "sha256": file_digest(source),
+        "rdkit": rdBase.rdkitVersion,  # the target depends on it
+        "featurizer": featurizer,
+        "limit": limit,
+    }
+    size = "all" if limit is None else f"first{limit}"
+    return store_dir("nci5k", f"{featurizer}-{size}", identity, cache_dir)
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] = NCI5K_DEFAULT_ROOT,
-        featurizer: str = "ogb",
-        multi_hop_max_dist: int = 20,
-        limit: int | None = None,
-        strict: bool = False,
-        transform=None,
-        force_reload: bool = False,
-        source: str = NCI5K_PATH,
-    ) -> None:
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be >= 1 or None, got {limit}")
-        self.limit = limit
-        self.source = source
-        if not os.path.exists(source):
-            read_nci_smiles(source)  # raises the explanatory FileNotFoundError
-        self._digest = file_digest(source)
-        super().__init__(root, featurizer, multi_hop_max_dist, strict, transform, force_reload)
 
-    def describe(self) -> str:
-        return "nci5k" if self.source == NCI5K_PATH else f"nci5k ({self.source})"
+def _target(smiles: str) -> tuple[float | None, str]:
+    """Penalized logP of one molecule, or ``None`` and the reason it cannot be computed."""
+    try:
+        y = penalized_logp(parse_smiles(smiles))
+    except InvalidMoleculeError as exc:
+        return None, str(exc)
+    except Exception as exc:  # RDKit descriptor failures on exotic molecules
+        return None, f"penalized logP failed: {type(exc).__name__}: {exc}"
+    if not np.isfinite(y):
+        return None, f"penalized logP is not finite ({y})"
+    return y, ""
 
-    def describe_row(self, row: int) -> str:
-        return f"row {row} (line {row + 2})"
 
-    def cache_key(self) -> str:
-        options = {
-            "content": self._digest,
-            "rdkit": rdBase.rdkitVersion,
-            "featurizer": self.featurizer,
-            "multi_hop_max_dist": self.multi_hop_max_dist,
-            "limit": self.limit,
-        }
-        key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
-        size = "all" if self.limit is None else f"first{self.limit}"
-        return f"{self.featurizer}-{size}-{key}"
+def read_nci(source: str = NCI5K_PATH, limit: int | None = None) -> MoleculeRecords:
+    """The NCI molecules with their penalized logP; rows whose target cannot be computed are
+    returned as ``skipped`` with the reason."""
+    all_smiles = read_nci_smiles(source, limit)
+    rows: list[int] = []
+    smiles: list[str] = []
+    targets: list[float] = []
+    skipped: list[MoleculeFailure] = []
+    for row, s in enumerate(tqdm(all_smiles, desc="nci5k targets", disable=None, leave=False)):
+        y, reason = _target(s)
+        if y is None:
+            skipped.append(MoleculeFailure(row, s, reason))
+            continue
+        rows.append(row)
+        smiles.append(s)
+        targets.append(y)
+    return MoleculeRecords(
+        rows=np.asarray(rows, dtype=np.int64),
+        targets=np.asarray(targets, dtype=np.float64).reshape(-1, 1),
+        target_names=[NCI5K_TARGET],
+        smiles=smiles,
+        skipped=skipped,
+    )
 
-    def read_records(self) -> MoleculeRecords:
-        all_smiles = read_nci_smiles(self.source, self.limit)
-        rows: list[int] = []
-        smiles: list[str] = []
-        targets: list[float] = []
-        skipped: list[SkippedRow] = []
-        for row, s in enumerate(tqdm(all_smiles, desc="nci5k targets", disable=None, leave=False)):
-            try:
-                y = penalized_logp(parse_smiles(s))
-            except InvalidMoleculeError as exc:
-                skipped.append(SkippedRow(row, s, str(exc)))
-                continue
-            except Exception as exc:  # RDKit descriptor failures on exotic molecules
-                skipped.append(
-                    SkippedRow(row, s, f"penalized logP failed: {type(exc).__name__}: {exc}")
-                )
-                continue
-            if not np.isfinite(y):
-                skipped.append(SkippedRow(row, s, f"penalized logP is not finite ({y})"))
-                continue
-            rows.append(row)
-            smiles.append(s)
-            targets.append(y)
-        return MoleculeRecords(
-            rows=rows,
-            smiles=smiles,
-            targets=np.asarray(targets, dtype=np.float64).reshape(-1, 1),
-            target_names=[self.target_name],
-            skipped=skipped,
-        )
+
+def open_nci(
+    source: str = NCI5K_PATH,
+    featurizer: str = "ogb",
+    limit: int | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+    progress: bool | None = None,
+) -> MoleculeCache:
+    """The store of the NCI molecules (built on first use)."""
+    folder = nci_store_dir(source, featurizer, limit, cache_dir)
+    description = "nci5k" if source == NCI5K_PATH else f"nci5k ({source})"
+    return open_store(
+        folder,
+        lambda: read_nci(source, limit),
+        featurizer=featurizer,
+        description=description,
+        workers=workers,
+        progress=progress,
+    )

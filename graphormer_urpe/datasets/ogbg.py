@@ -1,10 +1,9 @@
 r"""OGB graph-property molecule sets (``ogbg-molhiv``, ``ogbg-molpcba``, ``ogbg-mol*``).
 
-Through ``ogb.graphproppred``: the dataset is :class:`OGBGMolDataset`, a subclass of OGB's
-``PygGraphPropPredDataset`` (its ``master.csv`` metadata, raw layout, ``read_graph_pyg``
-reader and label rules), processed once with
-``pre_transform=GraphormerFeatures(multi_hop_max_dist)``, and scored with OGB's
-``Evaluator`` (ROC-AUC, AP or RMSE as ``master.csv`` says; :class:`OGBGEvaluator`).
+OGB's own pieces: its ``master.csv`` metadata, raw layout and download address, its raw reader
+(``ogb.io.read_graph_raw.read_csv_graph_raw``), its split files and its ``Evaluator`` (ROC-AUC,
+AP or RMSE as ``master.csv`` says; :class:`OGBGEvaluator`). The graphs go into one store
+(:func:`open_ogbg`), with the official split of each graph stored as its split code.
 
 Raw layout (what OGB's zip unpacks to), e.g. for ``ogbg-molhiv`` under ``root``::
 
@@ -13,30 +12,18 @@ Raw layout (what OGB's zip unpacks to), e.g. for ``ogbg-molhiv`` under ``root``:
     <root>/ogbg_molhiv/split/scaffold/{train,valid,test}.csv.gz
     <root>/ogbg_molhiv/mapping/mol.csv.gz        (optional: SMILES and task names)
 
-OGB 1.3.6's own class does not work as it is with current torch and in a library:
-
-* it loads its processed file with ``torch.load`` and the ``weights_only=True`` default of
-  torch >= 2.6 rejects the pickled PyG ``Data`` (``DataEdgeAttr`` is not allow-listed). Here the
-  processed data is saved in PyG's own format (a dict of tensors, the slices and the ``Data``
-  class, which PyG allow-lists) and loaded with ``torch.load(weights_only=True)``; a
-  ``split_dict.pt`` shortcut is loaded with only numpy's index arrays allow-listed. PyG reads
-  its ``pre_transform.pt`` / ``pre_filter.pt`` records unsafely (``weights_only=False``); they
-  are verified with ``weights_only=True`` first and the dataset is re-processed when one is not
-  the expected plain string.
-* it calls ``input()`` when ``RELEASE_v<version>.txt`` is missing and when a download is over
-  1 GB, ``exit()`` when declined, and ``print`` throughout. Here nothing prompts; a missing
-  release file is logged; the download (``master.csv``'s URL) runs under a socket timeout and,
-  offline, fails fast with a :class:`~graphormer_urpe.datasets.zinc.DatasetUnavailableError`
-  that says where to put the files; OGB's prints go to the debug log.
-
-Processed caches live in ``<folder>/processed/graphormer-<hash>/`` (the hash of the
-``pre_transform``), so different ``multi_hop_max_dist`` values never share a cache.
+OGB 1.3.6's ``PygGraphPropPredDataset`` calls ``input()`` when ``RELEASE_v<version>.txt`` is
+missing and when a download is over 1 GB, ``exit()`` when declined, and ``print`` throughout.
+Here nothing prompts; a missing release file is logged; the download (``master.csv``'s URL)
+runs under a socket timeout and, offline, fails fast with a
+:class:`~graphormer_urpe.datasets.zinc.DatasetUnavailableError` that says where to put the
+files; OGB's prints go to the debug log. A ``split_dict.pt`` shortcut is loaded with
+``weights_only=True`` and only numpy's index arrays allow-listed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import http.client
 import io
 import logging
@@ -48,29 +35,33 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from ogb.graphproppred import PygGraphPropPredDataset
 from torch import Tensor
-from torch_geometric.data import Data, InMemoryDataset
 from tqdm.auto import tqdm
 
-from ..graph.features import GraphormerFeatures
-from .safe_cache import load_processed, pyg_repr, record_matches, save_processed
+from .source import MoleculeRecords, file_digest, open_store, store_dir
+from .splitting import SPLITS
+from .store import MoleculeCache
 from .zinc import DatasetUnavailableError
 
 __all__ = [
     "OGBG_DEFAULT_ROOT",
     "OGBG_RAW_FILES",
+    "OGBGInfo",
     "ogbg_molecule_names",
     "ogbg_layout_help",
-    "OGBGMolDataset",
+    "ensure_ogbg_files",
+    "read_ogbg_split",
+    "read_ogbg",
+    "ogbg_info",
+    "open_ogbg",
     "OGBGEvaluator",
-    "load_ogbg",
 ]
 
 logger = logging.getLogger(__name__)
@@ -148,217 +139,220 @@ def _ogb_prints_to_log() -> Iterator[None]:
         yield
 
 
-class OGBGMolDataset(PygGraphPropPredDataset):
-    r"""OGB's ``PygGraphPropPredDataset`` for molecule sets, safe with current torch.
+@dataclass
+class OGBGInfo:
+    """What OGB's ``master.csv`` says of an ``ogbg-mol*`` set, and where its files are.
 
-    Same metadata, raw files, reader and label rules as OGB's class; differs in what the
-    module docstring lists (no prompts or prints, safe loading, a timed download that fails
-    with instructions, a processed cache per ``pre_transform``).
-
-    Args:
-        name: an ``ogbg-mol*`` name (see :func:`ogbg_molecule_names`).
-        root: folder holding ``<name with _>/`` (default ``data``).
-        transform: PyG ``transform`` applied on access.
-        pre_transform: PyG ``pre_transform`` applied once when processing (e.g.
-            ``GraphormerFeatures(5)``).
-        force_reload: re-process even if a matching cache exists.
-        download: fetch OGB's zip when the raw files are absent.
-        download_timeout: socket timeout of the download (seconds).
+    Attributes:
+        name: e.g. ``ogbg-molhiv``.
+        folder: ``<root>/<name with _>/`` (``raw/``, ``split/``, ``mapping/``).
+        num_tasks: ``T``.
+        metric: OGB's evaluation metric (``rocauc``, ``ap``, ``rmse``).
+        binary: classification (one logit per task, BCE with missing labels masked).
+        task_names: ``[T]`` from ``mapping/mol.csv.gz`` when present, else ``task0``...
     """
 
-    def __init__(
-        self,
-        name: str,
-        root: str | os.PathLike[str] = OGBG_DEFAULT_ROOT,
-        transform=None,
-        pre_transform=None,
-        *,
-        force_reload: bool = False,
-        download: bool = True,
-        download_timeout: float = 30.0,
-    ) -> None:
-        root = os.fspath(root)
-        self.name = name
-        self.meta_info = _meta(name)
-        self.dir_name = _dir_name(name, root)
-        self.original_root = root
-        self.root = osp.join(root, self.dir_name)
-        self.download_name = self.meta_info["download_name"]
-        self.num_tasks = int(self.meta_info["num tasks"])
-        self.eval_metric = self.meta_info["eval metric"]
-        self.task_type = self.meta_info["task type"]
-        self.__num_classes__ = int(self.meta_info["num classes"])
-        self.binary = self.meta_info["binary"] == "True"
-        self._allow_download = download
-        self._download_timeout = download_timeout
-        self._cache_key = hashlib.sha256(pyg_repr(pre_transform).encode()).hexdigest()[:12]
+    name: str
+    folder: Path
+    num_tasks: int
+    metric: str
+    binary: bool
+    task_names: list[str]
 
-        raw = Path(self.root) / "raw"
-        present = [f for f in OGBG_RAW_FILES if (raw / f).is_file()]
-        if present and len(present) < len(OGBG_RAW_FILES):
-            missing = [f for f in OGBG_RAW_FILES if f not in present]
-            raise DatasetUnavailableError(
-                f"{name} raw folder {raw} is incomplete: missing {', '.join(missing)}. "
-                "(Not downloading over it.) " + ogbg_layout_help(name, root)
-            )
-        release = Path(self.root) / f"RELEASE_v{self.meta_info['version']}.txt"
-        if Path(self.root).is_dir() and present and not release.is_file():
-            logger.warning(
-                "%s has no %s (OGB would ask whether to re-download a newer release); using "
-                "its files as they are",
-                self.root,
-                release.name,
-            )
-        # PyG reads these two records with weights_only=False: check them safely first
-        for record, expected in (("pre_transform.pt", pre_transform), ("pre_filter.pt", None)):
-            marker = osp.join(self.processed_dir, record)
-            if osp.exists(marker) and not record_matches(marker, pyg_repr(expected)):
-                logger.warning("%s: re-processing (unexpected record %s)", name, marker)
-                force_reload = True
-        InMemoryDataset.__init__(
-            self, self.root, transform, pre_transform, log=False, force_reload=force_reload
+    @property
+    def higher_is_better(self) -> bool:
+        return _HIGHER_IS_BETTER.get(self.metric, False)
+
+
+def _download(name: str, root: Path, folder: Path, timeout: float) -> None:
+    """OGB's download (``master.csv``'s URL → unzip → rename), timed and prompt-free."""
+    meta = _meta(name)
+    url = meta["url"]
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{folder.name}.", dir=root)
+    try:
+        part = osp.join(tmp, "download.zip")
+        logger.info("downloading %s from %s", name, url)
+        with open(part, "wb") as fh, urllib.request.urlopen(url, timeout=timeout) as resp:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=name) as bar:
+                for block in iter(lambda: resp.read(1 << 20), b""):
+                    fh.write(block)
+                    bar.update(len(block))
+        with zipfile.ZipFile(part) as zf:
+            zf.extractall(tmp)
+        src = osp.join(tmp, meta["download_name"])
+        folder.mkdir(parents=True, exist_ok=True)
+        for entry in os.listdir(src):
+            dst = folder / entry
+            if dst.is_dir() and not os.listdir(dst):
+                os.rmdir(dst)
+            shutil.move(osp.join(src, entry), dst)
+    except (OSError, http.client.HTTPException, zipfile.BadZipFile) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise DatasetUnavailableError(
+            f"{name} raw files not found in {folder / 'raw'} and downloading {url} "
+            f"failed ({type(exc).__name__}: {reason}). " + ogbg_layout_help(name, root)
+        ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_ogbg_files(
+    name: str,
+    root: str | os.PathLike[str] = OGBG_DEFAULT_ROOT,
+    *,
+    download: bool = True,
+    download_timeout: float = 30.0,
+) -> Path:
+    """The dataset's folder with every raw file, downloaded when all are absent.
+
+    Raises:
+        DatasetUnavailableError: some raw files missing, or all missing and not downloadable.
+    """
+    meta = _meta(name)
+    root = Path(root)
+    folder = root / _dir_name(name, os.fspath(root))
+    raw = folder / "raw"
+    present = [f for f in OGBG_RAW_FILES if (raw / f).is_file()]
+    if present and len(present) < len(OGBG_RAW_FILES):
+        missing = [f for f in OGBG_RAW_FILES if f not in present]
+        raise DatasetUnavailableError(
+            f"{name} raw folder {raw} is incomplete: missing {', '.join(missing)}. "
+            "(Not downloading over it.) " + ogbg_layout_help(name, root)
         )
-        self._load_processed(self.processed_paths[0])
-
-    # -- PyG plumbing -----------------------------------------------------------------------
-
-    @property
-    def raw_file_names(self) -> list[str]:
-        return list(OGBG_RAW_FILES)
-
-    @property
-    def processed_dir(self) -> str:
-        return osp.join(self.root, "processed", f"graphormer-{self._cache_key}")
-
-    @property
-    def processed_file_names(self) -> str:
-        return "data.pt"
-
-    def _load_processed(self, path: str) -> None:
-        self._data, self.slices = load_processed(path, self.name)
-
-    def download(self) -> None:
-        """OGB's download (``master.csv``'s URL → unzip → rename), timed and prompt-free."""
-        url = self.meta_info["url"]
-        if not self._allow_download:
+    if not present:
+        if not download:
             raise DatasetUnavailableError(
-                f"{self.name} raw files not found in {self.raw_dir}. "
-                + ogbg_layout_help(self.name, self.original_root)
+                f"{name} raw files not found in {raw}. " + ogbg_layout_help(name, root)
             )
-        os.makedirs(self.original_root, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{self.dir_name}.", dir=self.original_root)
+        _download(name, root, folder, download_timeout)
+    release = folder / f"RELEASE_v{meta['version']}.txt"
+    if not release.is_file():
+        logger.warning(
+            "%s has no %s (OGB would ask whether to re-download a newer release); using its "
+            "files as they are",
+            folder,
+            release.name,
+        )
+    return folder
+
+
+def read_ogbg_split(name: str, folder: Path) -> dict[str, np.ndarray]:
+    """OGB's split (``split/<type>/{train,valid,test}.csv.gz``, or a ``split_dict.pt``)."""
+    from .pcqm import load_split_dict
+
+    path = folder / "split" / _meta(name)["split"]
+    if (path / "split_dict.pt").is_file():
+        return load_split_dict(path / "split_dict.pt", SPLITS)
+    out = {}
+    for part in SPLITS:
+        f = path / f"{part}.csv.gz"
+        if not f.is_file():
+            raise DatasetUnavailableError(
+                f"{name} split file {f} not found. " + ogbg_layout_help(name, folder.parent)
+            )
+        out[part] = pd.read_csv(f, compression="gzip", header=None).values.T[0].astype(np.int64)
+    return out
+
+
+def _task_names(folder: Path, num_tasks: int) -> list[str]:
+    mapping = folder / "mapping" / "mol.csv.gz"
+    if mapping.is_file():
         try:
-            part = osp.join(tmp, "download.zip")
-            logger.info("downloading %s from %s", self.name, url)
-            with (
-                open(part, "wb") as fh,
-                urllib.request.urlopen(url, timeout=self._download_timeout) as resp,
-            ):
-                total = int(resp.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=self.name) as bar:
-                    for block in iter(lambda: resp.read(1 << 20), b""):
-                        fh.write(block)
-                        bar.update(len(block))
-            with zipfile.ZipFile(part) as zf:
-                zf.extractall(tmp)
-            src = osp.join(tmp, self.download_name)
-            for entry in os.listdir(src):
-                dst = osp.join(self.root, entry)
-                if osp.isdir(dst) and not os.listdir(dst):
-                    os.rmdir(dst)  # the empty raw/ folder PyG created before downloading
-                shutil.move(osp.join(src, entry), dst)
-        except (OSError, http.client.HTTPException, zipfile.BadZipFile) as exc:
-            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            raise DatasetUnavailableError(
-                f"{self.name} raw files not found in {self.raw_dir} and downloading {url} "
-                f"failed ({type(exc).__name__}: {reason}). "
-                + ogbg_layout_help(self.name, self.original_root)
-            ) from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            columns = list(pd.read_csv(mapping, nrows=0).columns)
+        except (OSError, ValueError, pd.errors.ParserError):
+            columns = []
+        names = [c for c in columns if c not in ("smiles", "mol_id")]
+        if len(names) == num_tasks:
+            return names
+    return [f"task{t}" for t in range(num_tasks)]
 
-    def process(self) -> None:
-        """OGB's processing (``read_graph_pyg`` and its label rules), saved atomically."""
-        from ogb.io.read_graph_pyg import read_graph_pyg
 
-        meta = self.meta_info
-        node_files = (
-            []
-            if meta["additional node files"] == "None"
-            else meta["additional node files"].split(",")
-        )
-        edge_files = (
-            []
-            if meta["additional edge files"] == "None"
-            else meta["additional edge files"].split(",")
-        )
-        with _ogb_prints_to_log():
-            data_list = read_graph_pyg(
-                self.raw_dir,
-                add_inverse_edge=meta["add_inverse_edge"] == "True",
-                additional_node_files=node_files,
-                additional_edge_files=edge_files,
-                binary=self.binary,
-            )
-        label_path = osp.join(self.raw_dir, "graph-label.csv.gz")
-        labels = pd.read_csv(label_path, compression="gzip", header=None).values
-        if labels.shape[0] != len(data_list):
+def ogbg_info(name: str, folder: Path) -> OGBGInfo:
+    """The :class:`OGBGInfo` of a dataset whose files are in ``folder``."""
+    meta = _meta(name)
+    num_tasks = int(meta["num tasks"])
+    return OGBGInfo(
+        name=name,
+        folder=folder,
+        num_tasks=num_tasks,
+        metric=str(meta["eval metric"]),
+        binary="classification" in str(meta["task type"]),
+        task_names=_task_names(folder, num_tasks),
+    )
+
+
+def _split_codes(name: str, folder: Path, num_graphs: int) -> np.ndarray:
+    codes = np.full(num_graphs, -1, dtype=np.int8)
+    for code, (part, idx) in enumerate(read_ogbg_split(name, folder).items()):
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= num_graphs):
             raise ValueError(
-                f"{label_path} has {labels.shape[0]} rows but the raw files hold "
-                f"{len(data_list)} graphs"
+                f"{name} {part} split refers to graph {int(idx.max())}, but the dataset has "
+                f"{num_graphs} graphs"
             )
-        if labels.shape[1] != self.num_tasks:
-            raise ValueError(
-                f"{label_path} has {labels.shape[1]} columns; {self.name} has "
-                f"{self.num_tasks} task(s)"
-            )
-        has_nan = bool(np.isnan(labels.astype(np.float64)).any())
-        classification = "classification" in self.task_type
-        out: list[Data] = []
-        for i, g in enumerate(tqdm(data_list, desc=f"processing {self.name}", leave=False)):
-            y = torch.from_numpy(np.asarray(labels[i], dtype=np.float64)).view(1, -1)
-            g.y = y.long() if classification and not has_nan else y.float()
-            out.append(g)
-        if isinstance(self.pre_transform, GraphormerFeatures):  # all graphs at once (batched)
-            out = self.pre_transform.apply_many(out, progress=None)
-        elif self.pre_transform is not None:
-            out = [self.pre_transform(g) for g in out]
-        save_processed(out, self.processed_paths[0])
-        logger.info("%s: processed %d graphs into %s", self.name, len(out), self.processed_dir)
+        codes[idx] = code
+    return codes
 
-    def get_idx_split(self, split_type: str | None = None) -> dict[str, Tensor]:
-        """OGB's split (``split/<type>/{train,valid,test}.csv.gz``), loaded safely."""
-        from .pcqm import load_split_dict
 
-        split_type = self.meta_info["split"] if split_type is None else split_type
-        path = Path(self.root) / "split" / split_type
-        if (path / "split_dict.pt").is_file():
-            parts = load_split_dict(path / "split_dict.pt", ("train", "valid", "test"))
-            return {k: torch.from_numpy(v) for k, v in parts.items()}
-        out = {}
-        for part in ("train", "valid", "test"):
-            f = path / f"{part}.csv.gz"
-            if not f.is_file():
-                raise DatasetUnavailableError(
-                    f"{self.name} split file {f} not found. "
-                    + ogbg_layout_help(self.name, self.original_root)
-                )
-            idx = pd.read_csv(f, compression="gzip", header=None).values.T[0]
-            out[part] = torch.tensor(idx, dtype=torch.long)
-        return out
+def read_ogbg(name: str, folder: Path) -> MoleculeRecords:
+    """OGB's raw graphs (``read_csv_graph_raw``, OGB's reader), labels and split codes."""
+    from ogb.io.read_graph_raw import read_csv_graph_raw
 
-    def task_names(self) -> list[str]:
-        """Task names from ``mapping/mol.csv.gz`` when present, else ``task0``, ``task1``..."""
-        mapping = Path(self.root) / "mapping" / "mol.csv.gz"
-        if mapping.is_file():
-            try:
-                columns = list(pd.read_csv(mapping, nrows=0).columns)
-            except (OSError, ValueError, pd.errors.ParserError):
-                columns = []
-            names = [c for c in columns if c not in ("smiles", "mol_id")]
-            if len(names) == self.num_tasks:
-                return names
-        return [f"task{t}" for t in range(self.num_tasks)]
+    info = ogbg_info(name, folder)
+    raw = folder / "raw"
+    with _ogb_prints_to_log():
+        graphs = read_csv_graph_raw(
+            str(raw), add_inverse_edge=_meta(name)["add_inverse_edge"] == "True"
+        )
+    label_path = raw / "graph-label.csv.gz"
+    labels = pd.read_csv(label_path, compression="gzip", header=None).values.astype(np.float64)
+    if labels.shape[0] != len(graphs):
+        raise ValueError(
+            f"{label_path} has {labels.shape[0]} rows but the raw files hold {len(graphs)} graphs"
+        )
+    if labels.shape[1] != info.num_tasks:
+        raise ValueError(
+            f"{label_path} has {labels.shape[1]} columns; {name} has {info.num_tasks} task(s)"
+        )
+    return MoleculeRecords(
+        rows=np.arange(len(graphs), dtype=np.int64),
+        targets=labels,
+        target_names=info.task_names,
+        graphs=graphs,
+        split=_split_codes(name, folder, len(graphs)),
+    )
+
+
+def open_ogbg(
+    name: str,
+    root: str | os.PathLike[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+    download: bool = True,
+    download_timeout: float = 30.0,
+    progress: bool | None = None,
+) -> tuple[MoleculeCache, OGBGInfo]:
+    """The store of an ``ogbg-mol*`` set (built on first use) and its :class:`OGBGInfo`."""
+    folder = ensure_ogbg_files(
+        name,
+        OGBG_DEFAULT_ROOT if root is None else root,
+        download=download,
+        download_timeout=download_timeout,
+    )
+    files = [folder / "raw" / f for f in OGBG_RAW_FILES]
+    files += sorted((folder / "split").rglob("*.*"))
+    identity = {str(f.relative_to(folder)): file_digest(f) for f in files if f.is_file()}
+    cache = open_store(
+        store_dir("ogbg", name, identity, cache_dir),
+        lambda: read_ogbg(name, folder),
+        featurizer="ogb",
+        description=name,
+        workers=workers,
+        progress=progress,
+    )
+    return cache, ogbg_info(name, folder)
 
 
 class OGBGEvaluator:
@@ -389,60 +383,3 @@ class OGBGEvaluator:
             logger.warning("%s: OGB's evaluator cannot score this set: %s", self.name, exc)
             return {self.metric: float("nan")}
         return {self.metric: float(result[self.metric])}
-
-
-def load_ogbg(
-    name: str,
-    root: str | os.PathLike[str] | None = None,
-    multi_hop_max_dist: int = 5,
-    *,
-    download: bool = True,
-    download_timeout: float = 30.0,
-    force_reload: bool = False,
-):
-    """An ``ogbg-mol*`` dataset as :class:`~graphormer_urpe.datasets.DatasetSplits`.
-
-    Official scaffold splits; ``task_type`` ``"binary"`` (BCE with missing labels masked) or
-    ``"regression"``; the metric and its direction from ``master.csv``; OGB's evaluator.
-    """
-    from . import DatasetSplits
-
-    meta = _meta(name)
-    dataset = OGBGMolDataset(
-        name,
-        OGBG_DEFAULT_ROOT if root is None else root,
-        pre_transform=GraphormerFeatures(multi_hop_max_dist),
-        force_reload=force_reload,
-        download=download,
-        download_timeout=download_timeout,
-    )
-    split = dataset.get_idx_split()
-    for part, idx in split.items():
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= len(dataset)):
-            raise ValueError(
-                f"{name} {part} split refers to graph {int(idx.max())}, but the dataset has "
-                f"{len(dataset)} graphs"
-            )
-    metric = str(meta["eval metric"])
-    binary = "classification" in str(meta["task type"])
-    logger.info(
-        "%s: %d / %d / %d graphs (train / valid / test), %d task(s), %s",
-        name,
-        split["train"].numel(),
-        split["valid"].numel(),
-        split["test"].numel(),
-        dataset.num_tasks,
-        metric,
-    )
-    return DatasetSplits(
-        name=name,
-        train=dataset[split["train"]],
-        valid=dataset[split["valid"]],
-        test=dataset[split["test"]],
-        featurizer="ogb",
-        target_names=dataset.task_names(),
-        metric=metric,
-        task_type="binary" if binary else "regression",
-        higher_is_better=_HIGHER_IS_BETTER.get(metric, False),
-        evaluator=OGBGEvaluator(name),
-    )

@@ -21,11 +21,11 @@ What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
   only numpy's array-reconstruction functions and dtypes allow-listed
   (:func:`load_split_dict`), then checked (1-D integer arrays inside the data).
 * **Scale.** The processed data is a memory-mapped cache
-  (:mod:`~graphormer_urpe.datasets.mmap_cache`): built in parallel, resumable chunks, about
+  (:mod:`~graphormer_urpe.datasets.store`): built in parallel, resumable chunks, about
   0.8 kB per molecule (2.9 GB for all 3,746,620 molecules), opened in milliseconds and read
-  lazily; nothing is unpickled. It lives in ``<folder>/processed/graphormer-urpe-<hash>/``,
-  where the hash is that of ``data.csv.gz`` (editing the file rebuilds it) and does not
-  depend on ``multi_hop_max_dist`` (applied when graphs are read).
+  lazily; nothing is unpickled. It lives in the cache folder (:mod:`.source`), under
+  ``pcqm/<name>-<hash>/`` where the hash is that of ``data.csv.gz`` (editing the file
+  rebuilds it); it does not depend on ``multi_hop_max_dist`` (applied when graphs are read).
 * **Failures.** Molecules RDKit cannot parse are listed by index in the cache's
   ``meta.json``, logged with a count, and left out of every split (``missing`` says which
   split lost which rows); :func:`~graphormer_urpe.training.submit.submit_checkpoint` refuses
@@ -39,7 +39,6 @@ molecules that have a label (:class:`LSCEvaluator`). In the
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import logging
 import os
@@ -58,7 +57,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .mmap_cache import (
+from .source import file_digest, store_dir
+from .store import (
     DEFAULT_CHUNK_SIZE,
     CachedGraphDataset,
     MoleculeCache,
@@ -328,7 +328,7 @@ def load_split_dict(path: str | os.PathLike[str], names: tuple[str, ...]) -> dic
         with torch.serialization.safe_globals(_numpy_safe_globals()):
             raw = torch.load(path, weights_only=True)
     except Exception as exc:
-        from ..training.checkpoint import torch_load_problem
+        from ..io import torch_load_problem
 
         raise ValueError(
             f"split file {path} cannot be loaded safely (only numpy/torch index arrays are "
@@ -391,16 +391,9 @@ def read_lsc_csv(path: str | os.PathLike[str]) -> tuple[list[str], np.ndarray]:
     return smiles, gap
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _cache_dir(folder: Path, digest: str) -> Path:
-    return folder / "processed" / f"graphormer-urpe-v{_CACHE_VERSION}-{digest[:16]}"
+def _store_dir(info: LSCInfo, csv_path: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
+    identity = {"sha256": file_digest(csv_path), "version": _CACHE_VERSION}
+    return store_dir("pcqm", info.name, identity, cache_dir)
 
 
 # --------------------------------------------------------------------------------------
@@ -416,6 +409,7 @@ def preprocess_lsc(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     download: bool = True,
     progress: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Build (or resume, or reuse) the memory-mapped cache of an OGB-LSC dataset.
 
@@ -426,9 +420,10 @@ def preprocess_lsc(
         chunk_size: molecules per chunk (the resumable unit) of a new build.
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
+        cache_dir: the cache folder (:func:`~.source.default_cache_dir`).
 
     Returns:
-        The :class:`~graphormer_urpe.datasets.mmap_cache.CacheReport` as a dict, plus
+        The :class:`~graphormer_urpe.datasets.store.CacheReport` as a dict, plus
         ``dataset``, ``bytes_per_molecule`` and the projections for the official dataset
         (``official_molecules``, ``projected_cache_bytes``, ``projected_seconds`` at this
         run's throughput).
@@ -437,12 +432,12 @@ def preprocess_lsc(
     folder = ensure_lsc_files(info, root, download=download, progress=progress)
     load_split_dict(folder / "split_dict.pt", info.splits)  # fails now, not after the build
     csv_path = folder / "raw" / "data.csv.gz"
-    digest = _file_digest(csv_path)
-    cache_dir = _cache_dir(folder, digest)
+    digest = file_digest(csv_path)
+    store = _store_dir(info, csv_path, cache_dir)
     read_seconds = 0.0
-    if cache_is_complete(cache_dir):
-        report = existing_cache_report(cache_dir, workers)
-        logger.info("%s: the cache in %s is complete; nothing to do", info.title, cache_dir)
+    if cache_is_complete(store):
+        report = existing_cache_report(store, workers)
+        logger.info("%s: the cache in %s is complete; nothing to do", info.title, store)
     else:
         t0 = time.perf_counter()
         smiles, gap = read_lsc_csv(csv_path)
@@ -455,7 +450,7 @@ def preprocess_lsc(
             read_seconds,
         )
         report = build_molecule_cache(
-            cache_dir,
+            store,
             smiles,
             gap,
             target_names=["homolumogap"],
@@ -516,7 +511,7 @@ class LSCData:
 
     Attributes:
         info: the dataset.
-        cache: the :class:`~graphormer_urpe.datasets.mmap_cache.MoleculeCache`.
+        cache: the :class:`~graphormer_urpe.datasets.store.MoleculeCache`.
         split_rows: ``{split: [K] source rows}`` from ``split_dict.pt``.
         positions: ``{split: cache positions}`` of the rows that are cached, in split order.
         missing: ``{split: source rows that could not be featurised}``.
@@ -606,24 +601,31 @@ def open_lsc(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     download: bool = True,
     progress: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> LSCData:
-    """Open an OGB-LSC dataset, preprocessing it first if its cache is not complete."""
+    """Open an OGB-LSC dataset, preprocessing it first if its store is not complete."""
     info = _info(name)
     folder = ensure_lsc_files(info, root, download=download, progress=progress)
-    cache_dir = _cache_dir(folder, _file_digest(folder / "raw" / "data.csv.gz"))
-    if not cache_is_complete(cache_dir):
+    store = _store_dir(info, folder / "raw" / "data.csv.gz", cache_dir)
+    if not cache_is_complete(store):
         logger.info(
-            "%s: no finished cache in %s; preprocessing with %d worker(s) (run "
+            "%s: no finished store in %s; preprocessing with %d worker(s) (run "
             "`graphormer-urpe preprocess --dataset %s --workers N` to choose)",
             info.title,
-            cache_dir,
+            store,
             workers,
             info.name,
         )
         preprocess_lsc(
-            name, root, workers=workers, chunk_size=chunk_size, download=False, progress=progress
+            name,
+            root,
+            workers=workers,
+            chunk_size=chunk_size,
+            download=False,
+            progress=progress,
+            cache_dir=cache_dir,
         )
-    return LSCData(info, folder, MoleculeCache(cache_dir))
+    return LSCData(info, folder, MoleculeCache(store))
 
 
 def load_lsc_splits(
@@ -635,6 +637,7 @@ def load_lsc_splits(
     workers: int = 1,
     download: bool = True,
     progress: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
 ):
     """An OGB-LSC dataset as :class:`~graphormer_urpe.datasets.DatasetSplits`.
 
@@ -650,11 +653,13 @@ def load_lsc_splits(
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
     """
-    from . import DatasetSplits
     from .featurize import InvalidMoleculeError
+    from .registry import DatasetSplits
 
     info = _info(name)
-    data = open_lsc(name, root, workers=workers, download=download, progress=progress)
+    data = open_lsc(
+        name, root, workers=workers, download=download, progress=progress, cache_dir=cache_dir
+    )
     failures = data.cache.failures
     if strict and failures:
         f = failures[0]

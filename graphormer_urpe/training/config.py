@@ -37,6 +37,11 @@ class TrainConfig:
     """``nci5k`` (embedded, no download), ``zinc``, ``zinc-full``, ``csv:PATH``, ``pcqm4mv2``,
     ``pcqm4m`` or an ``ogbg-mol*`` name."""
     data_root: str | None = None
+    cache_dir: str | None = None
+    """Folder of the dataset stores (``None``: ``$GRAPHORMER_URPE_CACHE``, else
+    ``~/.cache/graphormer-urpe``)."""
+    preprocess_workers: int = 1
+    """Processes that build a missing dataset store."""
     preset: str = "small"
     model: GraphormerConfig = field(default_factory=lambda: get_preset("small"))
     epochs: int | None = 20

@@ -77,14 +77,21 @@ def evaluate_checkpoint(
     device: str = "auto",
     batch_size: int | None = None,
     progress: bool = True,
+    cache_dir: str | None = None,
+    workers: int = 1,
 ) -> dict[str, float]:
-    """The metric(s) of a checkpoint on ``split`` (``train``, ``valid`` or ``test``)."""
+    """The metric(s) of a checkpoint on ``split`` (``train``, ``valid`` or ``test``), read
+    through the dataset's store (built first, with ``workers`` processes, when missing;
+    ``cache_dir`` overrides the folder the run used)."""
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be train, valid or test, got {split!r}")
     lm = load_model(path, device)
     cfg = lm.config
     if data_root is not None:
         cfg = replace(cfg, data_root=data_root)
+    if cache_dir is not None:
+        cfg = replace(cfg, cache_dir=cache_dir)
+    cfg = replace(cfg, preprocess_workers=workers)
     splits = load_splits(cfg)
     dataset = getattr(splits, split)
     loader = make_loader(dataset, lm.model.config, batch_size or cfg.batch_size, shuffle=False)

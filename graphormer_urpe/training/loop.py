@@ -403,6 +403,8 @@ def load_splits(config: TrainConfig):
         seed=config.split_seed,
         featurizer=config.featurizer,
         max_nodes=config.max_nodes,
+        cache_dir=config.cache_dir,
+        workers=config.preprocess_workers,
     )
 
 

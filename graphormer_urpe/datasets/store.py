@@ -1,7 +1,8 @@
-r"""Memory-mapped molecule caches for millions of graphs: build in parallel chunks, read lazily.
+r"""The store behind every dataset: memory-mapped molecules, built in parallel chunks, read lazily.
 
-A cache is a folder of flat numpy arrays (``.npy``, opened with ``mmap_mode="r"``) plus
-``meta.json``. For ``M`` molecules with ``N_m`` atoms and ``E_m`` directed bonds:
+A store (a "cache" in the names below) is a folder of flat numpy arrays (``.npy``, opened
+with ``mmap_mode="r"``) plus ``meta.json``. For ``M`` molecules with ``N_m`` atoms and ``E_m``
+directed bonds:
 
 ================  ===================  ======================================================
 array             shape                content
@@ -14,6 +15,10 @@ array             shape                content
 ``y``             ``[M, T]`` float32   targets, ``NaN`` = missing (e.g. the test splits)
 ``node_ptr``      ``[M + 1]`` int64    offsets into ``x``; likewise ``edge_ptr``, ``pair_ptr``
 ``source_index``  ``[M]`` int64        the source row of each cached molecule
+``smiles_bytes``  ``[sum len]`` uint8  SMILES (UTF-8) of SMILES sources; ``smiles_ptr``
+                                       ``[M + 1]`` their offsets
+``split``         ``[M]`` int8         split codes (0 train, 1 valid, 2 test) when the
+                                       source labels its splits
 ================  ===================  ======================================================
 
 Only the two ``[N, N]`` path matrices are stored, coded in ``uint8`` for molecules
@@ -27,14 +32,15 @@ stores.
 
 **Building** (:func:`build_molecule_cache`) splits the source rows into fixed chunks (the chunk
 size is recorded in ``plan.json`` on the first run). Each chunk is featurised (OGB's
-``smiles2graph``), its shortest paths are computed for all its molecules at once
+``smiles2graph`` or the ZINC featuriser; sources of ready graphs such as ZINC's pickles and
+OGB's raw files skip this step), its shortest paths are computed for all its molecules at once
 (:func:`~graphormer_urpe.graph.fast_features.batched_shortest_paths`), and it is written to
 ``chunks/<id>/`` atomically (a temporary folder renamed into place), by ``workers`` processes.
 An interrupted build resumes with the chunks that are missing; finished chunks are never
 recomputed. When all are there they are concatenated into the final arrays (again through
 temporary files), ``meta.json`` is written last, and the chunks are removed.
 
-**Failures.** A SMILES that RDKit cannot parse, or a molecule without atoms, is not cached:
+**Failures.** A SMILES that RDKit cannot parse, or a molecule without atoms, is left out:
 it is recorded (source row, SMILES, reason) in ``meta.json["failures"]``, counted and logged.
 Consumers decide what a missing molecule means (training skips it with a logged count;
 a submission refuses).
@@ -84,6 +90,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = "graphormer-urpe-mmap/1"
+SPLIT_NAMES: tuple[str, str, str] = ("train", "valid", "test")
+"""Split codes stored with the graphs: ``0`` train, ``1`` valid, ``2`` test (``-1``: none)."""
+FEATURIZER_NAMES: tuple[str, ...] = ("ogb", "zinc")
 META_FILE = "meta.json"
 PLAN_FILE = "plan.json"
 CHUNKS_DIR = "chunks"
@@ -100,6 +109,7 @@ _CHUNK_ARRAYS = (
     "num_edges",
     "source_index",
 )
+_OPTIONAL_CHUNK_ARRAYS = ("smiles_bytes", "smiles_len", "split")
 _CACHE_ARRAYS = (
     "x",
     "edge_index",
@@ -182,40 +192,70 @@ class CacheReport:
 # --------------------------------------------------------------------------------------
 
 
-def _failure_reason(smiles: str, exc: BaseException | None) -> str:
+def _failure_reason(smiles: str, exc: BaseException | None, featurizer: str = "ogb") -> str:
     from .featurize import InvalidMoleculeError, parse_smiles
 
+    if isinstance(exc, InvalidMoleculeError):
+        return str(exc)
     try:
         parse_smiles(smiles)
     except InvalidMoleculeError as err:
         return str(err)
     except Exception as err:  # pragma: no cover - parse_smiles raises its own error
         return f"{type(err).__name__}: {err}"
-    if exc is None:
+    if exc is None or str(exc) == "no atoms":
         return f"SMILES {smiles!r}: molecule has no atoms"
     return f"SMILES {smiles!r}: {type(exc).__name__}: {exc}"
 
 
-def _ogb_graphs(
-    smiles: Sequence[str], first_index: int
-) -> tuple[list[int], list[dict[str, np.ndarray]], list[MoleculeFailure]]:
-    """OGB ``smiles2graph`` on every SMILES; failures are returned, not raised."""
-    from ogb.utils import smiles2graph
+GraphDict = dict[str, Any]
+"""One molecule's graph as OGB's ``smiles2graph`` returns it: ``node_feat`` ``[N, F]``,
+``edge_index`` ``[2, E]``, ``edge_feat`` ``[E, F_e]`` (or ``[E]``), ``num_nodes``."""
+
+
+def _featurize_one(text: str, featurizer: str) -> GraphDict:
+    """One SMILES through ``featurizer``; raises on failure."""
+    if featurizer == "ogb":
+        from ogb.utils import smiles2graph
+
+        graph = smiles2graph(text.strip())
+        if int(graph["num_nodes"]) == 0:
+            raise ValueError("no atoms")
+        return graph
+    from .featurize import featurize_smiles
+
+    data = featurize_smiles(text, featurizer)
+    return {
+        "node_feat": data.x.numpy(),
+        "edge_index": data.edge_index.numpy(),
+        "edge_feat": data.edge_attr.numpy(),
+        "num_nodes": int(data.num_nodes),
+    }
+
+
+def featurize_smiles_list(
+    smiles: Sequence[str], rows: Sequence[int], featurizer: str = "ogb"
+) -> tuple[list[int], list[GraphDict], list[MoleculeFailure]]:
+    """Featurise every SMILES; failures are returned (with their source row), not raised.
+
+    Returns:
+        ``(kept, graphs, failures)``: positions in ``smiles`` that gave a graph, their graphs.
+    """
     from rdkit import rdBase
 
+    if featurizer not in FEATURIZER_NAMES:
+        raise ValueError(f"unknown featurizer {featurizer!r}; choose one of {FEATURIZER_NAMES}")
     kept, graphs, failures = [], [], []
     with rdBase.BlockLogs():
         for offset, smi in enumerate(smiles):
             text = smi if isinstance(smi, str) else ""
             try:
-                graph = smiles2graph(text)
-                exc = None if int(graph["num_nodes"]) > 0 else ValueError("no atoms")
+                graph, exc = _featurize_one(text, featurizer), None
             except Exception as err:  # RDKit returns None for bad SMILES; OGB then fails
                 graph, exc = None, err
-            if exc is not None or graph is None:
-                failures.append(
-                    MoleculeFailure(first_index + offset, str(smi), _failure_reason(text, exc))
-                )
+            if graph is None:
+                reason = _failure_reason(text, exc, featurizer)
+                failures.append(MoleculeFailure(int(rows[offset]), str(smi), reason))
                 continue
             kept.append(offset)
             graphs.append(graph)
@@ -236,48 +276,103 @@ def _narrow(a: np.ndarray, what: str) -> np.ndarray:
     raise ValueError(f"{what} values out of the int64 range")  # pragma: no cover
 
 
-def featurize_chunk(
-    smiles: Sequence[str], targets: np.ndarray, first_index: int
-) -> tuple[dict[str, np.ndarray], list[MoleculeFailure], dict[str, float]]:
-    """Graphs and encoded shortest paths of a list of SMILES.
+def _as_2d(a: Any) -> np.ndarray:
+    a = np.asarray(a)
+    return a.reshape(-1, 1) if a.ndim == 1 else a
+
+
+def graph_arrays(
+    graphs: Sequence[GraphDict],
+    rows: Sequence[int],
+    targets: np.ndarray,
+    *,
+    smiles: Sequence[str] | None = None,
+    split: Sequence[int] | None = None,
+) -> dict[str, np.ndarray]:
+    """The chunk arrays of featurised graphs: features, encoded shortest paths, extras.
 
     Args:
-        smiles: ``[R]`` SMILES strings.
-        targets: ``[R, T]`` targets (``NaN`` = missing).
-        first_index: source row of ``smiles[0]`` (rows are numbered consecutively).
+        graphs: ``[G]`` graphs (:data:`GraphDict`).
+        rows: ``[G]`` source row of each graph.
+        targets: ``[G, T]`` targets (``NaN`` = missing).
+        smiles: ``[G]`` SMILES to keep with the graphs (``None``: none kept).
+        split: ``[G]`` split codes (index into :data:`SPLIT_NAMES`; ``-1`` = none).
 
     Returns:
-        ``(arrays, failures, seconds)``: the chunk arrays (``x``, ``edge_index``, ``edge_attr``,
-        ``dist_code``, ``path_code``, ``y``, ``num_nodes``, ``num_edges``, ``source_index``),
-        the rows that failed, and the time spent per stage.
+        ``x``, ``edge_index``, ``edge_attr`` (always ``[E, F_e]``), ``dist_code``,
+        ``path_code``, ``y``, ``num_nodes``, ``num_edges``, ``source_index`` and, when given,
+        ``smiles_bytes`` / ``smiles_len`` and ``split``.
     """
-    targets = np.asarray(targets, dtype=np.float64).reshape(len(smiles), -1)
-    t0 = time.perf_counter()
-    kept, graphs, failures = _ogb_graphs(smiles, first_index)
-    t1 = time.perf_counter()
     num_nodes = np.array([int(g["num_nodes"]) for g in graphs], dtype=np.int64)
-    num_edges = np.array([g["edge_index"].shape[1] for g in graphs], dtype=np.int64)
+    num_edges = np.array([np.shape(g["edge_index"])[1] for g in graphs], dtype=np.int64)
     if graphs:
-        x = np.concatenate([g["node_feat"] for g in graphs])
-        edge_index = np.concatenate([g["edge_index"] for g in graphs], axis=1)
-        edge_attr = np.concatenate([g["edge_feat"] for g in graphs])
+        x = np.concatenate([_as_2d(g["node_feat"]) for g in graphs])
+        edge_index = np.concatenate([np.asarray(g["edge_index"]) for g in graphs], axis=1)
+        edge_attr = np.concatenate([_as_2d(g["edge_feat"]) for g in graphs])
     else:
         x = np.zeros((0, 9), dtype=np.int64)
         edge_index = np.zeros((2, 0), dtype=np.int64)
         edge_attr = np.zeros((0, 3), dtype=np.int64)
     dist_code, path_code, _ = batched_shortest_paths(num_nodes, edge_index, num_edges)
-    t2 = time.perf_counter()
     arrays = {
         "x": _narrow(x, "atom feature"),
         "edge_index": edge_index.astype(index_dtype(max(int(num_nodes.max(initial=1)) - 1, 0))),
         "edge_attr": _narrow(edge_attr, "bond feature"),
         "dist_code": dist_code,
         "path_code": path_code,
-        "y": targets[kept].astype(np.float32),
+        "y": np.asarray(targets, dtype=np.float32).reshape(len(graphs), np.shape(targets)[-1]),
         "num_nodes": num_nodes.astype(np.int32),
         "num_edges": num_edges.astype(np.int32),
-        "source_index": (first_index + np.asarray(kept, dtype=np.int64)).astype(np.int64),
+        "source_index": np.asarray(rows, dtype=np.int64).reshape(-1),
     }
+    if smiles is not None:
+        encoded = [str(t).encode("utf-8") for t in smiles]
+        arrays["smiles_bytes"] = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+        arrays["smiles_len"] = np.array([len(e) for e in encoded], dtype=np.int64)
+    if split is not None:
+        arrays["split"] = np.asarray(split, dtype=np.int8).reshape(-1)
+    return arrays
+
+
+def featurize_chunk(
+    smiles: Sequence[str],
+    targets: np.ndarray,
+    first_index: int = 0,
+    featurizer: str = "ogb",
+    *,
+    rows: Sequence[int] | None = None,
+    split: Sequence[int] | None = None,
+    keep_smiles: bool = False,
+) -> tuple[dict[str, np.ndarray], list[MoleculeFailure], dict[str, float]]:
+    """Graphs and encoded shortest paths of a list of SMILES.
+
+    Args:
+        smiles: ``[R]`` SMILES strings.
+        targets: ``[R, T]`` targets (``NaN`` = missing).
+        first_index: source row of ``smiles[0]`` when ``rows`` is not given (rows are then
+            numbered consecutively).
+        featurizer: ``"ogb"`` or ``"zinc"``.
+        rows: ``[R]`` source rows (default ``first_index, first_index + 1, ...``).
+        split: ``[R]`` split codes kept with the graphs.
+        keep_smiles: store the SMILES of the cached graphs too.
+
+    Returns:
+        ``(arrays, failures, seconds)``: the chunk arrays (see :func:`graph_arrays`), the rows
+        that failed, and the time spent per stage.
+    """
+    rows = np.arange(first_index, first_index + len(smiles)) if rows is None else np.asarray(rows)
+    targets = np.asarray(targets, dtype=np.float64).reshape(len(smiles), -1)
+    t0 = time.perf_counter()
+    kept, graphs, failures = featurize_smiles_list(smiles, rows, featurizer)
+    t1 = time.perf_counter()
+    arrays = graph_arrays(
+        graphs,
+        rows[kept],
+        targets[kept],
+        smiles=[smiles[k] for k in kept] if keep_smiles else None,
+        split=None if split is None else np.asarray(split)[kept],
+    )
+    t2 = time.perf_counter()
     return arrays, failures, {"featurize": t1 - t0, "paths": t2 - t1}
 
 
@@ -297,21 +392,51 @@ def write_chunk(chunk_dir: Path, arrays: dict[str, np.ndarray], meta: dict[str, 
             shutil.rmtree(tmp)
 
 
-def _build_chunk(task: tuple[str, int, int, list[str], np.ndarray]) -> ChunkResult:
+@dataclass
+class ChunkTask:
+    """One chunk of source rows to featurise and write (sent to a worker process)."""
+
+    chunk_dir: str
+    chunk: int
+    featurizer: str
+    rows: np.ndarray
+    targets: np.ndarray
+    smiles: list[str] | None = None
+    graphs: list[GraphDict] | None = None
+    split: np.ndarray | None = None
+    keep_smiles: bool = False
+
+
+def _build_chunk(task: ChunkTask) -> ChunkResult:
     """Featurise and write one chunk (runs in a worker process)."""
-    chunk_dir, chunk, first_index, smiles, targets = task
-    arrays, failures, seconds = featurize_chunk(smiles, targets, first_index)
+    if task.graphs is not None:  # a source of ready graphs (ZINC, ogbg-mol*)
+        t0 = time.perf_counter()
+        smiles = task.smiles if task.keep_smiles else None
+        arrays = graph_arrays(task.graphs, task.rows, task.targets, smiles=smiles, split=task.split)
+        failures: list[MoleculeFailure] = []
+        seconds = {"featurize": 0.0, "paths": time.perf_counter() - t0}
+    else:
+        assert task.smiles is not None
+        arrays, failures, seconds = featurize_chunk(
+            task.smiles,
+            task.targets,
+            featurizer=task.featurizer,
+            rows=task.rows,
+            split=task.split,
+            keep_smiles=task.keep_smiles,
+        )
     t0 = time.perf_counter()
+    rows = int(task.rows.size)
+    graphs = int(arrays["num_nodes"].size)
     meta = {
-        "chunk": chunk,
-        "first_index": first_index,
-        "rows": len(smiles),
-        "graphs": int(arrays["num_nodes"].size),
+        "chunk": task.chunk,
+        "rows": rows,
+        "graphs": graphs,
         "failures": [asdict(f) for f in failures],
     }
-    write_chunk(Path(chunk_dir), arrays, meta)
+    write_chunk(Path(task.chunk_dir), arrays, meta)
     seconds["write"] = time.perf_counter() - t0
-    return ChunkResult(chunk, len(smiles), int(arrays["num_nodes"].size), failures, seconds)
+    return ChunkResult(task.chunk, rows, graphs, failures, seconds)
 
 
 # --------------------------------------------------------------------------------------
@@ -320,7 +445,7 @@ def _build_chunk(task: tuple[str, int, int, list[str], np.ndarray]) -> ChunkResu
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
-    from ..training.checkpoint import write_atomic  # not at import: training imports datasets
+    from ..io import write_atomic
 
     write_atomic(path, json.dumps(obj))
 
@@ -373,50 +498,60 @@ def _read_plan(cache_dir: Path, rows: int, targets: int, chunk_size: int) -> int
     return chunk_size
 
 
+def _concat_into(path: Path, arrays: list[np.ndarray], axis: int) -> None:
+    """Concatenate ``arrays`` along ``axis`` into the ``.npy`` file ``path`` (memory-mapped)."""
+    dtype = np.result_type(*arrays)
+    shape = list(arrays[0].shape)
+    shape[axis] = sum(a.shape[axis] for a in arrays)
+    out = np.lib.format.open_memmap(path, "w+", dtype, tuple(shape))
+    start = 0
+    for a in arrays:
+        stop = start + a.shape[axis]
+        if axis == 0:
+            out[start:stop] = a
+        else:
+            out[:, start:stop] = a
+        start = stop
+    out.flush()
+    del out
+
+
+def _pointer(counts: np.ndarray) -> np.ndarray:
+    ptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr
+
+
 def _merge_chunks(cache_dir: Path, num_chunks: int, meta: dict[str, Any]) -> None:
     """Concatenate the chunks into the final arrays (through temporary files)."""
     chunk_dirs = [cache_dir / CHUNKS_DIR / f"{c:06d}" for c in range(num_chunks)]
-    parts = {
-        name: [np.load(d / f"{name}.npy", mmap_mode="r") for d in chunk_dirs]
-        for name in _CHUNK_ARRAYS
+    present = {p.stem for p in chunk_dirs[0].glob("*.npy")}
+    names = [n for n in _CHUNK_ARRAYS + _OPTIONAL_CHUNK_ARRAYS if n in present]
+    parts = {n: [np.load(d / f"{n}.npy", mmap_mode="r") for d in chunk_dirs] for n in names}
+    counts = {
+        n: np.concatenate([np.asarray(a, dtype=np.int64) for a in parts[n]])
+        for n in ("num_nodes", "num_edges") + (("smiles_len",) if "smiles_len" in parts else ())
     }
-    num_nodes = np.concatenate([np.asarray(a, dtype=np.int64) for a in parts["num_nodes"]])
-    num_edges = np.concatenate([np.asarray(a, dtype=np.int64) for a in parts["num_edges"]])
-    ptrs = {}
-    for name, counts in (
-        ("node_ptr", num_nodes),
-        ("edge_ptr", num_edges),
-        ("pair_ptr", num_nodes * num_nodes),
-    ):
-        ptr = np.zeros(counts.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        ptrs[name] = ptr
+    ptrs = {
+        "node_ptr": _pointer(counts["num_nodes"]),
+        "edge_ptr": _pointer(counts["num_edges"]),
+        "pair_ptr": _pointer(counts["num_nodes"] ** 2),
+    }
+    if "smiles_len" in counts:
+        ptrs["smiles_ptr"] = _pointer(counts["smiles_len"])
     tmp = cache_dir / f".merge.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        for name in ("x", "edge_index", "edge_attr", "dist_code", "path_code", "y", "source_index"):
-            arrays = parts[name]
-            dtype = np.result_type(*arrays)
-            axis = 1 if name == "edge_index" else 0
-            shape = list(arrays[0].shape)
-            shape[axis] = sum(a.shape[axis] for a in arrays)
-            out = np.lib.format.open_memmap(tmp / f"{name}.npy", "w+", dtype, tuple(shape))
-            start = 0
-            for a in arrays:
-                stop = start + a.shape[axis]
-                if axis == 0:
-                    out[start:stop] = a
-                else:
-                    out[:, start:stop] = a
-                start = stop
-            out.flush()
-            del out
+        concatenated = [n for n in names if n not in ("num_nodes", "num_edges", "smiles_len")]
+        for name in concatenated:
+            _concat_into(tmp / f"{name}.npy", parts[name], 1 if name == "edge_index" else 0)
         for name, ptr in ptrs.items():
             np.save(tmp / f"{name}.npy", ptr)
-        for name in _CACHE_ARRAYS:
+        for name in concatenated + list(ptrs):
             os.replace(tmp / f"{name}.npy", cache_dir / f"{name}.npy")
+        meta["arrays"] = sorted(concatenated + list(ptrs))
         _atomic_write_json(cache_dir / META_FILE, meta)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -446,28 +581,103 @@ def existing_cache_report(cache_dir: str | os.PathLike[str], workers: int = 1) -
     )
 
 
+def _chunk_tasks(
+    chunks_root: Path,
+    todo: list[int],
+    chunk_size: int,
+    featurizer: str,
+    keep_smiles: bool,
+    rows: np.ndarray,
+    targets: np.ndarray,
+    smiles: Sequence[str] | None,
+    graphs: Sequence[GraphDict] | None,
+    split: np.ndarray | None,
+) -> list[ChunkTask]:
+    """The :class:`ChunkTask` of every chunk in ``todo``."""
+    tasks = []
+    for c in todo:
+        part = slice(c * chunk_size, (c + 1) * chunk_size)
+        tasks.append(
+            ChunkTask(
+                str(chunks_root / f"{c:06d}"),
+                c,
+                featurizer,
+                rows[part],
+                targets[part],
+                None if smiles is None else list(smiles[part]),
+                None if graphs is None else list(graphs[part]),
+                None if split is None else split[part],
+                keep_smiles,
+            )
+        )
+    return tasks
+
+
+def _run_tasks(tasks: list[ChunkTask], workers: int, bar: tqdm) -> dict[str, float]:
+    """Build every chunk, in ``workers`` processes; the summed time per stage."""
+    stage = {"featurize": 0.0, "paths": 0.0, "write": 0.0}
+    try:
+        if workers == 1 or len(tasks) <= 1:
+            for task in tasks:
+                _account(_build_chunk(task), stage, bar)
+        else:
+            with _mp_context().Pool(min(workers, len(tasks))) as pool:
+                for r in pool.imap_unordered(_build_chunk, tasks):
+                    _account(r, stage, bar)
+    finally:
+        bar.close()
+    return stage
+
+
+def _reuse(cache_dir: Path, rows: int, workers: int, description: str) -> CacheReport:
+    report = existing_cache_report(cache_dir, workers)
+    if report.molecules != rows:
+        raise ValueError(
+            f"{cache_dir} caches {report.molecules} rows, but {description} has {rows}; "
+            "remove the folder to rebuild it"
+        )
+    # leftovers of a build interrupted between meta.json and the clean-up
+    shutil.rmtree(cache_dir / CHUNKS_DIR, ignore_errors=True)
+    (cache_dir / PLAN_FILE).unlink(missing_ok=True)
+    logger.info("%s: reusing the cache in %s (%d graphs)", description, cache_dir, report.graphs)
+    return report
+
+
 def build_molecule_cache(
     cache_dir: str | os.PathLike[str],
-    smiles: Sequence[str],
+    smiles: Sequence[str] | None,
     targets: np.ndarray,
     *,
     target_names: Sequence[str] = ("y",),
+    featurizer: str = "ogb",
+    rows: Sequence[int] | None = None,
+    graphs: Sequence[GraphDict] | None = None,
+    split: Sequence[int] | None = None,
+    keep_smiles: bool = False,
+    skipped: Sequence[MoleculeFailure] = (),
     workers: int = 1,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    progress: bool = True,
+    chunk_size: int | None = None,
+    progress: bool | None = True,
     description: str = "molecules",
     extra_meta: dict[str, Any] | None = None,
 ) -> CacheReport:
-    """Build (or resume, or reuse) the memory-mapped cache of ``smiles``.
+    """Build (or resume, or reuse) the memory-mapped cache of ``smiles`` (or ``graphs``).
 
     Args:
         cache_dir: the cache folder (created).
-        smiles: ``[R]`` SMILES; source row ``r`` is ``smiles[r]``.
+        smiles: ``[R]`` SMILES, featurised with ``featurizer``; ``None`` with ``graphs``.
         targets: ``[R]`` or ``[R, T]`` targets, ``NaN`` = missing.
         target_names: ``[T]`` names, stored in ``meta.json``.
+        featurizer: ``"ogb"`` or ``"zinc"`` for SMILES; recorded as given for ``graphs``.
+        rows: ``[R]`` source row of each record (default ``0 .. R-1``).
+        graphs: ``[R]`` ready graphs (:data:`GraphDict`) instead of SMILES.
+        split: ``[R]`` split codes (index into :data:`SPLIT_NAMES`) stored with the graphs.
+        keep_smiles: store the SMILES of the cached graphs (scaffold splits, messages).
+        skipped: rows the source already rejected; recorded among the failures.
         workers: processes featurising chunks in parallel (1: in this process).
-        chunk_size: rows per chunk for a new build (a resumed build keeps its own).
-        progress: show a tqdm bar (molecules).
+        chunk_size: rows per chunk for a new build (default :data:`DEFAULT_CHUNK_SIZE`; a
+            resumed build keeps its own).
+        progress: show a tqdm bar (molecules); ``None``: only when stderr is a terminal.
         description: name of the source in messages.
         extra_meta: more entries for ``meta.json`` (e.g. the source file's digest).
 
@@ -475,38 +685,31 @@ def build_molecule_cache(
         The :class:`CacheReport` (also logged).
     """
     cache_dir = Path(cache_dir)
-    rows = len(smiles)
-    targets = np.asarray(targets, dtype=np.float64).reshape(rows, -1)
+    if (smiles is None) == (graphs is None):
+        raise ValueError("give either smiles or graphs")
+    records = len(smiles if smiles is not None else graphs)  # type: ignore[arg-type]
+    row_ids = np.arange(records) if rows is None else np.asarray(rows, dtype=np.int64)
+    total_rows = records + len(skipped)
+    targets = np.asarray(targets, dtype=np.float64).reshape(records, -1)
     if len(target_names) != targets.shape[1]:
         raise ValueError(f"{len(target_names)} target names for {targets.shape[1]} target columns")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    chunk_size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if cache_is_complete(cache_dir):
-        report = existing_cache_report(cache_dir, workers)
-        if report.molecules != rows:
-            raise ValueError(
-                f"{cache_dir} caches {report.molecules} rows, but {description} has {rows}; "
-                "remove the folder to rebuild it"
-            )
-        # leftovers of a build interrupted between meta.json and the clean-up
-        shutil.rmtree(cache_dir / CHUNKS_DIR, ignore_errors=True)
-        (cache_dir / PLAN_FILE).unlink(missing_ok=True)
-        logger.info(
-            "%s: reusing the cache in %s (%d graphs)", description, cache_dir, report.graphs
-        )
-        return report
+        return _reuse(cache_dir, total_rows, workers, description)
     wall = time.perf_counter()
-    chunk_size = _read_plan(cache_dir, rows, targets.shape[1], chunk_size)
-    num_chunks = max(1, -(-rows // chunk_size))
+    chunk_size = _read_plan(cache_dir, total_rows, targets.shape[1], chunk_size)
+    num_chunks = max(1, -(-records // chunk_size))
     chunks_root = cache_dir / CHUNKS_DIR
     chunks_root.mkdir(parents=True, exist_ok=True)
     for stale in chunks_root.glob(".*.tmp-*"):  # left by an interrupted writer
         shutil.rmtree(stale, ignore_errors=True)
     done = {int(p.name) for p in chunks_root.iterdir() if p.is_dir() and p.name.isdigit()}
     todo = [c for c in range(num_chunks) if c not in done]
-    done_rows = sum(min(chunk_size, rows - c * chunk_size) for c in done)
+    done_rows = sum(min(chunk_size, records - c * chunk_size) for c in done)
     if done:
         logger.info(
             "%s: resuming: %d of %d chunks already built (%d molecules)",
@@ -515,52 +718,48 @@ def build_molecule_cache(
             num_chunks,
             done_rows,
         )
-    tasks = [
-        (
-            str(chunks_root / f"{c:06d}"),
-            c,
-            c * chunk_size,
-            list(smiles[c * chunk_size : (c + 1) * chunk_size]),
-            targets[c * chunk_size : (c + 1) * chunk_size],
-        )
-        for c in todo
-    ]
-    stage = {"featurize": 0.0, "paths": 0.0, "write": 0.0}
+    split_codes = None if split is None else np.asarray(split, dtype=np.int8)
+    tasks = _chunk_tasks(
+        chunks_root,
+        todo,
+        chunk_size,
+        featurizer,
+        keep_smiles,
+        row_ids,
+        targets,
+        smiles,
+        graphs,
+        split_codes,
+    )
     bar = tqdm(
-        total=rows,
+        total=records,
         initial=done_rows,
         unit="mol",
         desc=f"preprocessing {description}",
-        disable=not progress,
+        disable=None if progress is None else not progress,  # None: only on a terminal
         dynamic_ncols=True,
     )
     t_process = time.perf_counter()
-    try:
-        if workers == 1 or len(tasks) <= 1:
-            results = (_build_chunk(t) for t in tasks)
-            for r in results:
-                _account(r, stage, bar)
-        else:
-            with _mp_context().Pool(min(workers, len(tasks))) as pool:
-                for r in pool.imap_unordered(_build_chunk, tasks):
-                    _account(r, stage, bar)
-    finally:
-        bar.close()
+    stage = _run_tasks(tasks, workers, bar)
     process_seconds = time.perf_counter() - t_process
-    processed = sum(len(t[3]) for t in tasks)
+    processed = sum(int(t.rows.size) for t in tasks)
 
-    failures: list[MoleculeFailure] = []
-    graphs = 0
+    failures: list[MoleculeFailure] = list(skipped)
+    num_graphs = 0
     for c in range(num_chunks):
         chunk_meta = json.loads((chunks_root / f"{c:06d}" / META_FILE).read_text("utf-8"))
-        graphs += chunk_meta["graphs"]
+        num_graphs += chunk_meta["graphs"]
         failures.extend(MoleculeFailure(**f) for f in chunk_meta["failures"])
+    failures.sort(key=lambda f: f.index)
+    edge_dims = {np.ndim(g["edge_feat"]) for g in graphs or []}
     meta = {
         "format": CACHE_FORMAT,
         "source": description,
-        "rows": rows,
-        "graphs": graphs,
+        "rows": total_rows,
+        "graphs": num_graphs,
         "target_names": list(target_names),
+        "featurizer": featurizer,
+        "edge_attr_1d": featurizer == "zinc" or edge_dims == {1},
         "chunk_size": chunk_size,
         "failures": [asdict(f) for f in failures],
         **(extra_meta or {}),
@@ -571,15 +770,15 @@ def build_molecule_cache(
     shutil.rmtree(chunks_root, ignore_errors=True)
     (cache_dir / PLAN_FILE).unlink(missing_ok=True)
 
-    _log_failures(description, failures, rows)
+    _log_failures(description, failures, total_rows, meta.get("line_offset"))
     t0 = time.perf_counter()
     cache = MoleculeCache(cache_dir)
     cache.open()
     load = time.perf_counter() - t0
     report = CacheReport(
         str(cache_dir),
-        rows,
-        graphs,
+        total_rows,
+        num_graphs,
         failures,
         True,
         num_chunks,
@@ -596,7 +795,7 @@ def build_molecule_cache(
         "%s: cached %d graphs in %s (%.1f MB, %d failures); %d molecules in %.1f s "
         "(%.0f molecules/s, %d workers); opens in %.3f s",
         description,
-        graphs,
+        num_graphs,
         cache_dir,
         report.cache_bytes / 1e6,
         len(failures),
@@ -615,10 +814,17 @@ def _account(result: ChunkResult, stage: dict[str, float], bar: tqdm) -> None:
     bar.update(result.rows)
 
 
-def _log_failures(description: str, failures: list[MoleculeFailure], rows: int) -> None:
+def _row_text(row: int, line_offset: int | None) -> str:
+    return f"row {row}" if line_offset is None else f"row {row} (line {row + line_offset})"
+
+
+def _log_failures(
+    description: str, failures: list[MoleculeFailure], rows: int, line_offset: int | None
+) -> None:
     for n, f in enumerate(failures):
         level = logging.WARNING if n < _MAX_LOGGED_FAILURES else logging.DEBUG
-        logger.log(level, "%s: row %d %r not cached: %s", description, f.index, f.smiles, f.reason)
+        where = _row_text(f.index, line_offset)
+        logger.log(level, "%s: %s %r left out: %s", description, where, f.smiles, f.reason)
     if failures:
         logger.warning(
             "%s: %d of %d molecules could not be featurised (listed in meta.json); "
@@ -641,8 +847,97 @@ def _compact16(a: np.ndarray) -> Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # pragma: no cover
 
 
+def with_pointers(chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Chunk arrays (:func:`graph_arrays`) with the ``node_ptr`` / ``edge_ptr`` / ``pair_ptr``
+    offsets that :func:`decode_graphs` reads, as a finished store has them."""
+    n = np.asarray(chunk["num_nodes"], dtype=np.int64)
+    out = dict(chunk)
+    out["node_ptr"] = _pointer(n)
+    out["edge_ptr"] = _pointer(np.asarray(chunk["num_edges"], dtype=np.int64))
+    out["pair_ptr"] = _pointer(n * n)
+    return out
+
+
+def _raw(a: dict[str, np.ndarray], i: int) -> tuple[np.ndarray, ...]:
+    n0, n1 = int(a["node_ptr"][i]), int(a["node_ptr"][i + 1])
+    e0, e1 = int(a["edge_ptr"][i]), int(a["edge_ptr"][i + 1])
+    p0, p1 = int(a["pair_ptr"][i]), int(a["pair_ptr"][i + 1])
+    return (
+        a["x"][n0:n1],
+        a["edge_index"][:, e0:e1].astype(np.int64),
+        a["edge_attr"][e0:e1],
+        a["dist_code"][p0:p1],
+        a["path_code"][p0:p1],
+        a["y"][i],
+    )
+
+
+def decode_graphs(
+    arrays: dict[str, np.ndarray],
+    indices: Sequence[int],
+    multi_hop_max_dist: int = 5,
+    edge_attr_1d: bool = False,
+) -> list[Data]:
+    """The graphs at positions ``indices`` of store arrays, with Graphormer features.
+
+    Each ``Data`` has ``x`` ``[N, F]`` long, ``edge_index`` ``[2, E]`` long, ``edge_attr``
+    ``[E, F_e]`` long (``[E]`` with ``edge_attr_1d``), ``y`` ``[1, T]`` float32 and exactly
+    the attributes of :class:`~graphormer_urpe.graph.features.GraphormerFeatures`
+    (``spatial_pos`` ``[N * N]`` int16, ``edge_input`` ``[N * N * D, F_e]`` int16,
+    ``edge_input_hops`` ``[1]``, ``degree`` ``[N]`` long). Graphs of equal size are decoded
+    together (padding them to a common size was measured slower).
+
+    Args:
+        arrays: a finished store's arrays, or chunk arrays through :func:`with_pointers`.
+        indices: positions of the graphs.
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+        edge_attr_1d: the source's bond features are ``[E]`` (ZINC), not ``[E, F_e]``.
+    """
+    if multi_hop_max_dist < 1:
+        raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
+    raws = [_raw(arrays, int(i)) for i in indices]
+    out: list[Data | None] = [None] * len(raws)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for q, r in enumerate(raws):
+        groups.setdefault((r[0].shape[0], r[2].shape[1]), []).append(q)
+    for (n, fe), members in groups.items():
+        g = len(members)
+        dist, path = decode_paths(
+            np.stack([raws[q][3] for q in members]).reshape(g, n, n),
+            np.stack([raws[q][4] for q in members]).reshape(g, n, n),
+        )
+        edge_type = np.zeros((g, n, n, fe), dtype=np.int64)
+        adj = np.zeros((g, n, n), dtype=bool)
+        shift = 2 + 512 * np.arange(fe)
+        for slot, q in enumerate(members):
+            ei, ea = raws[q][1], raws[q][2]
+            edge_type[slot, ei[0], ei[1]] = ea.astype(np.int64) + shift
+            adj[slot, ei[0], ei[1]] = True
+        edge_input, hops = batched_path_edge_features(
+            dist, path, edge_type, multi_hop_max_dist, np.int16
+        )
+        degree = adj.sum(axis=2)
+        for slot, q in enumerate(members):
+            x, ei, ea, _, _, y = raws[q]
+            h = int(hops[slot])
+            edge_attr = torch.from_numpy(ea.astype(np.int64))
+            out[q] = Data(
+                x=torch.from_numpy(x.astype(np.int64)),
+                edge_index=torch.from_numpy(ei),
+                edge_attr=edge_attr.view(-1) if edge_attr_1d else edge_attr,
+                y=torch.from_numpy(np.array(y, dtype=np.float32).reshape(1, -1)),
+                spatial_pos=_compact16(dist[slot].reshape(-1)),
+                edge_input=torch.from_numpy(
+                    np.ascontiguousarray(edge_input[slot, :, :, :h]).reshape(n * n * h, fe)
+                ),
+                edge_input_hops=torch.tensor([h], dtype=torch.long),
+                degree=torch.from_numpy(degree[slot].astype(np.int64)),
+            )
+    return out  # type: ignore[return-value]
+
+
 class MoleculeCache:
-    """Read access to a finished cache; arrays are memory-mapped on first use.
+    """Read access to a finished store; arrays are memory-mapped on first use.
 
     Safe to hand to ``DataLoader`` worker processes: the memory maps are not pickled, each
     process opens its own (the operating system shares the pages).
@@ -668,7 +963,7 @@ class MoleculeCache:
         """Memory-map every array (idempotent) and return them by name."""
         if self._arrays is None:
             arrays = {}
-            for name in _CACHE_ARRAYS:
+            for name in self.meta.get("arrays", _CACHE_ARRAYS):
                 path = self.cache_dir / f"{name}.npy"
                 try:
                     # a plain ndarray view of the map: slicing np.memmap costs ~1 us per call
@@ -696,6 +991,11 @@ class MoleculeCache:
         return list(self.meta["target_names"])
 
     @property
+    def featurizer(self) -> str:
+        """The featuriser the graphs were built with (``"ogb"`` or ``"zinc"``)."""
+        return str(self.meta.get("featurizer", "ogb"))
+
+    @property
     def failures(self) -> list[MoleculeFailure]:
         """Source rows that are not in the cache."""
         return [MoleculeFailure(**f) for f in self.meta["failures"]]
@@ -711,79 +1011,43 @@ class MoleculeCache:
         return self.open()["y"]
 
     @property
+    def split_codes(self) -> np.ndarray | None:
+        """``[M]`` int8 split of each graph (index into :data:`SPLIT_NAMES`, ``-1``: none), or
+        ``None`` when the source gives no split."""
+        return self.open().get("split")
+
+    def describe_row(self, row: int) -> str:
+        """Where source row ``row`` is, for messages (``"row r (line l)"`` for text files)."""
+        return _row_text(row, self.meta.get("line_offset"))
+
+    def smiles(self, positions: Sequence[int] | np.ndarray) -> list[str]:
+        """The SMILES of the graphs at ``positions`` (the store must keep them)."""
+        a = self.open()
+        if "smiles_ptr" not in a:
+            raise ValueError(f"{self.cache_dir} keeps no SMILES (its source has none)")
+        ptr, raw = a["smiles_ptr"], a["smiles_bytes"]
+        return [bytes(raw[ptr[p] : ptr[p + 1]]).decode("utf-8") for p in np.asarray(positions)]
+
+    @property
+    def has_smiles(self) -> bool:
+        return "smiles_ptr" in self.meta.get("arrays", ())
+
+    @property
     def nbytes(self) -> int:
         """Size of the cache on disk."""
         return _cache_bytes(self.cache_dir)
 
-    def _raw(self, i: int) -> tuple[np.ndarray, ...]:
-        a = self.open()
-        n0, n1 = int(a["node_ptr"][i]), int(a["node_ptr"][i + 1])
-        e0, e1 = int(a["edge_ptr"][i]), int(a["edge_ptr"][i + 1])
-        p0, p1 = int(a["pair_ptr"][i]), int(a["pair_ptr"][i + 1])
-        return (
-            a["x"][n0:n1],
-            a["edge_index"][:, e0:e1].astype(np.int64),
-            a["edge_attr"][e0:e1],
-            a["dist_code"][p0:p1],
-            a["path_code"][p0:p1],
-            a["y"][i],
-        )
-
     def graphs(self, indices: Sequence[int], multi_hop_max_dist: int = 5) -> list[Data]:
-        """The graphs at cache positions ``indices``, with Graphormer features.
-
-        Each ``Data`` has ``x`` ``[N, F]`` long, ``edge_index`` ``[2, E]`` long, ``edge_attr``
-        ``[E, F_e]`` long, ``y`` ``[1, T]`` float32 and exactly the attributes of
-        :class:`~graphormer_urpe.graph.features.GraphormerFeatures` (``spatial_pos``
-        ``[N * N]`` int16, ``edge_input`` ``[N * N * D, F_e]`` int16, ``edge_input_hops`` ``[1]``,
-        ``degree`` ``[N]`` long). Graphs are rebuilt in groups of equal size.
-        """
-        if multi_hop_max_dist < 1:
-            raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
+        """The graphs at cache positions ``indices`` (see :func:`decode_graphs`)."""
         size = len(self)
-        raws = []
+        positions = []
         for i in indices:
             i = int(i)
             if not -size <= i < size:
                 raise IndexError(f"graph {i} out of range for a cache of {size} graphs")
-            raws.append(self._raw(i % size))
-        out: list[Data | None] = [None] * len(raws)
-        groups: dict[tuple[int, int], list[int]] = {}
-        for q, r in enumerate(raws):
-            groups.setdefault((r[0].shape[0], r[2].shape[1]), []).append(q)
-        for (n, fe), members in groups.items():
-            g = len(members)
-            dist, path = decode_paths(
-                np.stack([raws[q][3] for q in members]).reshape(g, n, n),
-                np.stack([raws[q][4] for q in members]).reshape(g, n, n),
-            )
-            edge_type = np.zeros((g, n, n, fe), dtype=np.int64)
-            adj = np.zeros((g, n, n), dtype=bool)
-            shift = 2 + 512 * np.arange(fe)
-            for slot, q in enumerate(members):
-                ei, ea = raws[q][1], raws[q][2]
-                edge_type[slot, ei[0], ei[1]] = ea.astype(np.int64) + shift
-                adj[slot, ei[0], ei[1]] = True
-            edge_input, hops = batched_path_edge_features(
-                dist, path, edge_type, multi_hop_max_dist, np.int16
-            )
-            degree = adj.sum(axis=2)
-            for slot, q in enumerate(members):
-                x, ei, ea, _, _, y = raws[q]
-                h = int(hops[slot])
-                out[q] = Data(
-                    x=torch.from_numpy(x.astype(np.int64)),
-                    edge_index=torch.from_numpy(ei),
-                    edge_attr=torch.from_numpy(ea.astype(np.int64)),
-                    y=torch.from_numpy(np.array(y, dtype=np.float32).reshape(1, -1)),
-                    spatial_pos=_compact16(dist[slot].reshape(-1)),
-                    edge_input=torch.from_numpy(
-                        np.ascontiguousarray(edge_input[slot, :, :, :h]).reshape(n * n * h, fe)
-                    ),
-                    edge_input_hops=torch.tensor([h], dtype=torch.long),
-                    degree=torch.from_numpy(degree[slot].astype(np.int64)),
-                )
-        return out  # type: ignore[return-value]
+            positions.append(i % size)
+        edge_1d = bool(self.meta.get("edge_attr_1d", False))
+        return decode_graphs(self.open(), positions, multi_hop_max_dist, edge_1d)
 
     def graph(self, i: int, multi_hop_max_dist: int = 5) -> Data:
         """One graph (see :meth:`graphs`)."""
@@ -841,6 +1105,18 @@ class CachedGraphDataset(Dataset):
     def source_index(self) -> np.ndarray:
         """``[N]`` source row of each graph."""
         return np.asarray(self.cache.source_index[self.positions])
+
+    def smiles(self) -> list[str]:
+        """``[N]`` SMILES of the split's graphs (stores of SMILES sources only)."""
+        return self.cache.smiles(self.positions)
+
+    def describe(self, idx: Sequence[int] | np.ndarray) -> list[str]:
+        """Where the graphs at split positions ``idx`` come from: source row (and SMILES)."""
+        pos = self.positions[np.asarray(idx, dtype=np.int64)]
+        rows = [self.cache.describe_row(int(r)) for r in self.cache.source_index[pos]]
+        if not self.cache.has_smiles:
+            return rows
+        return [f"{r} {s!r}" for r, s in zip(rows, self.cache.smiles(pos), strict=True)]
 
     def __repr__(self) -> str:
         return f"CachedGraphDataset({self.name!r}, {len(self)} graphs)"

@@ -1,0 +1,487 @@
+r"""The dataset registry: a name → the store of its source → train / valid / test splits.
+
+================  ===========================================  ==============  ==========
+name              source (module)                              default root    featurizer
+================  ===========================================  ==============  ==========
+``nci5k``         RDKit's 5k NCI molecules (:mod:`.nci`)       (ships with     ``ogb``
+                                                               RDKit)
+``zinc``          ZINC subset (:mod:`.zinc`, PyG's raw files)  ``data/ZINC``   ``zinc``
+``zinc-full``     full ZINC (:mod:`.zinc`)                     ``data/ZINC``   ``zinc``
+``csv:PATH``      a SMILES CSV (:mod:`.smiles_csv`)            (the file)      ``ogb``
+``csv:A,B,C``     separate train, valid, test CSV files        (the files)     ``ogb``
+``pcqm4mv2``      OGB-LSC PCQM4Mv2 (:mod:`.pcqm`; test =       ``data``        ``ogb``
+                  test-dev)
+``pcqm4m``        OGB-LSC PCQM4M v1 (test: unlabelled)         ``data``        ``ogb``
+``ogbg-mol*``     OGB molecule sets (:mod:`.ogbg`)             ``data``        ``ogb``
+================  ===========================================  ==============  ==========
+
+Every source goes into one memory-mapped store (:mod:`.store`, in the cache folder of
+:mod:`.source`), built once in parallel chunks (``workers``) and reused; each split is a
+:class:`~graphormer_urpe.datasets.store.CachedGraphDataset` whose batches decode the path
+features when they are read. :func:`load_dataset` then applies the input policy
+(:func:`~graphormer_urpe.datasets.policy.apply_input_policy`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from .metrics import regression_metrics
+from .nci import NCI5K_PATH, open_nci
+from .ogbg import OGBGEvaluator, open_ogbg
+from .pcqm import LSC_DATASETS, load_lsc_splits
+from .policy import apply_input_policy
+from .smiles_csv import open_csv
+from .source import check_strict
+from .splitting import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
+from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache
+from .zinc import ZINC_DEFAULT_ROOT, open_zinc
+
+__all__ = [
+    "DATASET_NAMES",
+    "DatasetSplits",
+    "load_dataset",
+    "load_nci5k",
+    "load_zinc_splits",
+    "load_csv",
+    "load_ogbg",
+    "split_store",
+    "store_report",
+]
+
+logger = logging.getLogger(__name__)
+
+DATASET_NAMES = (
+    "nci5k",
+    "zinc",
+    "zinc-full",
+    "csv:PATH",
+    "csv:TRAIN,VALID,TEST",
+    "pcqm4mv2",
+    "pcqm4m",
+    "ogbg-mol*",
+)
+
+
+@dataclass
+class DatasetSplits:
+    """Train / valid / test datasets of one source, with its featuriser and metric.
+
+    Attributes:
+        name: the dataset name (``"nci5k"``, ``"zinc"``, ``"csv:<path>"``, ...).
+        train: a :class:`~graphormer_urpe.datasets.store.CachedGraphDataset`; each ``Data``
+            has integer ``x`` ``[N, F]``, ``edge_index`` ``[2, E]``, integer ``edge_attr``,
+            ``y`` ``[1, T]`` float (``NaN`` = missing) and the ``GraphormerFeatures``
+            attributes, decoded from the store when read.
+        valid: as ``train``.
+        test: as ``train``.
+        featurizer: ``"zinc"`` or ``"ogb"`` (decides the embedding table sizes).
+        target_names: ``[T]`` target names.
+        metric: the selection metric (a key of :meth:`evaluate`'s result).
+        task_type: ``"regression"`` (L1 / MSE loss) or ``"binary"`` (one logit per task,
+            BCE-with-logits loss, missing labels masked).
+        higher_is_better: direction of ``metric`` (``True`` for ROC-AUC / AP).
+        evaluator: ``(y_pred [N, T], y_true [N, T]) -> {metric: value, ...}`` replacing the
+            default MAE / RMSE (e.g. OGB's evaluator); ``None`` for the default.
+        max_nodes: the ``max_nodes`` the splits were filtered with (``None``: no limit).
+        dropped_train_unlabelled: training graphs left out because every target is missing.
+        dropped_train_oversize: training graphs left out because they have more than
+            ``max_nodes`` atoms (graphs counted above are not counted again).
+        oversize_valid: validation graphs with more than ``max_nodes`` atoms (kept).
+        oversize_test: test graphs with more than ``max_nodes`` atoms (kept).
+    """
+
+    name: str
+    train: Dataset
+    valid: Dataset
+    test: Dataset
+    featurizer: str
+    target_names: list[str]
+    metric: str = "mae"
+    task_type: str = "regression"
+    higher_is_better: bool = False
+    evaluator: Callable[[Tensor, Tensor], dict[str, float]] | None = None
+    max_nodes: int | None = None
+    dropped_train_unlabelled: int = 0
+    dropped_train_oversize: int = 0
+    oversize_valid: int = 0
+    oversize_test: int = 0
+
+    def __post_init__(self) -> None:
+        if self.task_type not in ("regression", "binary"):
+            raise ValueError(f"task_type must be 'regression' or 'binary', got {self.task_type!r}")
+
+    @property
+    def num_targets(self) -> int:
+        """Number of regression targets ``T``."""
+        return len(self.target_names)
+
+    def input_report(self) -> dict[str, int | None]:
+        """What :func:`apply_input_policy` left out or flagged, for a run's metrics.
+
+        Returns:
+            ``{"max_nodes", "dropped_train_unlabelled", "dropped_train_oversize",
+            "oversize_valid", "oversize_test"}``.
+        """
+        return {
+            "max_nodes": self.max_nodes,
+            "dropped_train_unlabelled": self.dropped_train_unlabelled,
+            "dropped_train_oversize": self.dropped_train_oversize,
+            "oversize_valid": self.oversize_valid,
+            "oversize_test": self.oversize_test,
+        }
+
+    def evaluate(self, y_pred: Tensor, y_true: Tensor) -> dict[str, float]:
+        """Metrics of predictions ``[N, T]`` against targets ``[N, T]`` (``NaN`` ignored).
+
+        Returns:
+            ``{"mae": ..., "rmse": ...}`` (plus per-target entries when ``T > 1``), or what
+            :attr:`evaluator` returns when set.
+        """
+        if self.evaluator is not None:
+            return self.evaluator(y_pred, y_true)
+        return regression_metrics(y_pred, y_true, self.target_names)
+
+    def __repr__(self) -> str:
+        return (
+            f"DatasetSplits(name={self.name!r}, train={len(self.train)}, "
+            f"valid={len(self.valid)}, test={len(self.test)}, featurizer={self.featurizer!r}, "
+            f"targets={self.target_names}, metric={self.metric!r}, task={self.task_type!r})"
+        )
+
+
+def _check_featurizer(featurizer: str | None, default: str) -> str:
+    chosen = default if featurizer is None else featurizer
+    if chosen not in FEATURIZER_NAMES:
+        raise ValueError(f"unknown featurizer {chosen!r}; choose one of {sorted(FEATURIZER_NAMES)}")
+    return chosen
+
+
+def split_store(
+    cache: MoleculeCache,
+    method: str = "random",
+    seed: int = 0,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+) -> dict[str, np.ndarray]:
+    """Train / valid / test store positions of a store's graphs.
+
+    Args:
+        cache: the store.
+        method: ``"random"`` (seeded), ``"scaffold"`` (Bemis–Murcko, over the stored SMILES)
+            or ``"column"`` (the split codes stored with the graphs).
+        seed: seed of the random split.
+        fractions: train / valid / test fractions for ``random`` and ``scaffold``.
+
+    Returns:
+        ``{"train", "valid", "test"}`` → sorted positions covering every graph once (with
+        ``"column"``: every graph that has a split label).
+    """
+    if method == "random":
+        return random_split(len(cache), fractions, seed)
+    if method == "scaffold":
+        return scaffold_split(cache.smiles(np.arange(len(cache))), fractions, seed)
+    if method == "column":
+        codes = cache.split_codes
+        if codes is None:
+            raise ValueError(f"{cache.meta['source']}: no split column was given")
+        codes = np.asarray(codes)
+        return {name: np.flatnonzero(codes == c).astype(np.int64) for c, name in enumerate(SPLITS)}
+    raise ValueError(f"unknown split method {method!r}; choose 'random', 'scaffold' or 'column'")
+
+
+def _why_empty(cache: MoleculeCache, method: str, part: str, fractions: Sequence[float]) -> str:
+    if method == "column":
+        codes = cache.split_codes
+        present = (
+            sorted({SPLITS[c] for c in np.unique(codes) if c >= 0}) if codes is not None else []
+        )
+        column = cache.meta.get("split_column")
+        where = f"in split column {column!r}" if column else "in its split files"
+        return (
+            f"no valid row of {cache.meta['source']} has the label {part!r} {where} "
+            f"(labels present: {present})"
+        )
+    return (
+        f"a {method} split of {len(cache)} graph(s) with fractions {tuple(fractions)} "
+        f"leaves it none; add molecules or give a split column"
+    )
+
+
+def _splits_of_store(
+    name: str,
+    cache: MoleculeCache,
+    method: str,
+    seed: int,
+    multi_hop_max_dist: int,
+    **fields,
+) -> DatasetSplits:
+    """:class:`DatasetSplits` over one store, split by ``method``."""
+    parts = split_store(cache, method, seed)
+    for part, pos in parts.items():
+        if pos.size == 0:
+            why = _why_empty(cache, method, part, DEFAULT_FRACTIONS)
+            raise ValueError(f"{name}: the {part} split is empty: {why}")
+    sets = {p: CachedGraphDataset(cache, pos, multi_hop_max_dist, p) for p, pos in parts.items()}
+    fields.setdefault("featurizer", cache.featurizer)
+    fields.setdefault("target_names", cache.target_names)
+    return DatasetSplits(name=name, **sets, **fields)
+
+
+def load_nci5k(
+    multi_hop_max_dist: int = 20,
+    *,
+    featurizer: str | None = None,
+    split: str = "random",
+    seed: int = 0,
+    strict: bool = False,
+    limit: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+    source: str = NCI5K_PATH,
+) -> DatasetSplits:
+    """RDKit's NCI molecules labelled with penalized logP, split 80/10/10.
+
+    Args:
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+        featurizer: default ``"ogb"``.
+        split: ``"random"`` (seeded) or ``"scaffold"``.
+        seed: split seed (fixed default 0).
+        strict: raise instead of skipping invalid molecules.
+        limit: only the first ``limit`` molecules (quick checks).
+        cache_dir: the cache folder.
+        workers: processes building the store.
+        source: the NCI file (default: the one shipped with RDKit).
+    """
+    feat = _check_featurizer(featurizer, "ogb")
+    cache = open_nci(source, feat, limit, cache_dir=cache_dir, workers=workers)
+    if strict:
+        check_strict(cache, "nci5k", cache.describe_row)
+    return _splits_of_store("nci5k", cache, split, seed, multi_hop_max_dist)
+
+
+def load_zinc_splits(
+    root: str | os.PathLike[str] | None = None,
+    multi_hop_max_dist: int = 20,
+    *,
+    subset: bool = True,
+    featurizer: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+) -> DatasetSplits:
+    """ZINC's official splits (subset or full) as :class:`DatasetSplits`."""
+    if featurizer not in (None, "zinc"):
+        raise ValueError(
+            f"ZINC ships pre-featurised graphs (28 atom types); featurizer must be 'zinc', "
+            f"got {featurizer!r}"
+        )
+    root = ZINC_DEFAULT_ROOT if root is None else root
+    cache = open_zinc(root, subset, cache_dir=cache_dir, workers=workers)
+    name = "zinc" if subset else "zinc-full"
+    return _splits_of_store(name, cache, "column", 0, multi_hop_max_dist)
+
+
+def load_ogbg(
+    name: str,
+    root: str | os.PathLike[str] | None = None,
+    multi_hop_max_dist: int = 5,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+    download: bool = True,
+) -> DatasetSplits:
+    """An ``ogbg-mol*`` dataset: official scaffold splits, ``task_type`` ``"binary"`` (BCE with
+    missing labels masked) or ``"regression"``, the metric and its direction from OGB's
+    ``master.csv``, OGB's evaluator."""
+    cache, info = open_ogbg(name, root, cache_dir=cache_dir, workers=workers, download=download)
+    splits = _splits_of_store(
+        name,
+        cache,
+        "column",
+        0,
+        multi_hop_max_dist,
+        target_names=info.task_names,
+        metric=info.metric,
+        task_type="binary" if info.binary else "regression",
+        higher_is_better=info.higher_is_better,
+        evaluator=OGBGEvaluator(name),
+    )
+    logger.info(
+        "%s: %d / %d / %d graphs (train / valid / test), %d task(s), %s",
+        name,
+        len(splits.train),
+        len(splits.valid),
+        len(splits.test),
+        info.num_tasks,
+        info.metric,
+    )
+    return splits
+
+
+def load_csv(
+    spec: str,
+    multi_hop_max_dist: int = 20,
+    *,
+    strict: bool = False,
+    smiles_column: str = "smiles",
+    target_columns: list[str] | None = None,
+    split_column: str | None = None,
+    split: str = "random",
+    seed: int = 0,
+    featurizer: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+) -> DatasetSplits:
+    """A SMILES CSV (``PATH``) or three per-split CSVs (``TRAIN,VALID,TEST``).
+
+    One file is split by ``split_column`` when given, else by ``split`` (``"random"`` or
+    ``"scaffold"``, 0.8/0.1/0.1, seeded). Three files are used as they are; target columns
+    inferred from the train file apply to all three.
+    """
+    options = {"smiles_column": smiles_column, "featurizer": _check_featurizer(featurizer, "ogb")}
+    store = {"cache_dir": cache_dir, "workers": workers, "strict": strict}
+    paths = [spec] if os.path.exists(spec) else [p.strip() for p in spec.split(",")]
+    if len(paths) == 1:
+        if split_column is not None and split not in ("random", "column"):
+            raise ValueError(f"split={split!r} conflicts with split_column={split_column!r}")
+        cache = open_csv(
+            paths[0], **options, target_columns=target_columns, split_column=split_column, **store
+        )
+        method = "column" if split_column is not None else split
+        return _splits_of_store(f"csv:{spec}", cache, method, seed, multi_hop_max_dist)
+    if len(paths) != 3:
+        raise ValueError(
+            f"csv dataset spec {spec!r}: give one CSV path or three comma-separated paths "
+            "(train,valid,test)"
+        )
+    train = open_csv(paths[0], **options, target_columns=target_columns, **store)
+    names = train.target_names
+    stores = [train] + [open_csv(p, **options, target_columns=names, **store) for p in paths[1:]]
+    sets = {
+        part: CachedGraphDataset(c, np.arange(len(c)), multi_hop_max_dist, part)
+        for part, c in zip(SPLITS, stores, strict=True)
+    }
+    return DatasetSplits(
+        name=f"csv:{spec}", featurizer=options["featurizer"], target_names=names, **sets
+    )
+
+
+def store_report(splits: DatasetSplits) -> dict:
+    """The stores behind ``splits``: folder, rows, graphs, failures, bytes; and split sizes."""
+    stores = {}
+    for part in SPLITS:
+        ds = getattr(splits, part)
+        cache = getattr(ds, "cache", None)
+        if isinstance(cache, MoleculeCache) and str(cache.cache_dir) not in stores:
+            stores[str(cache.cache_dir)] = {
+                "store": str(cache.cache_dir),
+                "rows": int(cache.meta["rows"]),
+                "graphs": len(cache),
+                "failures": len(cache.failures),
+                "bytes": cache.nbytes,
+            }
+    return {
+        "dataset": splits.name,
+        "graphs": {part: len(getattr(splits, part)) for part in SPLITS},
+        "metric": splits.metric,
+        "task_type": splits.task_type,
+        "stores": list(stores.values()),
+    }
+
+
+def load_dataset(
+    name: str,
+    root: str | None = None,
+    multi_hop_max_dist: int = 20,
+    *,
+    strict: bool = False,
+    smiles_column: str = "smiles",
+    target_columns: list[str] | None = None,
+    split_column: str | None = None,
+    split: str = "random",
+    seed: int = 0,
+    featurizer: str | None = None,
+    max_nodes: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+) -> DatasetSplits:
+    """Load a dataset by name: ``nci5k``, ``zinc``, ``zinc-full``, ``csv:PATH``,
+    ``csv:TRAIN,VALID,TEST``, ``pcqm4mv2``, ``pcqm4m`` or an ``ogbg-mol*`` name.
+
+    Args:
+        name: the source (see the module table).
+        root: dataset root for downloaded sets: ``data/ZINC`` for ZINC, ``data`` for the OGB
+            sets (unused by ``nci5k`` and CSV files).
+        multi_hop_max_dist: hops of path bond features in ``edge_input`` (applied when
+            graphs are read; the store does not depend on it).
+        strict: invalid SMILES raise instead of being reported and left out.
+        smiles_column: CSV: the SMILES column.
+        target_columns: CSV: the target columns (``None``: every numeric column).
+        split_column: CSV: a column of ``train``/``valid``/``test`` labels.
+        split: ``"random"`` or ``"scaffold"`` for ``nci5k`` and single CSV files without a
+            split column (the other sets have official splits).
+        seed: seed of the random split.
+        featurizer: ``"zinc"`` or ``"ogb"``; default ``zinc`` for ZINC, ``ogb`` otherwise
+            (OGB sets accept only ``ogb``).
+        max_nodes: leave training graphs with more than this many atoms out (logged);
+            validation and test graphs are always kept. ``None``: no limit.
+        cache_dir: the folder of the stores (default: :func:`~.source.default_cache_dir`).
+        workers: processes that build a missing store.
+
+    Returns:
+        The :class:`DatasetSplits`, filtered by
+        :func:`~graphormer_urpe.datasets.policy.apply_input_policy`.
+
+    Raises:
+        ValueError: unknown name, featuriser or split method; bad CSV columns; an empty split
+            or a validation split without labels (the message names the split and dataset).
+        InvalidMoleculeError: with ``strict``, any molecule that cannot be featurised (the
+            message names the file, the rows and the SMILES).
+        DatasetUnavailableError: a dataset's raw files missing and not downloadable.
+    """
+    store = {"cache_dir": cache_dir, "workers": workers}
+    splits: DatasetSplits
+    if name == "nci5k":
+        splits = load_nci5k(
+            multi_hop_max_dist,
+            featurizer=featurizer,
+            split=split,
+            seed=seed,
+            strict=strict,
+            **store,
+        )
+    elif name in ("zinc", "zinc-full"):
+        splits = load_zinc_splits(
+            root, multi_hop_max_dist, subset=name == "zinc", featurizer=featurizer, **store
+        )
+    elif name in LSC_DATASETS or name.startswith("ogbg-"):
+        if featurizer not in (None, "ogb"):
+            raise ValueError(
+                f"{name} ships OGB features; featurizer must be 'ogb', got {featurizer!r}"
+            )
+        if name in LSC_DATASETS:
+            splits = load_lsc_splits(name, root, multi_hop_max_dist, strict=strict, **store)
+        else:
+            splits = load_ogbg(name, root, multi_hop_max_dist, **store)
+    elif name.startswith("csv:") and len(name) > 4:
+        splits = load_csv(
+            name[4:],
+            multi_hop_max_dist,
+            strict=strict,
+            smiles_column=smiles_column,
+            target_columns=target_columns,
+            split_column=split_column,
+            split=split,
+            seed=seed,
+            featurizer=featurizer,
+            **store,
+        )
+    else:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {list(DATASET_NAMES)}")
+    return apply_input_policy(splits, max_nodes)

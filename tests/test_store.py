@@ -1,0 +1,178 @@
+"""The one store behind every dataset: where it lives, reuse and rebuild, resume, round trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphormer_urpe.datasets import (
+    CACHE_ENV,
+    default_cache_dir,
+    featurize_smiles,
+    load_dataset,
+    load_nci5k,
+    read_nci_smiles,
+    store_dir,
+)
+from graphormer_urpe.datasets import store as store_module
+from graphormer_urpe.graph.features import GraphormerFeatures
+
+SMILES = [
+    "CCO",
+    "c1ccccc1O",
+    "CC(=O)Nc1ccc(O)cc1",
+    "C1CC1C(=O)O",
+    "not a smiles",
+    "CC[NH3+].CC(=O)[O-]",
+    "C",
+    "O=C(O)c1ccccc1",
+    "CCN(CC)CC",
+    "",
+    "c1ccc2ccccc2c1",
+    "CC(C)Cc1ccc(C(C)C(=O)O)cc1",
+]
+KEYS = ("x", "edge_index", "edge_attr", "spatial_pos", "edge_input", "edge_input_hops", "degree")
+
+
+def _csv(path, smiles=SMILES * 2):
+    rows = [f"{s},{k * 0.25}" for k, s in enumerate(smiles)]
+    path.write_text("smiles,y\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _same(got, want) -> None:
+    for key in KEYS:
+        a, b = getattr(got, key), getattr(want, key)
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+
+
+def test_cache_folder_follows_argument_then_environment_then_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env"))
+    assert default_cache_dir() == tmp_path / "env"
+    assert default_cache_dir(tmp_path / "arg") == tmp_path / "arg"
+    monkeypatch.delenv(CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "graphormer-urpe"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "graphormer-urpe"
+    a = store_dir("csv", "my file!", {"sha256": "1", "featurizer": "ogb"}, tmp_path)
+    b = store_dir("csv", "my file!", {"sha256": "1", "featurizer": "zinc"}, tmp_path)
+    assert a.parent == b.parent == tmp_path / "csv" and a != b
+    assert a.name.startswith("my_file_-")
+
+
+def test_csv_store_lives_in_the_cache_folder_and_is_reused(tmp_path, store_cache, monkeypatch):
+    path = _csv(tmp_path / "mols.csv")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # nothing may be written to the working directory
+    splits = load_dataset(f"csv:{path}", target_columns=["y"], split="random")
+    store = splits.train.cache
+    assert store.cache_dir.parent == store_cache / "csv" and list(work.iterdir()) == []
+    assert [f.index for f in store.failures] == [4, 9, 16, 21]
+    assert "line 6" in store.describe_row(4)
+
+    calls = []
+    real = store_module.featurize_chunk
+    monkeypatch.setattr(
+        store_module, "featurize_chunk", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    again = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
+    assert calls == [] and again.train.cache.cache_dir == store.cache_dir  # split: no rebuild
+    other = load_dataset(f"csv:{path}", target_columns=["y"], featurizer="zinc")
+    assert calls and other.train.cache.cache_dir != store.cache_dir  # option: a new store
+    calls.clear()
+    _csv(path, SMILES * 2 + ["CCCC"])  # the file's content changed
+    edited = load_dataset(f"csv:{path}", target_columns=["y"])
+    assert calls and edited.train.cache.cache_dir != store.cache_dir
+    assert int(edited.train.cache.meta["rows"]) == 2 * len(SMILES) + 1
+    explicit = load_dataset(f"csv:{path}", target_columns=["y"], cache_dir=str(tmp_path / "c"))
+    assert explicit.train.cache.cache_dir.parent == tmp_path / "c" / "csv"
+
+
+def test_interrupted_csv_store_build_resumes_with_its_finished_chunks(tmp_path, monkeypatch):
+    path = _csv(tmp_path / "mols.csv", SMILES)
+    monkeypatch.setattr(store_module, "DEFAULT_CHUNK_SIZE", 3)
+    real_write = store_module.write_chunk
+    written: list[str] = []
+
+    def interrupted(chunk_dir, arrays, meta):
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        real_write(chunk_dir, arrays, meta)
+        written.append(chunk_dir.name)
+
+    monkeypatch.setattr(store_module, "write_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_dataset(f"csv:{path}", target_columns=["y"])
+    monkeypatch.setattr(store_module, "write_chunk", real_write)
+    rows: list[int] = []
+    real = store_module.featurize_chunk
+
+    def counting(*args, **kwargs):
+        rows.append(int(kwargs["rows"][0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "featurize_chunk", counting)
+    resumed = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
+    assert sorted(rows) == [6, 9]  # chunks 0 and 1 (rows 0-5) were not recomputed
+    store = resumed.train.cache
+    assert len(store) == len(SMILES) - 2 and not (store.cache_dir / "chunks").exists()
+    for part in (resumed.train, resumed.valid, resumed.test):
+        for k, row in enumerate(part.source_index):
+            want = GraphormerFeatures(20)(featurize_smiles(SMILES[row], "ogb"))
+            _same(part[k], want)
+            assert float(part[k].y) == pytest.approx(row * 0.25)
+
+
+def test_nci5k_round_trips_through_the_store(tmp_path):
+    smiles = read_nci_smiles(limit=60)
+    splits = load_nci5k(5, limit=60, workers=2)
+    store = splits.train.cache
+    assert store.cache_dir.parent.name == "nci5k"
+    seen = []
+    for part in (splits.train, splits.valid, splits.test):
+        stored = part.smiles()
+        for k, row in enumerate(part.source_index):
+            assert stored[k] == smiles[row]
+            _same(part[k], GraphormerFeatures(5)(featurize_smiles(smiles[row], "ogb")))
+            seen.append(int(row))
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == len(store)
+
+
+def test_split_positions_cover_the_store_and_need_labels(tmp_path):
+    path = tmp_path / "f.csv"
+    folds = ["train", "valid", "test", "val", "train", "test"]
+    rows = [f"{s},{k},{f}" for k, (s, f) in enumerate(zip(SMILES[:6], folds, strict=True))]
+    path.write_text("smiles,y,fold\n" + "\n".join(rows) + "\n")
+    splits = load_dataset(f"csv:{path}", target_columns=["y"], split_column="fold")
+    got = {p: sorted(getattr(splits, p).source_index.tolist()) for p in ("train", "valid", "test")}
+    assert got == {"train": [0], "valid": [1, 3], "test": [2, 5]}  # row 4 is invalid
+    codes = np.asarray(splits.train.cache.split_codes)
+    assert codes.tolist() == [0, 1, 2, 1, 2]
+
+
+class _Payload:
+    """Unpickling this runs ``exec`` (what a crafted store file would do)."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import builtins
+
+        return (builtins.exec, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+def test_crafted_store_array_is_refused_without_running(tmp_path):
+    path = _csv(tmp_path / "mols.csv")
+    store = load_dataset(f"csv:{path}", target_columns=["y"]).train.cache
+    marker = tmp_path / "ran"
+    crafted = np.empty(1, dtype=object)
+    crafted[0] = _Payload(marker)
+    np.save(store.cache_dir / "y.npy", crafted, allow_pickle=True)
+    with pytest.raises(ValueError, match=r"y\.npy cannot be read"):
+        load_dataset(f"csv:{path}", target_columns=["y"])
+    assert not marker.exists()
