@@ -7,11 +7,11 @@ an untrained checkpoint of that preset (speed does not depend on the weights):
 * ``molecules_per_s``: N / wall time of the whole command (start-up, model load, reading,
   featurising, the model, writing the CSV);
 * ``peak_rss_mib``: the largest sum of the resident memory of the command and its worker
-  processes, sampled every 0.2 s with psutil (pages shared between the forked workers and the
+  processes, sampled every 0.5 s with psutil (pages shared between the forked workers and the
   main process count once per process, so this overstates the memory used);
   ``peak_pss_mib`` the same for the proportional set size (shared pages split between the
-  processes that share them: the memory the run actually takes); ``peak_rss_main_mib`` the
-  main process alone;
+  processes that share them: the memory the run actually takes; sampled every 2.5 s, as
+  reading it costs CPU time); ``peak_rss_main_mib`` the main process alone;
 * ``cpu_s``: user + system CPU time of the command and its workers; ``cpu_ms_per_molecule``
   (main process: ``main_cpu_s``). With C idle cores, C x 1000 / ``cpu_ms_per_molecule`` bounds
   the throughput.
@@ -88,14 +88,21 @@ def _tree(proc: psutil.Process) -> list[psutil.Process]:
     return []
 
 
-def _memory(procs: list[psutil.Process]) -> tuple[int, int]:
-    rss = pss = 0
+def _rss(procs: list[psutil.Process]) -> int:
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def _pss(procs: list[psutil.Process]) -> int:
+    total = 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
             info = p.memory_full_info()
-            rss += info.rss
-            pss += getattr(info, "pss", info.rss)
-    return rss, pss
+            total += getattr(info, "pss", info.rss)
+    return total
 
 
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
@@ -106,14 +113,19 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     main = psutil.Process(proc.pid)
     peak_rss = peak_pss = peak_main = 0
     main_cpu = 0.0
-    while proc.poll() is None:
-        rss, pss = _memory(_tree(main))
-        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+    for tick in itertools.count():
+        if proc.poll() is not None:
+            break
+        procs = _tree(main)
+        rss = _rss(procs)
+        peak_rss = max(peak_rss, rss)
+        if tick % 5 == 0:  # the proportional set size reads every page table: less often
+            peak_pss = max(peak_pss, _pss(procs))
         with contextlib.suppress(psutil.Error):
             peak_main = max(peak_main, main.memory_info().rss)
             t = main.cpu_times()
             main_cpu = t.user + t.system
-        time.sleep(0.2)
+        time.sleep(0.5)
     wall = time.perf_counter() - start
     after = os.times()
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""

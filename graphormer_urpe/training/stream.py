@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import csv
+import ctypes
 import gzip
 import io
 import multiprocessing
@@ -31,6 +32,7 @@ import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
 from itertools import islice
 from pathlib import Path
 from typing import IO, NamedTuple
@@ -235,11 +237,33 @@ def _rows(
         valid = len(arrays["num_nodes"])
         graphs = decode_graphs(with_pointers(arrays), range(valid), hops, edge_attr_1d=zinc)
         g = iter(graphs)
+        del graphs, arrays
         for i, smi in enumerate(part, start=first):
             if i in reasons:
                 yield _Row(i, smi, None, reasons[i])
             else:
                 yield _Row(i, smi, next(g), None)
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the operating system (glibc's ``malloc_trim``; nothing
+    elsewhere).
+
+    Batches of ever-different shapes leave glibc's heap fragmented, so without this the
+    resident memory of a long run creeps up (measured on 40,000 MOSES molecules: 534 MB to
+    762 MB); with one call per batch it stays flat.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):  # not glibc
+        return None
 
 
 def _batches(rows: Iterable[_Row], size: int) -> Iterator[list[_Row]]:
@@ -322,6 +346,7 @@ def iter_predictions(
         for part in _batches(rows, batch_size):
             yield from _predict_batch(lm, collator, precision, part)
             bar.update(len(part))
+            _trim_heap()
 
 
 # --------------------------------------------------------------------------------------
