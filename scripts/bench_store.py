@@ -1,7 +1,12 @@
 """Benchmark the dataset store: build time and size, training memory, training throughput.
 
-Prints JSON. Everything runs as the ``graphormer-urpe`` command in a subprocess, measured as
-in ``bench_predict.py`` (wall time, peak resident memory of the process tree, sampled):
+Prints JSON. Everything runs as the ``graphormer-urpe`` command in a subprocess: wall time,
+and the peak proportional resident memory (PSS, so that pages forked workers share with the
+main process count once) of its process tree sampled every 0.2 s, in all
+(``peak_pss_mib``), private (``peak_anon_mib``: what the run allocates) and mapped file pages
+(``peak_file_mib``:
+the store's memory-mapped arrays, page cache that other processes share and the kernel can
+reclaim; it grows with the part of the store a run has read, up to the store's size):
 
 * ``scale``: for each N, ``preprocess --dataset csv:FILE --workers W`` on the first N real
   MOSES SMILES (``scripts/_moses.py``), each row with a target column ``y`` = the SMILES'
@@ -22,6 +27,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,28 +35,79 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import psutil
 from _moses import cache_dir, moses_smiles_file
-from bench_predict import measure
 
 REPO = Path(__file__).resolve().parents[1]
 ZINC_TRAIN = REPO.parent / "shared" / "data" / "zinc" / "train.csv"
 CLI = [sys.executable, "-m", "graphormer_urpe.cli"]
 
 
+EVAL_ROWS = 1_000
+"""Rows of each of the valid and test splits: the training run measures training memory,
+not the time to score a tenth of a million molecules."""
+
+
 def moses_csv(n: int) -> Path:
-    """``smiles,y`` CSV of the first ``n`` MOSES SMILES (``y`` = SMILES length), written once."""
-    path = cache_dir() / f"moses_{n}.csv"
+    """``smiles,y,split`` CSV of the first ``n`` MOSES SMILES (``y`` = SMILES length; the last
+    ``2 * EVAL_ROWS`` rows are valid and test), written once."""
+    path = cache_dir() / f"moses_{n}_split.csv"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
         with open(moses_smiles_file(n)) as src, open(tmp, "w") as dst:
-            dst.write("smiles,y\n")
-            for line in src:
+            dst.write("smiles,y,split\n")
+            for i, line in enumerate(src):
                 s = line.strip()
-                dst.write(f"{s},{len(s)}\n")
+                part = (
+                    "train" if i < n - 2 * EVAL_ROWS else "valid" if i < n - EVAL_ROWS else "test"
+                )
+                dst.write(f"{s},{len(s)},{part}\n")
         tmp.replace(path)
     return path
+
+
+def _pss_kib(pid: int) -> tuple[int, int]:
+    """``(Pss_Anon, Pss_File)`` of a process in KiB: its private memory and the file pages it
+    maps (the store's memory-mapped arrays), each page shared by k processes counted 1/k in
+    each, so that the sum over a process tree (forked workers included) counts it once."""
+    anon = file = 0
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as fh:
+        for line in fh:
+            if line.startswith("Pss_Anon:"):
+                anon = int(line.split()[1])
+            elif line.startswith("Pss_File:"):
+                file = int(line.split()[1])
+    return anon, file
+
+
+def measure_memory(cmd: list[str]) -> dict:
+    """Run ``cmd``: wall seconds and the peak proportional resident memory (PSS) of its process
+    tree, private (anonymous) and mapped files apart, sampled every 0.2 s."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    main = psutil.Process(proc.pid)
+    peak_anon = peak_file = peak_total = 0
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            pids = [main.pid, *(c.pid for c in main.children(recursive=True))]
+            sizes = [_pss_kib(p) for p in pids]
+            anon, file = sum(a for a, _ in sizes), sum(f for _, f in sizes)
+            peak_anon, peak_file = max(peak_anon, anon), max(peak_file, file)
+            peak_total = max(peak_total, anon + file)
+        time.sleep(0.2)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    return {
+        "seconds": round(time.perf_counter() - start, 2),
+        "peak_pss_mib": round(peak_total / 1024, 1),
+        "peak_anon_mib": round(peak_anon / 1024, 1),
+        "peak_file_mib": round(peak_file / 1024, 1),
+        "summary": err.strip().splitlines()[-1] if err.strip() else "",
+    }
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -59,8 +116,8 @@ def _folder_bytes(folder: Path) -> int:
 
 def _train_cmd(csv: Path, cache: str, steps: int, out: str) -> list[str]:
     cmd = [*CLI, "train", "--dataset", f"csv:{csv}", "--target-columns", "y"]
-    cmd += ["--max-steps", str(steps), "--cache-dir", cache, "--out", out, "--no-progress"]
-    return cmd + ["--threads", "2", "--device", "cpu"]
+    cmd += ["--split-column", "split", "--max-steps", str(steps), "--cache-dir", cache]
+    return cmd + ["--out", out, "--no-progress", "--threads", "2", "--device", "cpu"]
 
 
 def bench_scale(sizes: list[int], workers: int, steps: int) -> list[dict]:
@@ -71,10 +128,10 @@ def bench_scale(sizes: list[int], workers: int, steps: int) -> list[dict]:
         with tempfile.TemporaryDirectory() as tmp:
             cache = os.path.join(tmp, "cache")
             cmd = [*CLI, "preprocess", "--dataset", f"csv:{csv}", "--workers", str(workers)]
-            cmd += ["--cache-dir", cache, "--target-columns", "y", "--no-progress"]
-            build = measure(cmd)
+            cmd += ["--cache-dir", cache, "--target-columns", "y", "--split-column", "split"]
+            build = measure_memory([*cmd, "--no-progress"])
             size = _folder_bytes(Path(cache))
-            train = measure(_train_cmd(csv, cache, steps, os.path.join(tmp, "run")))
+            train = measure_memory(_train_cmd(csv, cache, steps, os.path.join(tmp, "run")))
         row = {
             "rows": n,
             "build": {

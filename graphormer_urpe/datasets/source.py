@@ -11,8 +11,8 @@ which builds the memory-mapped store (:mod:`.store`) once and reuses it afterwar
 ``<cache>/<kind>/<label>-<key>/`` where ``key`` hashes the source's identity (the SHA-256
 of its file(s)) with every option that changes the stored graphs (featuriser, columns,
 limit, the format version): the same file with the same options reuses its store, anything
-changed builds a new one next to it. ``graphormer-urpe cache`` lists them (with sizes);
-deleting a folder is always safe.
+changed builds a new one next to it. Deleting a store's folder is always safe: the next use
+builds it again.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ __all__ = [
     "file_digest",
     "open_store",
     "check_strict",
+    "failure_summary",
 ]
 
 logger = logging.getLogger(__name__)

@@ -44,7 +44,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from .features import FEATURE_OFFSET, UNREACHABLE, GraphStructure, path_edge_features
 
@@ -324,7 +323,8 @@ def batched_path_edge_features(
     table = np.concatenate(
         [edge_type.reshape(g_count * nn, fe).astype(dtype), np.full((1, fe), -1, dtype=dtype)]
     )
-    out[:, :, :, :t_max] = table[row]
+    # np.take along axis 0: a gather of whole rows, many times faster than table[row] here
+    out[:, :, :, :t_max] = np.take(table, row, axis=0)
     return out, hops
 
 
@@ -661,9 +661,9 @@ def _walk_paths(
     shifted = edge_attr + 2 + FEATURE_OFFSET * np.arange(fe)  # [E, F_e]
     small = not shifted.size or int(shifted.max()) < 2**15
     table = np.concatenate([shifted, np.full((1, fe), -1, dtype=np.int64)])  # last row: none
-    table_t = torch.from_numpy(table.astype(np.int16 if small else np.int64))  # [E + 1, F_e]
+    table = table.astype(np.int16 if small else np.int64)  # [E + 1, F_e]
     rows = n * n * hops  # [M]
-    edge_input = torch.empty((int(rows.sum()), fe), dtype=table_t.dtype)
+    edge_input = np.empty((int(rows.sum()), fe), dtype=table.dtype)
     row_start = np.zeros(n.size, dtype=np.int64)
     at = 0
     for d in np.unique(hops[hops > 0]).tolist():
@@ -677,7 +677,8 @@ def _walk_paths(
             if t + 1 < walk:
                 cur = succ[cur]
         row_start[graphs] = at + _offsets(rows[graphs])[:-1]
-        pair_major = torch.from_numpy(ids).t().reshape(-1)  # [P_D * D]
-        torch.index_select(table_t, 0, pair_major, out=edge_input[at : at + ids.size])
+        pair_major = ids.T.reshape(-1)  # [P_D * D]
+        # np.take of whole rows: many times faster than torch.index_select on int16 here
+        np.take(table, pair_major, axis=0, out=edge_input[at : at + ids.size])
         at += ids.size
-    return edge_input.numpy(), row_start
+    return edge_input, row_start
