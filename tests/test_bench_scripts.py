@@ -32,6 +32,23 @@ def test_benchmark_smoke_mode_emits_json(name):
         assert all(c > 10 for c in counts) and report["config"]["ops_note"]
 
 
+def test_lm_benchmark_smoke_mode_emits_json():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_lm.py"), "--smoke", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["benchmark"] == "lm" and report["baseline"] == "rpe"
+    schemes = report["schemes"]
+    assert set(schemes) == {"rpe", "xl", "xl-urpe"}
+    assert schemes["rpe"]["ratio_to_baseline"] == 1.0
+    assert all(s["median_tokens_per_s"] > 0 for s in schemes.values())
+
+
 def test_busy_time_is_the_union_of_the_device_intervals():
     import random
 
