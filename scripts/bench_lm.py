@@ -6,7 +6,9 @@ Times training updates (forward, backward, clipping, Adam step, memory carried) 
 turns (``rpe, xl, xl-urpe, rpe, ...``), so that the load of other processes falls on all of
 them alike; each turn is ``--steps`` updates after ``--warmup`` untimed ones, and the report
 gives the median tokens per second over ``--repeats`` turns and its ratio to the baseline
-scheme (``rpe`` by default) measured in the same run::
+scheme (``rpe`` by default) measured in the same run. Two clocks are reported: wall time
+(``tokens_per_s``) and this process's CPU time (``tokens_per_cpu_s``, all threads together),
+which other processes on a shared machine disturb far less::
 
     python scripts/bench_lm.py --threads 2
     python scripts/bench_lm.py --preset cpu --schemes rpe xl xl-urpe --repeats 7
@@ -47,9 +49,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="schemes to time (default: rpe xl xl-urpe)",
     )
     p.add_argument("--baseline", choices=LM_PE_SCHEMES, default="rpe", help="ratio baseline")
-    p.add_argument("--steps", type=int, default=20, help="timed updates per turn (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed updates per turn (default 3)")
-    p.add_argument("--repeats", type=int, default=5, help="turns per scheme (default 5)")
+    p.add_argument("--steps", type=int, default=10, help="timed updates per turn (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed updates per turn (default 2)")
+    p.add_argument("--repeats", type=int, default=9, help="turns per scheme (default 9)")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--smoke", action="store_true", help="one update per scheme (a quick check)")
@@ -88,15 +90,16 @@ class _Trainer:
         self.optimizer.step()
         return x.numel()
 
-    def turn(self, warmup: int, steps: int) -> float:
-        """Tokens per second over ``steps`` updates after ``warmup`` untimed ones."""
+    def turn(self, warmup: int, steps: int) -> tuple[float, float]:
+        """Tokens per wall-clock second and per CPU second over ``steps`` updates after
+        ``warmup`` untimed ones."""
         for _ in range(warmup):
             self.update()
         self._sync()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         tokens = sum(self.update() for _ in range(steps))
         self._sync()
-        return tokens / (time.perf_counter() - start)
+        return tokens / (time.perf_counter() - start), tokens / (time.process_time() - cpu)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -112,11 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         pe: _Trainer(pe, args.preset, len(corpus.vocab), corpus.train, args.device)
         for pe in schemes
     }
-    rates: dict[str, list[float]] = {pe: [] for pe in schemes}
+    wall: dict[str, list[float]] = {pe: [] for pe in schemes}
+    cpu: dict[str, list[float]] = {pe: [] for pe in schemes}
     for _ in range(args.repeats):
         for pe in schemes:
-            rates[pe].append(trainers[pe].turn(args.warmup, args.steps))
-    base = statistics.median(rates[args.baseline])
+            rate, cpu_rate = trainers[pe].turn(args.warmup, args.steps)
+            wall[pe].append(rate)
+            cpu[pe].append(cpu_rate)
+    base = statistics.median(wall[args.baseline])
+    cpu_base = statistics.median(cpu[args.baseline])
     cfg = trainers[args.baseline].config
     result: dict[str, Any] = {
         "benchmark": "lm",
@@ -134,12 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": args.baseline,
         "schemes": {
             pe: {
-                "median_tokens_per_s": round(statistics.median(r), 1),
-                "tokens_per_s": [round(x, 1) for x in r],
-                "ratio_to_baseline": round(statistics.median(r) / base, 3),
+                "median_tokens_per_s": round(statistics.median(wall[pe]), 1),
+                "ratio_to_baseline": round(statistics.median(wall[pe]) / base, 3),
+                "median_tokens_per_cpu_s": round(statistics.median(cpu[pe]), 1),
+                "cpu_ratio_to_baseline": round(statistics.median(cpu[pe]) / cpu_base, 3),
+                "tokens_per_s": [round(x, 1) for x in wall[pe]],
+                "tokens_per_cpu_s": [round(x, 1) for x in cpu[pe]],
                 "num_parameters": sum(p.numel() for p in trainers[pe].model.parameters()),
             }
-            for pe, r in rates.items()
+            for pe in schemes
         },
     }
     print(json.dumps(result, indent=2))

@@ -10,7 +10,6 @@ import torch
 from graphormer_urpe.sequence import TransformerXL, TransformerXLConfig, lm_config
 from graphormer_urpe.sequence.adaptive_softmax import TiedAdaptiveLogSoftmax
 from graphormer_urpe.sequence.model import RelativePositionTable
-from graphormer_urpe.sequence.xl import causal_window_mask
 from graphormer_urpe.sequence.xl_attention import (
     XLPositions,
     XLRelativeAttention,
@@ -63,15 +62,47 @@ def test_relative_shift_equals_the_direct_formula(memory_len: int) -> None:
         return (w_r @ r).view(h, dh)
 
     rel = torch.stack([r_proj(dist) for dist in range(kk, -1, -1)], dim=1)  # [H, K + 1, d_h]
-    future = torch.zeros(n, kk, dtype=torch.float64)
-    future.masked_fill_(causal_window_mask(n, m), float("-inf"))
-    bias = xl_position_bias(q, k, rel, u, v, future)
+    bias = xl_position_bias(q, k, rel, u, v)
     got = q @ k.transpose(-1, -2) / math.sqrt(dh) + bias
     for bi in range(b):
         want = _loop_scores(q[bi], k[bi], r_proj, u, v, m) / math.sqrt(dh)
         assert torch.equal(torch.isinf(got[bi]), torch.isinf(want))
         ok = ~torch.isinf(want)
         torch.testing.assert_close(got[bi][ok], want[ok], rtol=1e-12, atol=1e-12)
+
+
+def test_relative_shift_gradients_equal_the_direct_formula() -> None:
+    """The hand-written backward of the shifted scores gives the loop formula's gradients."""
+    gen = torch.Generator().manual_seed(1)
+    b, h, n, m, dh, d = 2, 2, 5, 3, 4, 6
+    kk = m + n
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()
+
+    q, k, w_r, u, v = (
+        leaf(b, h, n, dh),
+        leaf(b, h, kk, dh),
+        leaf(h * dh, d),
+        leaf(h, dh),
+        leaf(h, dh),
+    )
+    weight = torch.randn(b, h, n, kk, generator=gen, dtype=torch.float64)
+
+    def r_proj(dist: int) -> torch.Tensor:
+        r = sinusoid_encoding(torch.tensor([dist]), d).double()[0]
+        return (w_r @ r).view(h, dh)
+
+    rel = torch.stack([r_proj(dist) for dist in range(kk, -1, -1)], dim=1)
+    got = q @ k.transpose(-1, -2) / math.sqrt(dh) + xl_position_bias(q, k, rel, u, v)
+    want = torch.stack([_loop_scores(q[i], k[i], r_proj, u, v, m) for i in range(b)])
+    want = want / math.sqrt(dh)
+    grads = []
+    for scores in (got, want):
+        finite = scores.masked_fill(torch.isinf(scores), 0.0)
+        grads.append(torch.autograd.grad((finite * weight).sum(), (q, k, w_r, u, v)))
+    for g_got, g_want in zip(*grads, strict=True):
+        torch.testing.assert_close(g_got, g_want, rtol=1e-10, atol=1e-10)
 
 
 def test_relative_shift_moves_every_row_by_its_query() -> None:
@@ -94,9 +125,8 @@ def test_xl_attention_layer_equals_a_plain_reference() -> None:
     mem, x = torch.randn(b, m, d).double(), torch.randn(b, n, d).double()
     u, v = torch.randn(h, dh).double(), torch.randn(h, dh).double()
     enc = sinusoid_encoding(torch.arange(m + n, -1, -1), d).double()
-    future = torch.zeros(n, m + n).double().masked_fill(causal_window_mask(n, m), float("-inf"))
     scale = 1 + 0.3 * torch.randn(1, h, n, m + n).double()
-    got = attn(x, XLPositions(enc, u, v, future), scale, memory=mem)
+    got = attn(x, XLPositions(enc, u, v), scale, memory=mem)
 
     kv = torch.cat([mem, x], 1)
     q = attn.q_proj(x).view(b, n, h, dh).transpose(1, 2)

@@ -262,7 +262,7 @@ class TransformerXL(nn.Module):
         if self.u is not None and self.v is not None:
             distances = torch.arange(keys, -1, -1, device=device)  # K, ..., 0
             enc = self.dropout(sinusoid_encoding(distances, self.config.width))  # [K + 1, d]
-            return XLPositions(enc, self.u, self.v, bias), scales
+            return XLPositions(enc, self.u, self.v), scales  # (causal by construction)
         bias = bias[None, None]  # [1, 1, N, M + N]
         if self.rel_bias is not None:
             bias = bias + self.rel_bias(keys, query_len)  # [1, H, N, M + N]

@@ -37,6 +37,7 @@ from ..attention import PreparedBias, URPEAttention, urpe_attention
 __all__ = [
     "XLPositions",
     "XLRelativeAttention",
+    "distance_order_mask",
     "relative_shift",
     "sinusoid_encoding",
     "xl_position_bias",
@@ -79,29 +80,85 @@ def relative_shift(scores: Tensor) -> Tensor:
     return flat[..., n : n + n * (k1 - 1)].view(*batch, n, k1 - 1)
 
 
-def xl_position_bias(
-    q: Tensor, k: Tensor, rel: Tensor, u: Tensor, v: Tensor, future: Tensor
-) -> Tensor:
-    r"""The additive bias :math:`B` of Transformer-XL's relative attention (module docstring).
+def distance_order_mask(query_len: int, keys: int, device: torch.device | None = None) -> Tensor:
+    """``-inf`` where a per-distance score (:func:`relative_shift`'s input) is read only by future
+    keys, else 0: row ``r``, columns ``c < N - r``.
+
+    Returns:
+        ``[N, K + 1]`` float.
+    """
+    rows = torch.arange(query_len, device=device)[:, None]
+    cols = torch.arange(keys + 1, device=device)[None, :]
+    return torch.zeros(query_len, keys + 1, device=device).masked_fill(
+        cols < query_len - rows, float("-inf")
+    )
+
+
+class _ShiftedScores(torch.autograd.Function):
+    r""":math:`\operatorname{shift}(qv\, rel^\top + \text{mask}) + uk`, as one matrix product per
+    head over all queries of the batch, written straight into the ``[B, H, N, K]`` layout of the
+    attention core; the backward writes the gradient of the per-distance scores in one pass
+    (the shift is a view; scores that no key reads get gradient 0).
+
+    Shapes:
+        ``qv`` ``[B, H, N, d_h]``, ``rel`` ``[H, K + 1, d_h]``, ``uk`` ``[B, H, 1, K]``,
+        ``mask`` ``[N, K + 1]`` (:func:`distance_order_mask`) → ``[B, H, N, K]``.
+    """
+
+    @staticmethod
+    def forward(ctx, qv: Tensor, rel: Tensor, uk: Tensor, mask: Tensor) -> Tensor:
+        b, h, n, dh = qv.shape
+        k1 = rel.shape[1]
+        qv_h = qv.transpose(0, 1).reshape(h, b * n, dh)  # [H, B*N, d_h]
+        mask_h = mask.repeat(b, 1)  # [B*N, K + 1]
+        by_distance = torch.baddbmm(mask_h, qv_h, rel.transpose(1, 2))  # [H, B*N, K + 1]
+        shifted = relative_shift(by_distance.view(h * b, n, k1)).view(h, b, n, k1 - 1)
+        out = torch.empty((b, h, n, k1 - 1), dtype=qv.dtype, device=qv.device)
+        torch.add(shifted.transpose(0, 1), uk, out=out)
+        ctx.save_for_backward(qv_h, rel)
+        ctx.dims = (b, h, n, k1, dh)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        qv_h, rel = ctx.saved_tensors
+        b, h, n, k1, dh = ctx.dims
+        need_qv, need_rel, need_uk, _ = ctx.needs_input_grad
+        g_by = grad.new_empty(h, b, n * k1)
+        g_by[..., :n] = 0.0  # scores no key reads
+        g_by[..., n:] = grad.transpose(0, 1).reshape(h, b, n * (k1 - 1))  # the shift's inverse
+        g_by = g_by.view(h, b * n, k1)
+        g_qv = None
+        if need_qv:
+            g_qv = torch.bmm(g_by, rel).view(h, b, n, dh).transpose(0, 1)  # [B, H, N, d_h]
+        g_rel = torch.bmm(g_by.transpose(1, 2), qv_h) if need_rel else None  # [H, K + 1, d_h]
+        g_uk = grad.sum(dim=2, keepdim=True) if need_uk else None
+        return g_qv, g_rel, g_uk, None
+
+
+def xl_position_bias(q: Tensor, k: Tensor, rel: Tensor, u: Tensor, v: Tensor) -> Tensor:
+    r"""The additive bias :math:`B` of Transformer-XL's relative attention (module docstring),
+    with the causal mask of the window.
 
     Args:
-        q: ``[B, H, N, d_h]`` queries.
+        q: ``[B, H, N, d_h]`` queries (window positions ``M .. M + N - 1``).
         k: ``[B, H, K, d_h]`` keys (``K = M + N``, memory first).
         rel: ``[H, K + 1, d_h]`` projected encodings :math:`W_R r_\delta` of the distances
             ``K, ..., 0`` (descending).
         u: ``[H, d_h]`` content bias.
         v: ``[H, d_h]`` position bias.
-        future: ``[N, K]`` float, ``-inf`` on keys ``j > M + i`` and 0 elsewhere.
 
     Returns:
-        ``[B, H, N, K]`` float, ``-inf`` on future keys.
+        ``[B, H, N, K]`` float, ``-inf`` on the future keys ``j > M + i``.
     """
+    n, keys = q.shape[-2], k.shape[-2]
+    if rel.shape[-2] != keys + 1:
+        raise ValueError(f"expected encodings of {keys + 1} distances, got {rel.shape[-2]}")
     scale = 1.0 / math.sqrt(q.shape[-1])
     qv = (q + v[None, :, None, :]) * scale  # [B, H, N, d_h]
-    by_distance = torch.matmul(qv, rel.transpose(-1, -2))  # [B, H, N, K + 1]
     uk = torch.matmul(k, u[None, :, :, None] * scale).transpose(-1, -2)  # [B, H, 1, K]
-    bias = relative_shift(by_distance) + uk  # [B, H, N, K]
-    return bias.add_(future)  # (an addition: cheaper than masked_fill with a broadcast mask)
+    mask = distance_order_mask(n, keys, q.device).to(qv.dtype)  # [N, K + 1]
+    return _ShiftedScores.apply(qv, rel.to(qv.dtype), uk, mask)
 
 
 class XLPositions(NamedTuple):
@@ -111,13 +168,11 @@ class XLPositions(NamedTuple):
         encodings: ``[K + 1, d]`` sinusoidal encodings of the distances ``K, ..., 0``.
         u: ``[H, d_h]`` content bias (shared by all layers).
         v: ``[H, d_h]`` position bias (shared by all layers).
-        future: ``[N, K]`` float, ``-inf`` on the keys a query may not see, else 0.
     """
 
     encodings: Tensor
     u: Tensor
     v: Tensor
-    future: Tensor
 
 
 class XLRelativeAttention(URPEAttention):
@@ -167,7 +222,7 @@ class XLRelativeAttention(URPEAttention):
         v = self._heads(self.v_proj(kv))
         pos = attn_bias
         rel = self.r_proj(pos.encodings).view(-1, self.num_heads, self.head_dim).transpose(0, 1)
-        bias = xl_position_bias(q, k, rel, pos.u, pos.v, pos.future)  # [B, H, N, K]
+        bias = xl_position_bias(q, k, rel, pos.u, pos.v)  # [B, H, N, K], causal
         out = urpe_attention(
             q,
             k,
