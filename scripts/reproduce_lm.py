@@ -101,6 +101,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="reuse finished runs with the same configuration; continue interrupted ones",
     )
+    p.add_argument(
+        "--collect",
+        action="store_true",
+        help="train nothing: tabulate the finished runs with the same configuration "
+        "(and name the missing ones)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return p.parse_args(argv)
 
@@ -262,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict[str, Any]] = []
     evals: dict[tuple[str, int], list[dict]] = {}
+    missing: list[dict[str, Any]] = []
     start = time.perf_counter()
     for seed in args.seeds:
         for pe in args.schemes:
@@ -277,11 +284,15 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = args.out_dir / f"{args.corpus}_{pe}_s{seed}"
             metrics_path = run_dir / "metrics.json"
             metrics = None
-            if args.resume and metrics_path.exists():
+            if (args.resume or args.collect) and metrics_path.exists():
                 old = json.loads(metrics_path.read_text())
                 if old.get("config") == json.loads(json.dumps(cfg.to_dict())):
                     logger.info("reusing %s", run_dir)
                     metrics = old
+            if metrics is None and args.collect:
+                logger.warning("no finished run in %s: left out", run_dir)
+                missing.append({"pe": pe, "seed": seed})
+                continue
             if metrics is None:
                 interrupted = args.resume and not metrics_path.exists()
                 metrics = train_lm(
@@ -299,11 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         "unit": unit,
         "threads": args.threads,
         "total_wall_time_s": round(total, 1),
+        "sum_of_run_times_s": round(sum(r["wall_time_s"] for r in rows), 1),
         "command": " ".join(["python", "scripts/reproduce_lm.py", *sys.argv[1:]])
         if argv is None
         else None,
         "schemes": schemes,
         "runs": rows,
+        "missing_runs": missing,
     }
     table = _markdown(rows, schemes, unit)
     png = _figure(rows, evals, unit, args.corpus)

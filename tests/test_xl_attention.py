@@ -269,3 +269,6 @@ def test_paper_preset_has_the_published_151m_parameters() -> None:
     reference = layers * per_layer + 2 * d + v * d + v + 3 * (d + 1)
     assert count == reference == 151_107_538
     assert abs(count - 151e6) / 151e6 < 0.005
+    # On a character corpus the cutoffs lie beyond the vocabulary: one full softmax.
+    small = TransformerXLConfig(vocab_size=102, adaptive_cutoffs=[20_000, 40_000, 200_000])
+    assert small.cutoffs == [] and TransformerXL(small).adaptive is None
