@@ -51,6 +51,10 @@ class EncoderLayer(nn.Module):
         attention_dropout: dropout on the attention probabilities.
         activation_dropout: dropout after the GELU inside the feed-forward block.
         pre_ln: pre-LN (``True``, Graphormer v1) or post-LN (``False``, RoBERTa).
+        attention_cls: the attention module, built as ``attention_cls(embed_dim, num_heads,
+            dropout=attention_dropout)`` and called like
+            :class:`~graphormer_urpe.attention.URPEAttention` (a subclass such as
+            Transformer-XL's relative attention may take its own ``attn_bias``).
 
     Shapes:
         ``x`` ``[B, N, d]`` → ``[B, N, d]``, or with ``layout`` the real tokens ``[T, d]`` →
@@ -76,10 +80,11 @@ class EncoderLayer(nn.Module):
         attention_dropout: float = 0.0,
         activation_dropout: float = 0.0,
         pre_ln: bool = True,
+        attention_cls: type[URPEAttention] = URPEAttention,
     ) -> None:
         super().__init__()
         self.pre_ln = pre_ln
-        self.self_attn = URPEAttention(embed_dim, num_heads, dropout=attention_dropout)
+        self.self_attn = attention_cls(embed_dim, num_heads, dropout=attention_dropout)
         self.attn_norm = nn.LayerNorm(embed_dim)
         self.ffn_norm = nn.LayerNorm(embed_dim)
         self.fc1 = nn.Linear(embed_dim, ffn_dim)

@@ -1,19 +1,23 @@
 #!/usr/bin/env python
-"""Compare none / APE / RPE / URPE in a small Transformer-XL language model (several seeds).
+"""Compare positional schemes in a small Transformer-XL language model (several seeds).
 
 The paper's third experiment (Luo et al., NeurIPS 2022) puts URPE into Transformer-XL on
-WikiText-103. This script runs the same comparison at CPU size on the embedded corpus
-(Python's documentation text, character level) by default: every positional scheme x seed,
-one run after the other, with the ``lm`` command's ``cpu`` preset. It writes into
-``--out-dir``:
+WikiText-103 ("Transformer-XL base -> + URPE"). This script runs the same comparison at CPU
+size on the embedded corpus (Python's documentation text, character level) by default:
+Transformer-XL's relative attention (``xl``) against ``xl-urpe``, plus no PE, APE, the
+scalar RPE and URPE, every scheme x seed, one run after the other, with the ``lm`` command's
+``cpu-small`` preset. It writes into ``--out-dir``:
 
 * one folder per run (``metrics.json``, ``curve.csv``, ``pe_tables.png``, checkpoints),
-* ``results.json`` and ``results.md`` (one row per run and one per scheme: the median over
-  seeds of valid / test bits per character, or perplexity on word corpora, and wall time),
+* ``results.json`` and ``results.md`` (one row per run and one per scheme: the mean and
+  half-range over seeds of valid / test bits per character, or perplexity on word corpora,
+  wall time, and how much validation improved over each run's last 1,000 updates),
 * ``lm.png``: validation curves and the test score per scheme,
 
 copies the table and figure to ``--table-md`` / ``--table-json`` / ``--figure`` when given,
-and prints the results as JSON. Example (the set-up of ``docs/lm.md``)::
+and prints the results as JSON. Runs can be split over processes (``--schemes``) writing to
+the same ``--out-dir``; a last call with ``--resume`` then reuses them all and writes the
+table. Example (the set-up of ``docs/lm.md``)::
 
     python scripts/reproduce_lm.py --threads 1 --figure docs/figures/lm.png \
         --table-md docs/lm_results.md --table-json docs/lm_results.json
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 import time
@@ -37,13 +42,36 @@ _ROOT = Path(__file__).resolve().parents[1]
 if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
     sys.path.insert(0, str(_ROOT))
 
-from graphormer_urpe.sequence import PE_SCHEMES, lm_config, load_corpus, train_lm  # noqa: E402
+from graphormer_urpe.sequence import (  # noqa: E402
+    LM_PE_SCHEMES,
+    LM_PRESETS,
+    lm_config,
+    load_corpus,
+    train_lm,
+)
 from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
 from graphormer_urpe.sequence.train import png_bytes  # noqa: E402
 from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
-SCHEME_LABELS = {"none": "no PE", "ape": "APE", "rpe": "RPE", "urpe": "URPE"}
-SCHEME_COLORS = {"none": "#7f7f7f", "ape": "#1f77b4", "rpe": "#ff7f0e", "urpe": "#2ca02c"}
+PE_SCHEMES = LM_PE_SCHEMES
+SCHEME_LABELS = {
+    "none": "no PE",
+    "ape": "APE",
+    "rpe": "RPE",
+    "urpe": "URPE",
+    "xl": "XL",
+    "xl-urpe": "XL + URPE",
+}
+SCHEME_COLORS = {
+    "none": "#7f7f7f",
+    "ape": "#1f77b4",
+    "rpe": "#ff7f0e",
+    "urpe": "#2ca02c",
+    "xl": "#9467bd",
+    "xl-urpe": "#d62728",
+}
+#: Updates over which the convergence criterion looks back.
+LOOKBACK = 1000
 
 logger = logging.getLogger("reproduce_lm")
 
@@ -56,7 +84,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--schemes", nargs="+", choices=PE_SCHEMES, default=list(PE_SCHEMES), help="schemes"
     )
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds (default: 1 2)")
-    p.add_argument("--preset", choices=("cpu", "paper"), default="cpu", help="base preset")
+    p.add_argument("--preset", choices=sorted(LM_PRESETS), default="cpu-small", help="base preset")
     p.add_argument("--steps", type=int, help="updates per run (default: the preset's)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
     p.add_argument(
@@ -73,12 +101,33 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="reuse finished runs with the same configuration; continue interrupted ones",
     )
+    p.add_argument(
+        "--collect",
+        action="store_true",
+        help="train nothing: tabulate the finished runs with the same configuration "
+        "(and name the missing ones)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return p.parse_args(argv)
 
 
 def _unit(level: str) -> str:
     return "bpc" if level == "char" else "ppl"
+
+
+def _score(loss: float, unit: str) -> float:
+    return loss / math.log(2) if unit == "bpc" else math.exp(loss)
+
+
+def _last_gain(evals: list[dict[str, Any]], unit: str) -> float | None:
+    """Relative improvement of the validation score over the last ``LOOKBACK`` updates
+    (``(s(T - LOOKBACK) - s(T)) / s(T - LOOKBACK)``), or ``None`` without an evaluation there."""
+    by_step = {e["step"]: _score(e["valid_loss"], unit) for e in evals}
+    last = max(by_step)
+    if last - LOOKBACK not in by_step:
+        return None
+    before = by_step[last - LOOKBACK]
+    return (before - by_step[last]) / before
 
 
 def _summary(m: dict[str, Any], seed: int, run_dir: Path) -> dict[str, Any]:
@@ -94,8 +143,14 @@ def _summary(m: dict[str, Any], seed: int, run_dir: Path) -> dict[str, Any]:
         "steps": m["steps"],
         "wall_time_s": m["wall_time_s"],
         "num_parameters": m["num_parameters"],
+        "last_1000_gain": _last_gain(m["evals"], u),
         "run_dir": str(run_dir),
     }
+
+
+def _mean_spread(values: list[float]) -> tuple[float, float]:
+    """Mean and half the range (the seed spread) of ``values``."""
+    return statistics.fmean(values), (max(values) - min(values)) / 2
 
 
 def _per_scheme(rows: list[dict[str, Any]], unit: str) -> list[dict[str, Any]]:
@@ -104,41 +159,55 @@ def _per_scheme(rows: list[dict[str, Any]], unit: str) -> list[dict[str, Any]]:
         rs = [r for r in rows if r["pe"] == pe]
         if not rs:
             continue
+        valid = _mean_spread([r[f"valid_{unit}"] for r in rs])
+        test = _mean_spread([r[f"test_{unit}"] for r in rs])
+        gains = [r["last_1000_gain"] for r in rs if r["last_1000_gain"] is not None]
         out.append(
             {
                 "pe": pe,
                 "seeds": [r["seed"] for r in rs],
-                f"median_valid_{unit}": statistics.median(r[f"valid_{unit}"] for r in rs),
-                f"median_test_{unit}": statistics.median(r[f"test_{unit}"] for r in rs),
+                f"mean_valid_{unit}": valid[0],
+                f"spread_valid_{unit}": valid[1],
+                f"mean_test_{unit}": test[0],
+                f"spread_test_{unit}": test[1],
                 "median_wall_time_s": statistics.median(r["wall_time_s"] for r in rs),
                 "num_parameters": rs[0]["num_parameters"],
+                "max_last_1000_gain": max(gains) if gains else None,
             }
         )
     return out
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}%"
+
+
 def _markdown(rows: list[dict[str, Any]], schemes: list[dict[str, Any]], unit: str) -> str:
     name = "bits per character" if unit == "bpc" else "perplexity"
     text = (
-        f"Per scheme (median over seeds; {name}, lower is better):\n\n"
-        f"| Scheme | Parameters | Valid {unit} | Test {unit} | Time per run (s) |\n"
-        "|---|---:|---:|---:|---:|\n"
+        f"Per scheme (mean ± half-range over seeds; {name}, lower is better; last column: the "
+        f"largest relative improvement of validation {unit} over a run's last {LOOKBACK:,} "
+        "updates):\n\n"
+        f"| Scheme | Parameters | Valid {unit} | Test {unit} | Time per run (s) "
+        f"| Gain over last {LOOKBACK:,} |\n"
+        "|---|---:|---:|---:|---:|---:|\n"
     )
     for s in schemes:
         text += (
             f"| {SCHEME_LABELS[s['pe']]} | {s['num_parameters']:,} "
-            f"| {s[f'median_valid_{unit}']:.3f} | {s[f'median_test_{unit}']:.3f} "
-            f"| {s['median_wall_time_s']:.0f} |\n"
+            f"| {s[f'mean_valid_{unit}']:.3f} ± {s[f'spread_valid_{unit}']:.3f} "
+            f"| {s[f'mean_test_{unit}']:.3f} ± {s[f'spread_test_{unit}']:.3f} "
+            f"| {s['median_wall_time_s']:.0f} | {_pct(s['max_last_1000_gain'])} |\n"
         )
     text += (
         f"\nPer run:\n\n| Scheme | Seed | Valid {unit} | Test {unit} | Best update | Updates "
-        "| Time (s) |\n|---|---:|---:|---:|---:|---:|---:|\n"
+        f"| Time (s) | Gain over last {LOOKBACK:,} |\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     for r in rows:
         text += (
             f"| {SCHEME_LABELS[r['pe']]} | {r['seed']} | {r[f'valid_{unit}']:.3f} "
             f"| {r[f'test_{unit}']:.3f} | {r['best_step']:,} | {r['steps']:,} "
-            f"| {r['wall_time_s']:.0f} |\n"
+            f"| {r['wall_time_s']:.0f} | {_pct(r['last_1000_gain'])} |\n"
         )
     return text
 
@@ -146,49 +215,45 @@ def _markdown(rows: list[dict[str, Any]], schemes: list[dict[str, Any]], unit: s
 def _figure(
     rows: list[dict[str, Any]], evals: dict[tuple[str, int], list[dict]], unit: str, title: str
 ) -> bytes:
-    import math
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def score(loss: float) -> float:
-        return loss / math.log(2) if unit == "bpc" else math.exp(loss)
-
     seeds = sorted({r["seed"] for r in rows})
     styles = ["-", "--", ":", "-."]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-    ax = axes[0]
-    for r in rows:
-        ev = evals[(r["pe"], r["seed"])]
-        ax.plot(
-            [e["step"] for e in ev],
-            [score(e["valid_loss"]) for e in ev],
-            styles[seeds.index(r["seed"]) % len(styles)],
-            marker="o",
-            ms=2.5,
-            color=SCHEME_COLORS[r["pe"]],
-            label=f"{SCHEME_LABELS[r['pe']]} (seed {r['seed']})",
-        )
-    ax.set_xlabel("update")
-    ax.set_ylabel(f"validation {unit}")
-    ax.set_title(f"{title}: validation during training")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    ax = axes[1]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
+    last = max(r["steps"] for r in rows)
+    for ax, start in ((axes[0], 0), (axes[1], last // 2)):  # all updates; the second half
+        for r in rows:
+            ev = [e for e in evals[(r["pe"], r["seed"])] if e["step"] >= start]
+            ax.plot(
+                [e["step"] for e in ev],
+                [_score(e["valid_loss"], unit) for e in ev],
+                styles[seeds.index(r["seed"]) % len(styles)],
+                marker="o",
+                ms=2.5,
+                color=SCHEME_COLORS[r["pe"]],
+                label=f"{SCHEME_LABELS[r['pe']]} (seed {r['seed']})",
+            )
+        ax.set_xlabel("update")
+        ax.set_ylabel(f"validation {unit}")
+        ax.grid(alpha=0.3)
+    axes[0].set_title(f"{title}: validation during training")
+    axes[1].set_title(f"from update {last // 2:,} on")
+    axes[0].legend(fontsize=7, ncol=2)
+    ax = axes[2]
     schemes = [s for s in PE_SCHEMES if any(r["pe"] == s for r in rows)]
     for i, pe in enumerate(schemes):
         vals = [r[f"test_{unit}"] for r in rows if r["pe"] == pe]
-        med = statistics.median(vals)
-        bar = ax.bar([i], [med], color=SCHEME_COLORS[pe], width=0.6)
+        bar = ax.bar([i], [statistics.fmean(vals)], color=SCHEME_COLORS[pe], width=0.6)
         ax.bar_label(bar, fmt="%.3f", fontsize=8)
         ax.scatter([i] * len(vals), vals, color="k", s=10, zorder=3)
     lo = min(r[f"test_{unit}"] for r in rows)
     hi = max(r[f"test_{unit}"] for r in rows)
     ax.set_ylim(lo - 0.6 * (hi - lo + 0.05), hi + 0.3 * (hi - lo + 0.05))
-    ax.set_xticks(range(len(schemes)), [SCHEME_LABELS[s] for s in schemes])
-    ax.set_ylabel(f"test {unit} (median, dots: seeds)")
+    ax.set_xticks(range(len(schemes)), [SCHEME_LABELS[s] for s in schemes], fontsize=8)
+    ax.set_ylabel(f"test {unit} (mean, dots: seeds)")
     ax.set_title(f"{title}: test {unit} at the best validation")
     ax.grid(alpha=0.3, axis="y")
     return png_bytes(fig)
@@ -203,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict[str, Any]] = []
     evals: dict[tuple[str, int], list[dict]] = {}
+    missing: list[dict[str, Any]] = []
     start = time.perf_counter()
     for seed in args.seeds:
         for pe in args.schemes:
@@ -218,11 +284,15 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = args.out_dir / f"{args.corpus}_{pe}_s{seed}"
             metrics_path = run_dir / "metrics.json"
             metrics = None
-            if args.resume and metrics_path.exists():
+            if (args.resume or args.collect) and metrics_path.exists():
                 old = json.loads(metrics_path.read_text())
                 if old.get("config") == json.loads(json.dumps(cfg.to_dict())):
                     logger.info("reusing %s", run_dir)
                     metrics = old
+            if metrics is None and args.collect:
+                logger.warning("no finished run in %s: left out", run_dir)
+                missing.append({"pe": pe, "seed": seed})
+                continue
             if metrics is None:
                 interrupted = args.resume and not metrics_path.exists()
                 metrics = train_lm(
@@ -240,11 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         "unit": unit,
         "threads": args.threads,
         "total_wall_time_s": round(total, 1),
+        "sum_of_run_times_s": round(sum(r["wall_time_s"] for r in rows), 1),
         "command": " ".join(["python", "scripts/reproduce_lm.py", *sys.argv[1:]])
         if argv is None
         else None,
         "schemes": schemes,
         "runs": rows,
+        "missing_runs": missing,
     }
     table = _markdown(rows, schemes, unit)
     png = _figure(rows, evals, unit, args.corpus)

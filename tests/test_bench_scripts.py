@@ -52,6 +52,23 @@ def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
     assert report["results"]["profile"]["small"]["model"]["cpu_ms_per_molecule"] > 0
 
 
+def test_lm_benchmark_smoke_mode_emits_json():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_lm.py"), "--smoke", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["benchmark"] == "lm" and report["baseline"] == "rpe"
+    schemes = report["schemes"]
+    assert set(schemes) == {"rpe", "xl", "xl-urpe"}
+    assert schemes["rpe"]["ratio_to_baseline"] == 1.0
+    assert all(s["median_tokens_per_s"] > 0 for s in schemes.values())
+
+
 def test_busy_time_is_the_union_of_the_device_intervals():
     import random
 

@@ -404,8 +404,17 @@ def _tiny_model_config(saved: dict) -> TransformerXLConfig:
     return TransformerXLConfig(**saved["config"]["model"])
 
 
-def test_resume_continues_exactly(tmp_path, one_thread, pydoc) -> None:
-    cfg = _tiny(steps=20, eval_every=10, checkpoint_every=10, dropout=0.2)
+@pytest.mark.parametrize("pe", ["xl", "xl-urpe"])
+def test_tiny_xl_run_lowers_validation_loss(tmp_path, one_thread, pydoc, pe: str) -> None:
+    metrics = train_lm(_tiny(pe), tmp_path / "run", corpus=pydoc, progress=False)
+    assert metrics["pe"] == pe
+    assert metrics["valid_loss"] < metrics["initial_valid_loss"] - 0.5
+    assert metrics["evals"][-1]["valid_loss"] < metrics["evals"][0]["valid_loss"]
+
+
+@pytest.mark.parametrize("pe", ["urpe", "xl", "xl-urpe"])
+def test_resume_continues_exactly(tmp_path, one_thread, pydoc, pe: str) -> None:
+    cfg = _tiny(pe, steps=20, eval_every=10, checkpoint_every=10, dropout=0.2)
     full = train_lm(cfg, tmp_path / "a", corpus=pydoc, progress=False)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     (tmp_path / "b" / "last.pt").unlink()
@@ -465,6 +474,8 @@ def test_cli_lm_runs_and_every_flag_has_help(tmp_path, capsys, one_thread) -> No
     flags = [a for a in sub._actions if a.option_strings and a.dest != "help"]
     assert all(a.help for a in flags)
     required = set("--corpus --pe --preset --resume --out --steps --mem-len --tgt-len".split())
+    pe_flag = next(a for a in flags if "--pe" in a.option_strings)
+    assert {"xl", "xl-urpe"} <= set(pe_flag.choices) and "xl-urpe" in pe_flag.help
     assert required <= {o for a in flags for o in a.option_strings}
     args = _parser().parse_args(
         "lm --corpus pydoc --pe rpe --steps 3 --width 16 --layers 1 --heads 2 --ffn 32 "

@@ -9,7 +9,8 @@ training loop (:mod:`.train`) and the ``synthetic`` command-line sub-command (:m
     metrics = train_synthetic(synthetic_config("cpu", task="pi", pe="urpe"), "runs/pi_urpe")
     metrics["valid_accuracy"]
 
-Causal language modelling on the same core: a small Transformer-XL (:mod:`.xl`), its corpora
+Causal language modelling on the same core: a small Transformer-XL (:mod:`.xl`; its relative
+attention in :mod:`.xl_attention`, its adaptive softmax in :mod:`.adaptive_softmax`), its corpora
 (:mod:`.corpus`: Python's documentation text, WikiText-2/103) and training loop (:mod:`.lm`,
 the ``lm`` sub-command)::
 
@@ -57,7 +58,7 @@ from .train import (
     synthetic_config,
     train_synthetic,
 )
-from .xl import TransformerXL, TransformerXLConfig
+from .xl import LM_PE_SCHEMES, LMPEName, TransformerXL, TransformerXLConfig
 
 __all__ = [
     "CORPORA",
@@ -65,6 +66,8 @@ __all__ = [
     "LMConfig",
     "LMCorpus",
     "LM_PRESETS",
+    "LM_PE_SCHEMES",
+    "LMPEName",
     "TransformerXL",
     "TransformerXLConfig",
     "Vocabulary",

@@ -23,6 +23,7 @@ from typing import Any
 from .corpus import CORPORA
 from .model import PE_SCHEMES
 from .train import synthetic_config, train_synthetic
+from .xl import LM_PE_SCHEMES
 
 __all__ = [
     "add_synthetic_parser",
@@ -152,7 +153,8 @@ def add_lm_parser(subparsers: Any) -> None:
         description=(
             "Train a causal Transformer-XL language model (segment-level recurrence, memory of "
             "the previous segment) with no positional encoding, learned absolute positions "
-            "(ape), a learned relative bias (rpe) or Universal RPE (urpe) on Python's "
+            "(ape), a learned relative bias (rpe), Universal RPE (urpe), Transformer-XL's own "
+            "relative attention (xl) or xl with URPE's scale (xl-urpe) on Python's "
             "documentation text (pydoc, characters, embedded) or WikiText-2/103 (words); "
             "writes metrics.json (bits per character or perplexity), curve.csv, checkpoints "
             "and pe_tables.png to --out and prints the metrics as JSON."
@@ -164,15 +166,26 @@ def add_lm_parser(subparsers: Any) -> None:
         default="pydoc",
         help="corpus (default: pydoc, embedded; wikitext-* are read from --data-root)",
     )
-    _add_pe_flag(p)
+    p.add_argument(
+        "--pe",
+        choices=LM_PE_SCHEMES,
+        help=(
+            "positional scheme: none, ape, rpe (a learned scalar bias per head and distance), "
+            "urpe (rpe with URPE's C), xl (Transformer-XL's relative attention: sinusoidal "
+            "content-position terms with u, v), xl-urpe (xl with URPE's C; default: the "
+            "preset's, urpe for cpu and xl for paper)"
+        ),
+    )
     p.add_argument(
         "--preset",
-        choices=("cpu", "paper"),
+        choices=("cpu", "cpu-small", "paper"),
         default="cpu",
         help=(
-            "base configuration: cpu (3x128 model, segments of 64 + memory 64, 1,000 updates; "
-            "minutes on one CPU thread) or paper (Transformer-XL base for WikiText-103: "
-            "16x410, 10 heads, tgt_len = mem_len = 150, 200k updates of 60; GPUs)"
+            "base configuration: cpu (3x128 model, segments of 64 + memory 64, 1,000 updates, "
+            "urpe; minutes on one CPU thread), cpu-small (2x64, 10,000 updates) or paper "
+            "(Transformer-XL base for WikiText-103: "
+            "16x410, 10 heads, tgt_len = mem_len = 150, xl relative attention, adaptive "
+            "softmax, 200k updates of 60; GPUs)"
         ),
     )
     p.add_argument(

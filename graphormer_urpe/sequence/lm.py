@@ -1,4 +1,5 @@
-r"""Training a small Transformer-XL language model with none / APE / RPE / URPE positions.
+r"""Training a small Transformer-XL language model with none / APE / RPE / URPE / XL / XL-URPE
+positions.
 
 Transformer-XL's recipe (Dai et al., 2019): the training stream is cut into ``batch_size``
 contiguous columns read ``tgt_len`` tokens at a time, with the memory of the previous
@@ -147,6 +148,7 @@ class LMConfig:
 LM_PRESETS: dict[str, dict[str, Any]] = {
     # About 2-3 minutes per run on one CPU thread on the embedded corpus.
     "cpu": dict(
+        pe="urpe",
         width=128,
         layers=3,
         heads=4,
@@ -163,10 +165,34 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
         eval_every=200,
         eval_batch_size=16,
     ),
+    # The cpu model at half width and two layers, trained 10x longer: the reproduction's
+    # set-up, long enough for the validation curves to flatten within an hour per few runs.
+    "cpu-small": dict(
+        pe="urpe",
+        width=64,
+        layers=2,
+        heads=4,
+        ffn=256,
+        tgt_len=64,
+        mem_len=64,
+        dropout=0.1,
+        init_std=0.02,
+        steps=10_000,
+        batch_size=16,
+        lr=2e-3,
+        warmup_steps=500,
+        clip_norm=0.25,
+        eval_every=500,
+        eval_batch_size=16,
+        checkpoint_every=1_000,
+    ),
     # Transformer-XL base on WikiText-103 (Dai et al. 2019; run_wt103_base.sh): 16 layers,
     # d 410, 10 heads of 41, d_inner 2100, tgt_len = mem_len = 150, dropout 0.1, Adam at
-    # 2.5e-4 with cosine decay and no warm-up, clip 0.25, 200k updates of 60 columns.
+    # 2.5e-4 with cosine decay and no warm-up, clip 0.25, 200k updates of 60 columns; its
+    # relative attention and tied adaptive softmax (cutoffs 20k / 40k / 200k, div_val 1).
     "paper": dict(
+        pe="xl",
+        adaptive_cutoffs=[20_000, 40_000, 200_000],
         width=410,
         layers=16,
         heads=10,
@@ -189,21 +215,25 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def lm_config(
-    preset: str = "cpu", corpus: str = "pydoc", pe: str = "urpe", **overrides: Any
+    preset: str = "cpu", corpus: str = "pydoc", pe: str | None = None, **overrides: Any
 ) -> LMConfig:
     """A named run configuration with optional overrides.
 
     * ``"cpu"``: 3 post-LN layers of width 128 (4 heads, ffn 512), segments of 64 tokens with
       64 memory states, 1,000 updates of 16 columns at peak lr ``2e-3`` (50 warm-up, cosine
-      decay), dropout 0.1: about 2-3 minutes on one CPU thread on the embedded corpus.
-    * ``"paper"``: Transformer-XL base for WikiText-103 (16 layers, d 410, 10 heads,
+      decay), dropout 0.1, URPE: about 2-3 minutes on one CPU thread on the embedded corpus.
+    * ``"cpu-small"``: 2 layers of width 64 (4 heads, ffn 256), the same segments, 10,000
+      updates (500 warm-up, validation every 500): the set-up of ``scripts/reproduce_lm.py``.
+    * ``"paper"``: Transformer-XL base for WikiText-103 (16 layers, d 410, 10 heads of 41,
       d_inner 2100, tgt_len = mem_len = 150, dropout 0.1, lr ``2.5e-4`` cosine, 200k updates
-      of 60 columns, clip 0.25); for GPUs.
+      of 60 columns, clip 0.25) with its relative attention (``xl``) and tied adaptive
+      softmax (cutoffs 20000 / 40000 / 200000); for GPUs.
 
     Args:
-        preset: ``"cpu"`` or ``"paper"``.
+        preset: ``"cpu"``, ``"cpu-small"`` or ``"paper"``.
         corpus: ``"pydoc" | "wikitext-2" | "wikitext-103"``.
-        pe: ``"none" | "ape" | "rpe" | "urpe"``.
+        pe: ``"none" | "ape" | "rpe" | "urpe" | "xl" | "xl-urpe"``; ``None``: the preset's
+            (``urpe`` for ``cpu`` / ``cpu-small``, ``xl`` for ``paper``).
         **overrides: fields of :class:`LMConfig` or of
             :class:`~graphormer_urpe.sequence.xl.TransformerXLConfig`; ``None`` values are
             ignored. Overriding ``steps`` alone keeps the preset's warm-up fraction.
@@ -220,7 +250,9 @@ def lm_config(
     merged = {**base, **overrides}
     if "steps" in overrides and "warmup_steps" not in overrides:
         merged["warmup_steps"] = int(round(base["warmup_steps"] / base["steps"] * merged["steps"]))
-    model = TransformerXLConfig(pe=pe, **{k: v for k, v in merged.items() if k in model_fields})
+    if pe is not None:
+        merged["pe"] = pe
+    model = TransformerXLConfig(**{k: v for k, v in merged.items() if k in model_fields})
     run = {k: v for k, v in merged.items() if k in run_fields}
     return LMConfig(corpus=corpus, model=model, **run)
 
