@@ -15,15 +15,7 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 @pytest.mark.parametrize("name", ["bench_preprocess", "bench_collate", "bench_train"])
 def test_benchmark_smoke_mode_emits_json(name):
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / f"{name}.py"), "--smoke", "--threads", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
+    report, _ = _bench(name)
     assert report["benchmark"] == name.removeprefix("bench_")
     rates = [v["graphs_per_s"] for v in report["results"].values() if isinstance(v, dict)]
     assert rates and all(r > 0 for r in rates)
@@ -37,15 +29,7 @@ def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
 
     smi = tmp_path / "mols.smi"
     smi.write_text("".join(f"{s}\n" for s in MIXED * 10))
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench_predict.py"), "--smoke", "--smiles-file", str(smi)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
+    report, _ = _bench("bench_predict", "--smiles-file", str(smi))
     assert report["benchmark"] == "predict"
     (run,) = report["results"]["stream"]
     assert run["molecules"] == 300 and run["molecules_per_s"] > 0 and run["peak_rss_mib"] > 0
@@ -53,15 +37,7 @@ def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
 
 
 def test_lm_benchmark_smoke_mode_emits_json():
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench_lm.py"), "--smoke", "--threads", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
+    report, _ = _bench("bench_lm")
     assert report["benchmark"] == "lm" and report["baseline"] == "rpe"
     schemes = report["schemes"]
     assert set(schemes) == {"rpe", "xl", "xl-urpe"}
