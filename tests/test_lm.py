@@ -142,23 +142,24 @@ def test_changing_future_tokens_leaves_earlier_logits_unchanged(pe: str) -> None
         assert not torch.allclose(a2[:, 3:], b2[:, 3:])
 
 
-def test_urpe_equals_rpe_at_initialisation() -> None:
+@pytest.mark.parametrize(("base", "scaled", "distance"), [("rpe", "urpe", 3), ("xl", "xl-urpe", 2)])
+def test_urpe_equals_its_base_scheme_at_initialisation(base: str, scaled: str, distance: int):
     torch.manual_seed(2)
-    rpe = _xl("rpe", dropout=0.0)
-    urpe = _xl("urpe", dropout=0.0)
-    missing = urpe.load_state_dict(rpe.state_dict(), strict=False).missing_keys
+    plain = _xl(base)
+    urpe = _xl(scaled)
+    missing = urpe.load_state_dict(plain.state_dict(), strict=False).missing_keys
     assert missing == ["rel_scales.0.weight"]
     assert torch.all(urpe.rel_scales[0].weight == 1.0)
     x1, x2 = torch.randint(0, 40, (2, 8)), torch.randint(0, 40, (2, 8))
     with torch.no_grad():
-        a1, ma = rpe(x1)
+        a1, ma = plain(x1)
         b1, mb = urpe(x1)
-        a2, _ = rpe(x2, ma)
+        a2, _ = plain(x2, ma)
         b2, _ = urpe(x2, mb)
     torch.testing.assert_close(a1, b1)
     torch.testing.assert_close(a2, b2)
     with torch.no_grad():
-        urpe.rel_scales[0].weight[3].fill_(0.5)  # C now differs at distance 3
+        urpe.rel_scales[0].weight[distance].fill_(0.5)  # C now differs at that distance
         c2, _ = urpe(x2, mb)
     assert not torch.allclose(a2, c2)
 

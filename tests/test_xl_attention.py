@@ -17,13 +17,7 @@ from graphormer_urpe.sequence.xl_attention import (
     sinusoid_encoding,
     xl_position_bias,
 )
-
-
-def _xl(pe: str, **kw) -> TransformerXL:
-    base = dict(vocab_size=40, tgt_len=8, mem_len=16, width=32, layers=2, heads=4, ffn=64)
-    base.update(pe=pe, dropout=0.0, init_std=0.1)
-    base.update(kw)
-    return TransformerXL(TransformerXLConfig(**base)).eval()
+from tests.test_lm import _xl
 
 
 def _loop_scores(q, k, r_proj, u, v, m):
@@ -189,27 +183,6 @@ def test_xl_memory_across_segments_equals_one_long_pass() -> None:
             out, memory = seg(x[:, s : s + 8], memory)
             parts.append(out)
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-5)
-
-
-def test_xl_urpe_equals_xl_at_initialisation() -> None:
-    torch.manual_seed(2)
-    xl = _xl("xl")
-    xl_urpe = _xl("xl-urpe")
-    missing = xl_urpe.load_state_dict(xl.state_dict(), strict=False).missing_keys
-    assert missing == ["rel_scales.0.weight"]
-    assert torch.all(xl_urpe.rel_scales[0].weight == 1.0)
-    x1, x2 = torch.randint(0, 40, (2, 8)), torch.randint(0, 40, (2, 8))
-    with torch.no_grad():
-        a1, ma = xl(x1)
-        b1, mb = xl_urpe(x1)
-        a2, _ = xl(x2, ma)
-        b2, _ = xl_urpe(x2, mb)
-    torch.testing.assert_close(a1, b1)
-    torch.testing.assert_close(a2, b2)
-    with torch.no_grad():
-        xl_urpe.rel_scales[0].weight[2].fill_(0.5)  # C now differs at distance 2
-        c2, _ = xl_urpe(x2, mb)
-    assert not torch.allclose(a2, c2)
 
 
 def test_xl_gradients_reach_u_v_and_w_r() -> None:
