@@ -119,7 +119,7 @@ def test_attention_with_memory_matches_plain_reference() -> None:
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("pe", ["none", "ape", "rpe", "urpe"])
+@pytest.mark.parametrize("pe", ["none", "ape", "rpe", "urpe", "xl", "xl-urpe"])
 def test_changing_future_tokens_leaves_earlier_logits_unchanged(pe: str) -> None:
     torch.manual_seed(1)
     model = _xl(pe)
@@ -136,10 +136,13 @@ def test_changing_future_tokens_leaves_earlier_logits_unchanged(pe: str) -> None
         x2 = torch.randint(0, 40, (3, 8))
         y2 = x2.clone()
         y2[:, 3:] = (y2[:, 3:] + 11) % 40
-        a2, _ = model(x2, mem_a)
+        a2, mem2 = model(x2, mem_a)
         b2, _ = model(y2, mem_a)
         assert torch.equal(a2[:, :3], b2[:, :3])
         assert not torch.allclose(a2[:, 3:], b2[:, 3:])
+        # A third segment with a full memory (mem_len 16 = two segments).
+        a3, _ = model(x, mem2)
+        assert a3.shape == (3, 8, 40) and torch.isfinite(a3).all()
 
 
 @pytest.mark.parametrize(("base", "scaled", "distance"), [("rpe", "urpe", 3), ("xl", "xl-urpe", 2)])
