@@ -467,11 +467,11 @@ def zinc_mol_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
 
 
 def ogb_smiles_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
-    """Featurise a molecule with OGB's ``smiles2graph`` features.
+    """Featurise a molecule with OGB's ``smiles2graph`` features
+    (:func:`~graphormer_urpe.datasets.ogb_graph.ogb_mol_graph`).
 
     Args:
-        mol_or_smiles: a SMILES string (passed to ``ogb.utils.smiles2graph``) or an RDKit
-            molecule (featurised atom by atom with the same OGB feature functions).
+        mol_or_smiles: a SMILES string or an RDKit molecule.
 
     Returns:
         ``Data`` with ``x`` ``[N, 9]`` long, ``edge_index`` ``[2, E]`` long (both directions)
@@ -480,34 +480,15 @@ def ogb_smiles_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
     Raises:
         InvalidMoleculeError: unparsable or empty SMILES.
     """
-    from ogb.utils import smiles2graph
-    from ogb.utils.features import atom_to_feature_vector, bond_to_feature_vector
+    from .ogb_graph import ogb_mol_graph
 
-    if isinstance(mol_or_smiles, Chem.Mol):
-        mol, _ = _as_mol(mol_or_smiles)
-        node = np.array([atom_to_feature_vector(a) for a in mol.GetAtoms()], dtype=np.int64)
-        rows, feats = [], []
-        for bond in mol.GetBonds():
-            i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
-            f = bond_to_feature_vector(bond)
-            rows += [(i, j), (j, i)]
-            feats += [f, f]
-        edge_index = np.array(rows, dtype=np.int64).T.reshape(2, -1)
-        edge_feat = np.array(feats, dtype=np.int64).reshape(-1, 3)
-        num_nodes = mol.GetNumAtoms()
-    else:
-        parse_smiles(mol_or_smiles)  # clear error before OGB's own parse
-        with rdBase.BlockLogs():
-            graph = smiles2graph(mol_or_smiles.strip())
-        node = np.asarray(graph["node_feat"], dtype=np.int64)
-        edge_index = np.asarray(graph["edge_index"], dtype=np.int64).reshape(2, -1)
-        edge_feat = np.asarray(graph["edge_feat"], dtype=np.int64).reshape(-1, 3)
-        num_nodes = int(graph["num_nodes"])
+    mol, _ = _as_mol(mol_or_smiles)
+    graph = ogb_mol_graph(mol)
     return Data(
-        x=torch.from_numpy(node),
-        edge_index=torch.from_numpy(edge_index),
-        edge_attr=torch.from_numpy(edge_feat),
-        num_nodes=num_nodes,
+        x=torch.from_numpy(graph["node_feat"]),
+        edge_index=torch.from_numpy(graph["edge_index"]),
+        edge_attr=torch.from_numpy(graph["edge_feat"]),
+        num_nodes=graph["num_nodes"],
     )
 
 

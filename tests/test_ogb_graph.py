@@ -1,0 +1,82 @@
+"""OGB's molecule features computed from whole-molecule arrays equal ``smiles2graph``'s."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from ogb.utils import smiles2graph
+from rdkit import Chem, rdBase
+
+from graphormer_urpe.datasets import ogb_smiles_to_graph
+from graphormer_urpe.datasets.ogb_graph import ogb_mol_graph, ogb_smiles_graph
+from tests.conftest import SHARED_DATA
+
+# every "misc" code and every unusual value OGB encodes: dummy atoms, charges beyond +-5,
+# radicals, lone hydrogens, S / SP3D / SP3D2 / unspecified hybridisation, square-planar,
+# trigonal-bipyramidal and octahedral chirality, 11 neighbours, dative and quadruple bonds,
+# E/Z bonds, salts, isotopes, aromatic rings with [nH]
+ODD_SMILES = [
+    "*C", "[*]", "[Fe+6]", "[U+7]", "[O-6]", "[CH2]C", "[C]", "[Si]", "[O]", "[H][H]", "[H]",
+    "F[S](F)(F)(F)F", "F[S](F)(F)(F)(F)F", "C[Pt@SP1](F)(Cl)Br", "C[S@TB1](F)(Cl)(Br)N",
+    "P[Co@OH1](F)(Cl)(Br)(I)N", "[W](C)(C)(C)(C)(C)(C)(C)(C)(C)(C)(C)", "[SH6]",
+    "C/C=C/C", "C/C=C\\C", "F/C=C/C=C/Cl", "C1=CC=CC=C1", "C#N", "C=C=C", "[NH3]->[Cu+2]",
+    "[Mo]$[Mo]", "C[C@H](F)Cl", "C[C@@H](F)Cl", "CC[C@]1(C)CC=C1", "[Na+].[Cl-]",
+    "c1cc[nH]c1", "[2H]C", "[13CH4]", "B1CC1", "C[N+](C)(C)C", "CC(=O)[O-].[Na+]",
+    "O=C(O)c1ccccc1-c1ccccc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C",
+]  # fmt: skip
+
+
+def assert_same(got: dict, ref: dict) -> None:
+    assert got["num_nodes"] == ref["num_nodes"]
+    for key in ("node_feat", "edge_index", "edge_feat"):
+        assert got[key].dtype == ref[key].dtype == np.int64, key
+        assert got[key].shape == ref[key].shape, key
+        assert np.array_equal(got[key], ref[key]), key
+
+
+def test_odd_molecules_equal_smiles2graph():
+    with rdBase.BlockLogs():
+        for smi in ODD_SMILES:
+            ref = smiles2graph(smi)
+            assert_same(ogb_smiles_graph(smi), ref)
+            assert_same(ogb_mol_graph(Chem.MolFromSmiles(smi)), ref)
+            data = ogb_smiles_to_graph(smi)
+            assert np.array_equal(data.x.numpy(), ref["node_feat"])
+            assert np.array_equal(data.edge_attr.numpy(), ref["edge_feat"])
+    # the lists' unusual codes all occur above: misc atomic number, chirality, degree,
+    # charge, hybridisation and bond type, and 4 radical electrons
+    node = np.concatenate([smiles2graph(s)["node_feat"] for s in ODD_SMILES])
+    edge = np.concatenate([smiles2graph(s)["edge_feat"] for s in ODD_SMILES])
+    assert node.max(axis=0).tolist() == [118, 4, 11, 11, 6, 4, 5, 1, 1]
+    assert edge.max(axis=0).tolist() == [4, 2, 1]
+
+
+def test_unparsable_smiles_fails_like_smiles2graph():
+    with rdBase.BlockLogs():
+        for smi in ("C1CC", "not a smiles", "O=[Cl+3]([O-])([O-])[O-]"):
+            with pytest.raises(AttributeError):  # OGB calls a method of None
+                smiles2graph(smi)
+            with pytest.raises(ValueError, match="cannot parse"):
+                ogb_smiles_graph(smi)
+
+
+def test_real_molecules_equal_smiles2graph():
+    """The first 1,500 molecules of each MoleculeNet set beside the project (skipped without
+    them)."""
+    folder = SHARED_DATA / "moleculenet"
+    if not folder.exists():
+        pytest.skip(f"{folder} not available")
+    smiles = []
+    for path in sorted(folder.glob("*.csv")):
+        table = pd.read_csv(path)
+        column = next(c for c in table.columns if "smiles" in c.lower())
+        smiles += table[column].astype(str).tolist()[:1500]
+    compared = 0
+    with rdBase.BlockLogs():
+        for smi in smiles:
+            if Chem.MolFromSmiles(smi) is None:
+                continue
+            assert_same(ogb_smiles_graph(smi), smiles2graph(smi))
+            compared += 1
+    assert compared > 7_000
