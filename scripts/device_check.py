@@ -456,12 +456,12 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
         np.cumsum(np.tile(counts, copies), out=out[1:])
         return out
 
-    for name in ("x", "edge_attr", "dist_code", "path_code", "y"):
+    for name in ("x", "edge_attr", "y"):
         np.save(dst / f"{name}.npy", np.concatenate([arrays[name]] * copies, axis=0))
     np.save(dst / "edge_index.npy", np.concatenate([arrays["edge_index"]] * copies, axis=1))
     src_index = np.asarray(arrays["source_index"])
     np.save(dst / "source_index.npy", np.concatenate([src_index + k * r for k in range(copies)]))
-    for name in ("node_ptr", "edge_ptr", "pair_ptr"):
+    for name in ("node_ptr", "edge_ptr"):
         np.save(dst / f"{name}.npy", tiled_ptr(np.asarray(arrays[name])))
     meta = dict(cache.meta)
     meta.update(

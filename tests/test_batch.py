@@ -159,3 +159,47 @@ def test_collator_pads_to_multiple():
     loader = DataLoader(graphs, batch_size=4, collate_fn=collator)
     for b in loader:
         assert (b.x.shape[1] + 1) % 8 == 0
+
+
+def _assert_same_batch(a, b) -> None:
+    for key in ("x", "in_degree", "spatial_pos", "edge_input", "attn_bias", "node_mask", "y"):
+        assert torch.equal(getattr(a, key), getattr(b, key)), key
+    assert (a.total_nodes, a.path_hops) == (b.total_nodes, b.path_hops)
+
+
+def test_flat_graphs_collate_like_their_data_list():
+    """Slices and joins of FlatGraphs (what streaming prediction collates) give the batch of
+    the same graphs as PyG Data, for every hop cut-off and mixed feature widths."""
+    from graphormer_urpe.graph.fast_features import batched_graph_structure
+    from graphormer_urpe.graph.flat import FlatGraphs
+
+    graphs = graph_zoo(seed=5, count=23, node_features=2, edge_features=2)
+    for g in graphs:
+        g.y = torch.randn(1, 2)
+    s = batched_graph_structure(
+        np.array([g.num_nodes for g in graphs]),
+        torch.cat([g.edge_index for g in graphs], dim=1).numpy(),
+        np.array([g.edge_index.shape[1] for g in graphs]),
+        torch.cat([g.edge_attr for g in graphs]).numpy(),
+        4,
+    )
+    x = torch.cat([g.x for g in graphs]).numpy()
+    y = torch.cat([g.y for g in graphs]).numpy()
+    flat = FlatGraphs.from_structures(s, x, y)
+    featured = [GraphormerFeatures(4)(g.clone()) for g in graphs]
+    joined = FlatGraphs.concat([flat.slice(0, 7), flat.slice(7, 8), flat.slice(8, 23)])
+    for hops in (1, 3, 4, 20):
+        _assert_same_batch(collate(joined, hops), collate(featured, hops))
+        _assert_same_batch(collate(flat.slice(3, 9), hops), collate(featured[3:9], hops))
+    narrow = graph_zoo(seed=6, count=4, node_features=1, edge_features=1)
+    for g in narrow:
+        g.y = torch.randn(1, 2)
+    mixed = FlatGraphs.concat([flat.slice(0, 2), collate_input(narrow)])
+    _assert_same_batch(collate(mixed, 5), collate(featured[:2] + narrow, 5))
+
+
+def collate_input(graphs):
+    """The FlatGraphs of PyG graphs, through collate's own flattening."""
+    from graphormer_urpe.graph.batch import _flatten
+
+    return _flatten([GraphormerFeatures(5)(g.clone()) for g in graphs], 5)

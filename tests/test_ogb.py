@@ -41,11 +41,9 @@ from graphormer_urpe.datasets import (
 )
 from graphormer_urpe.datasets.pcqm import PCQM4M, PCQM4MV2, load_split_dict
 from graphormer_urpe.graph.batch import collate
-from graphormer_urpe.graph.fast_features import batched_floyd_warshall
-from graphormer_urpe.graph.features import GraphormerFeatures, floyd_warshall, graph_structure
+from graphormer_urpe.graph.features import GraphormerFeatures, graph_structure
 from graphormer_urpe.training.loop import masked_loss
 from graphormer_urpe.training.submit import SubmissionError, write_submission
-from tests.conftest import graph_zoo
 
 SMILES = [
     "CCO",
@@ -165,19 +163,6 @@ def assert_same_graph(got: Data, want: Data, extra: frozenset[str] = frozenset()
 # ---------------------------------------------------------------------------------------
 
 
-def test_batched_floyd_warshall_matches_reference_on_random_graphs():
-    zoo = graph_zoo(seed=3, count=120)
-    for n in sorted({g.num_nodes for g in zoo}):
-        group = [g for g in zoo if g.num_nodes == n]
-        adj = np.zeros((len(group), n, n), dtype=bool)
-        for k, g in enumerate(group):
-            adj[k, g.edge_index[0].numpy(), g.edge_index[1].numpy()] = True
-        dist, path = batched_floyd_warshall(adj)
-        for k in range(len(group)):
-            ref_dist, ref_path = floyd_warshall(adj[k])
-            assert np.array_equal(dist[k], ref_dist) and np.array_equal(path[k], ref_path)
-
-
 def test_cache_features_equal_graph_structure(tmp_path):
     smiles = SMILES
     build_molecule_cache(tmp_path / "c", smiles, np.arange(len(smiles)), progress=False)
@@ -201,10 +186,12 @@ def test_cache_features_equal_graph_structure(tmp_path):
     assert salt.spatial_pos.tolist() == [0, 510, 510, 0]  # disconnected: 510 kept
     chain = cache.graph(smiles.index("CCCCCCCCCCCC"), 20)
     assert int(chain.edge_input_hops) == 11
-    # the compact cache: two uint8 [N, N] matrices per molecule, no edge_input tensor
+    # the compact cache: atoms and bonds in narrow dtypes, nothing stored per atom pair
     arrays = cache.open()
-    assert arrays["dist_code"].dtype == np.uint8 and arrays["x"].dtype == np.uint8
-    assert not (tmp_path / "c" / "edge_input.npy").exists()
+    assert arrays["x"].dtype == np.uint8 and arrays["edge_index"].dtype == np.uint8
+    pair_arrays = {"dist_code", "path_code", "spatial_pos", "edge_input"}
+    assert not pair_arrays & set(arrays)
+    assert not any((tmp_path / "c" / f"{name}.npy").exists() for name in pair_arrays)
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,7 +384,8 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
     assert sorted(computed) == [15, 20, 25, 30, 35] and report.chunks_computed == 5
     assert report.graphs == ref.graphs and report.failures == ref.failures
     a, b = _cache_arrays(tmp_path / "ref"), _cache_arrays(tmp_path / "run")
-    assert a.keys() == b.keys() and len(a) == 10
+    names = {"x", "edge_index", "edge_attr", "y", "node_ptr", "edge_ptr", "source_index"}
+    assert a.keys() == b.keys() == names
     for key in a:
         assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key], equal_nan=True), key
     assert not (tmp_path / "run" / "chunks").exists()
@@ -421,7 +409,7 @@ def test_two_workers_give_the_same_cache_as_one(tmp_path):
     for report in (one, two):
         assert report.molecules_per_second and report.molecules_per_second > 0
         assert report.cache_bytes > 0 and report.load_seconds >= 0
-        assert set(report.stage_seconds) == {"featurize", "paths", "write", "merge"}
+        assert set(report.stage_seconds) == {"featurize", "arrays", "write", "merge"}
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,10 +10,8 @@ array             shape                content
 ``x``             ``[sum N, F]``       atom features (OGB: ``F = 9``), narrowest integer dtype
 ``edge_index``    ``[2, sum E]``       directed bonds, node ids local to each molecule
 ``edge_attr``     ``[sum E, F_e]``     bond features (OGB: ``F_e = 3``)
-``dist_code``     ``[sum N^2]``        shortest-path hops, row-major ``[N, N]`` per molecule
-``path_code``     ``[sum N^2]``        Floyd–Warshall intermediate node per pair
 ``y``             ``[M, T]`` float32   targets, ``NaN`` = missing (e.g. the test splits)
-``node_ptr``      ``[M + 1]`` int64    offsets into ``x``; likewise ``edge_ptr``, ``pair_ptr``
+``node_ptr``      ``[M + 1]`` int64    offsets into ``x``; likewise ``edge_ptr``
 ``source_index``  ``[M]`` int64        the source row of each cached molecule
 ``smiles_bytes``  ``[sum len]`` uint8  SMILES (UTF-8) of SMILES sources; ``smiles_ptr``
                                        ``[M + 1]`` their offsets
@@ -21,23 +19,21 @@ array             shape                content
                                        source labels its splits
 ================  ===================  ======================================================
 
-Of the pairwise data only the two ``[N, N]`` path matrices are stored, coded in ``uint8`` for
-molecules (:func:`~graphormer_urpe.graph.fast_features.encode_paths`): 2 bytes per atom pair
-instead of the 30 of an ``int16`` ``[N, N, D, F_e]`` ``edge_input`` tensor (``D = 5``,
+No pairwise data is stored: about 560 bytes per drug-like molecule, against the 30 bytes
+*per atom pair* of an ``int16`` ``[N, N, D, F_e]`` ``edge_input`` tensor (``D = 5``,
 ``F_e = 3``), which would also tie the store to one ``multi_hop_max_dist``. The Graphormer
 features are computed when graphs are read, for a whole batch at once when the
 ``DataLoader`` asks through ``__getitems__``, from the bonds
-(:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`, faster than expanding
-the stored codes); the graph that comes out is identical to what
-:class:`~graphormer_urpe.graph.features.GraphormerFeatures` stores. The codes stay the
-store's record of every molecule's shortest paths (its format is unchanged).
+(:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`); the graph that comes
+out is identical to what :class:`~graphormer_urpe.graph.features.GraphormerFeatures` stores.
+(Format 1 also kept two ``[N, N]`` shortest-path matrices per molecule, 2 bytes per atom
+pair that reading never used; its stores are left alone and rebuilt under format 2.)
 
 **Building** (:func:`build_molecule_cache`) splits the source rows into fixed chunks (the chunk
-size is recorded in ``plan.json`` on the first run). Each chunk is featurised (OGB's
-``smiles2graph`` or the ZINC featuriser; sources of ready graphs such as ZINC's pickles and
-OGB's raw files skip this step), its shortest paths are computed for all its molecules at once
-(:func:`~graphormer_urpe.graph.fast_features.batched_shortest_paths`), and it is written to
-``chunks/<id>/`` atomically (a temporary folder renamed into place), by ``workers`` processes.
+size is recorded in ``plan.json`` on the first run). Each chunk is featurised (OGB's features,
+:mod:`~graphormer_urpe.datasets.ogb_graph`, or the ZINC featuriser; sources of ready graphs
+such as ZINC's pickles and OGB's raw files skip this step) and written to ``chunks/<id>/``
+atomically (a temporary folder renamed into place), by ``workers`` processes.
 An interrupted build resumes with the chunks that are missing; finished chunks are never
 recomputed. When all are there they are concatenated into the final arrays (again through
 temporary files), ``meta.json`` is written last, and the chunks are removed.
@@ -69,11 +65,8 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from ..graph.fast_features import (
-    batched_graph_structure,
-    batched_shortest_paths,
-    index_dtype,
-)
+from ..graph.fast_features import _ranges, batched_graph_structure, index_dtype
+from ..graph.flat import FlatGraphs
 
 __all__ = [
     "CACHE_FORMAT",
@@ -90,7 +83,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = "graphormer-urpe-mmap/1"
+CACHE_FORMAT = "graphormer-urpe-mmap/2"
 SPLIT_NAMES: tuple[str, str, str] = ("train", "valid", "test")
 """Split codes stored with the graphs: ``0`` train, ``1`` valid, ``2`` test (``-1``: none)."""
 FEATURIZER_NAMES: tuple[str, ...] = ("ogb", "zinc")
@@ -103,8 +96,6 @@ _CHUNK_ARRAYS = (
     "x",
     "edge_index",
     "edge_attr",
-    "dist_code",
-    "path_code",
     "y",
     "num_nodes",
     "num_edges",
@@ -115,12 +106,9 @@ _CACHE_ARRAYS = (
     "x",
     "edge_index",
     "edge_attr",
-    "dist_code",
-    "path_code",
     "y",
     "node_ptr",
     "edge_ptr",
-    "pair_ptr",
     "source_index",
 )
 
@@ -160,7 +148,7 @@ class CacheReport:
         seconds: wall time of this call (chunks + merge); ``process_seconds`` of the chunks.
         molecules_per_second: rows processed by this call / ``process_seconds``.
         stage_seconds: time summed over chunks (all workers) in ``featurize`` (SMILES → graph),
-            ``paths`` (shortest paths), ``write``; plus ``merge`` (wall).
+            ``arrays`` (graphs → compact arrays), ``write``; plus ``merge`` (wall).
         cache_bytes: size of the finished cache on disk.
         load_seconds: time to open the finished cache (memory-map every array).
     """
@@ -217,9 +205,9 @@ GraphDict = dict[str, Any]
 def _featurize_one(text: str, featurizer: str) -> GraphDict:
     """One SMILES through ``featurizer``; raises on failure."""
     if featurizer == "ogb":
-        from ogb.utils import smiles2graph
+        from .ogb_graph import ogb_smiles_graph
 
-        graph = smiles2graph(text.strip())
+        graph = ogb_smiles_graph(text.strip())
         if int(graph["num_nodes"]) == 0:
             raise ValueError("no atoms")
         return graph
@@ -290,7 +278,7 @@ def graph_arrays(
     smiles: Sequence[str] | None = None,
     split: Sequence[int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The chunk arrays of featurised graphs: features, encoded shortest paths, extras.
+    """The chunk arrays of featurised graphs: features, targets, extras.
 
     Args:
         graphs: ``[G]`` graphs (:data:`GraphDict`).
@@ -300,8 +288,8 @@ def graph_arrays(
         split: ``[G]`` split codes (index into :data:`SPLIT_NAMES`; ``-1`` = none).
 
     Returns:
-        ``x``, ``edge_index``, ``edge_attr`` (always ``[E, F_e]``), ``dist_code``,
-        ``path_code``, ``y``, ``num_nodes``, ``num_edges``, ``source_index`` and, when given,
+        ``x``, ``edge_index``, ``edge_attr`` (always ``[E, F_e]``), ``y``, ``num_nodes``,
+        ``num_edges``, ``source_index`` and, when given,
         ``smiles_bytes`` / ``smiles_len`` and ``split``.
     """
     num_nodes = np.array([int(g["num_nodes"]) for g in graphs], dtype=np.int64)
@@ -314,13 +302,10 @@ def graph_arrays(
         x = np.zeros((0, 9), dtype=np.int64)
         edge_index = np.zeros((2, 0), dtype=np.int64)
         edge_attr = np.zeros((0, 3), dtype=np.int64)
-    dist_code, path_code, _ = batched_shortest_paths(num_nodes, edge_index, num_edges)
     arrays = {
         "x": _narrow(x, "atom feature"),
         "edge_index": edge_index.astype(index_dtype(max(int(num_nodes.max(initial=1)) - 1, 0))),
         "edge_attr": _narrow(edge_attr, "bond feature"),
-        "dist_code": dist_code,
-        "path_code": path_code,
         "y": np.asarray(targets, dtype=np.float32).reshape(len(graphs), np.shape(targets)[-1]),
         "num_nodes": num_nodes.astype(np.int32),
         "num_edges": num_edges.astype(np.int32),
@@ -345,7 +330,7 @@ def featurize_chunk(
     split: Sequence[int] | None = None,
     keep_smiles: bool = False,
 ) -> tuple[dict[str, np.ndarray], list[MoleculeFailure], dict[str, float]]:
-    """Graphs and encoded shortest paths of a list of SMILES.
+    """The compact graph arrays of a list of SMILES.
 
     Args:
         smiles: ``[R]`` SMILES strings.
@@ -374,7 +359,7 @@ def featurize_chunk(
         split=None if split is None else np.asarray(split)[kept],
     )
     t2 = time.perf_counter()
-    return arrays, failures, {"featurize": t1 - t0, "paths": t2 - t1}
+    return arrays, failures, {"featurize": t1 - t0, "arrays": t2 - t1}
 
 
 def write_chunk(chunk_dir: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -415,7 +400,7 @@ def _build_chunk(task: ChunkTask) -> ChunkResult:
         smiles = task.smiles if task.keep_smiles else None
         arrays = graph_arrays(task.graphs, task.rows, task.targets, smiles=smiles, split=task.split)
         failures: list[MoleculeFailure] = []
-        seconds = {"featurize": 0.0, "paths": time.perf_counter() - t0}
+        seconds = {"featurize": 0.0, "arrays": time.perf_counter() - t0}
     else:
         assert task.smiles is not None
         arrays, failures, seconds = featurize_chunk(
@@ -536,7 +521,6 @@ def _merge_chunks(cache_dir: Path, num_chunks: int, meta: dict[str, Any]) -> Non
     ptrs = {
         "node_ptr": _pointer(counts["num_nodes"]),
         "edge_ptr": _pointer(counts["num_edges"]),
-        "pair_ptr": _pointer(counts["num_nodes"] ** 2),
     }
     if "smiles_len" in counts:
         ptrs["smiles_ptr"] = _pointer(counts["smiles_len"])
@@ -616,7 +600,7 @@ def _chunk_tasks(
 
 def _run_tasks(tasks: list[ChunkTask], workers: int, bar: tqdm) -> dict[str, float]:
     """Build every chunk, in ``workers`` processes; the summed time per stage."""
-    stage = {"featurize": 0.0, "paths": 0.0, "write": 0.0}
+    stage = {"featurize": 0.0, "arrays": 0.0, "write": 0.0}
     try:
         if workers == 1 or len(tasks) <= 1:
             for task in tasks:
@@ -842,28 +826,56 @@ def _log_failures(
 
 
 def with_pointers(chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Chunk arrays (:func:`graph_arrays`) with the ``node_ptr`` / ``edge_ptr`` / ``pair_ptr``
+    """Chunk arrays (:func:`graph_arrays`) with the ``node_ptr`` / ``edge_ptr``
     offsets that :func:`decode_graphs` reads, as a finished store has them."""
     n = np.asarray(chunk["num_nodes"], dtype=np.int64)
     out = dict(chunk)
     out["node_ptr"] = _pointer(n)
     out["edge_ptr"] = _pointer(np.asarray(chunk["num_edges"], dtype=np.int64))
-    out["pair_ptr"] = _pointer(n * n)
     return out
 
 
-def _raw(a: dict[str, np.ndarray], i: int) -> tuple[np.ndarray, ...]:
-    n0, n1 = int(a["node_ptr"][i]), int(a["node_ptr"][i + 1])
-    e0, e1 = int(a["edge_ptr"][i]), int(a["edge_ptr"][i + 1])
-    p0, p1 = int(a["pair_ptr"][i]), int(a["pair_ptr"][i + 1])
-    return (
-        a["x"][n0:n1],
-        a["edge_index"][:, e0:e1].astype(np.int64),
-        a["edge_attr"][e0:e1],
-        a["dist_code"][p0:p1],
-        a["path_code"][p0:p1],
-        a["y"][i],
+def _gather(arrays: dict[str, np.ndarray], positions: np.ndarray) -> dict[str, np.ndarray]:
+    """The molecules at ``positions`` of store arrays, concatenated in that order."""
+    node_ptr, edge_ptr = arrays["node_ptr"], arrays["edge_ptr"]
+    n0, e0 = node_ptr[positions], edge_ptr[positions]
+    num_nodes = node_ptr[positions + 1] - n0
+    num_edges = edge_ptr[positions + 1] - e0
+    nodes, edges = _ranges(n0, num_nodes), _ranges(e0, num_edges)
+    return {
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
+        "x": np.take(arrays["x"], nodes, axis=0),
+        "edge_index": np.take(arrays["edge_index"], edges, axis=1).astype(np.int64),
+        "edge_attr": np.take(arrays["edge_attr"], edges, axis=0).astype(np.int64),
+        "y": np.asarray(arrays["y"][positions], dtype=np.float32),
+    }
+
+
+def flat_graphs(
+    arrays: dict[str, np.ndarray], indices: Sequence[int], multi_hop_max_dist: int = 5
+) -> tuple[FlatGraphs, dict[str, np.ndarray]]:
+    """The graphs at positions ``indices`` of store arrays with their Graphormer features,
+    computed together from their bonds
+    (:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`).
+
+    Args:
+        arrays: a finished store's arrays, or chunk arrays through :func:`with_pointers`.
+        indices: ``[B]`` positions of the graphs.
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+
+    Returns:
+        ``(flat, raw)``: the :class:`~graphormer_urpe.graph.flat.FlatGraphs` (targets in
+        ``y``), and the graphs' concatenated store arrays (``num_nodes``, ``num_edges``,
+        ``x``, ``edge_index`` local to each graph, ``edge_attr`` ``[sum E, F_e]``, ``y``).
+    """
+    if multi_hop_max_dist < 1:
+        raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
+    raw = _gather(arrays, np.asarray(indices, dtype=np.int64).reshape(-1))
+    s = batched_graph_structure(
+        raw["num_nodes"], raw["edge_index"], raw["num_edges"], raw["edge_attr"], multi_hop_max_dist
     )
+    return FlatGraphs.from_structures(s, raw["x"], raw["y"]), raw
 
 
 def decode_graphs(
@@ -879,8 +891,7 @@ def decode_graphs(
     the attributes of :class:`~graphormer_urpe.graph.features.GraphormerFeatures`
     (``spatial_pos`` ``[N * N]`` int16, ``edge_input`` ``[N * N * D, F_e]`` int16,
     ``edge_input_hops`` ``[1]``, ``degree`` ``[N]`` long), computed for all the graphs at
-    once from their bonds (:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`:
-    measured about five times faster than expanding the stored path codes).
+    once (:func:`flat_graphs`).
 
     Args:
         arrays: a finished store's arrays, or chunk arrays through :func:`with_pointers`.
@@ -888,33 +899,32 @@ def decode_graphs(
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
         edge_attr_1d: the source's bond features are ``[E]`` (ZINC), not ``[E, F_e]``.
     """
-    if multi_hop_max_dist < 1:
-        raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
-    raws = [_raw(arrays, int(i)) for i in indices]
-    if not raws:
+    if len(indices) == 0:
+        if multi_hop_max_dist < 1:
+            raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
         return []
-    s = batched_graph_structure(
-        np.array([r[0].shape[0] for r in raws], dtype=np.int64),
-        np.concatenate([r[1] for r in raws], axis=1),
-        np.array([r[1].shape[1] for r in raws], dtype=np.int64),
-        np.concatenate([r[2] for r in raws]).astype(np.int64),
-        multi_hop_max_dist,
-    )
+    flat, raw = flat_graphs(arrays, indices, multi_hop_max_dist)
+    edge_ptr = np.concatenate([[0], np.cumsum(raw["num_edges"])])
+    x = torch.from_numpy(raw["x"].astype(np.int64))
+    edge_index = torch.from_numpy(raw["edge_index"])
+    edge_attr = torch.from_numpy(raw["edge_attr"])
     out = []
-    for g, (x, ei, ea, _, _, y) in enumerate(raws):
-        n, h = int(s.num_nodes[g]), int(s.hops[g])
-        p, r, v = int(s.pair_start[g]), int(s.row_start[g]), int(s.node_start[g])
-        edge_attr = torch.from_numpy(ea.astype(np.int64))
+    for g in range(len(flat)):
+        n0, n1 = int(flat.node_ptr[g]), int(flat.node_ptr[g + 1])
+        e0, e1 = int(edge_ptr[g]), int(edge_ptr[g + 1])
+        p0, p1 = int(flat.pair_ptr[g]), int(flat.pair_ptr[g + 1])
+        r0, r1 = int(flat.row_ptr[g]), int(flat.row_ptr[g + 1])
+        ea = edge_attr[e0:e1].clone()
         out.append(
             Data(
-                x=torch.from_numpy(x.astype(np.int64)),
-                edge_index=torch.from_numpy(ei),
-                edge_attr=edge_attr.view(-1) if edge_attr_1d else edge_attr,
-                y=torch.from_numpy(np.array(y, dtype=np.float32).reshape(1, -1)),
-                spatial_pos=torch.from_numpy(s.spatial_pos[p : p + n * n].copy()),
-                edge_input=torch.from_numpy(s.edge_input[r : r + n * n * h].copy()),
-                edge_input_hops=torch.tensor([h], dtype=torch.long),
-                degree=torch.from_numpy(s.degree[v : v + n].copy()),
+                x=x[n0:n1].clone(),
+                edge_index=edge_index[:, e0:e1].clone(),
+                edge_attr=ea.view(-1) if edge_attr_1d else ea,
+                y=torch.from_numpy(flat.y[g : g + 1].copy()),
+                spatial_pos=torch.from_numpy(flat.spatial_pos[p0:p1].copy()),
+                edge_input=torch.from_numpy(flat.edge_input[r0:r1].copy()),
+                edge_input_hops=torch.tensor([int(flat.hops[g])], dtype=torch.long),
+                degree=torch.from_numpy(flat.degree[n0:n1].copy()),
             )
         )
     return out

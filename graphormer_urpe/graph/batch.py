@@ -25,12 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from .features import FEATURE_OFFSET, UNREACHABLE, GraphormerFeatures, has_graphormer_features
+from .flat import FlatGraphs
 
 __all__ = ["GraphormerBatch", "collate", "GraphormerCollator", "pair_hops"]
 
@@ -125,7 +127,7 @@ def _node_features(data: Data, i: int) -> Tensor:
 
 
 def collate(
-    data_list: Sequence[Data] | Batch,
+    data_list: Sequence[Data] | Batch | FlatGraphs,
     multi_hop_max_dist: int = 20,
     spatial_pos_max: int = 1024,
     pad_to_multiple: int = 1,
@@ -135,7 +137,8 @@ def collate(
     Graphs without :class:`GraphormerFeatures` attributes get them computed on the fly.
 
     Args:
-        data_list: graphs (or a PyG ``Batch``), each with integer ``x`` ``[N]``/``[N, F]``.
+        data_list: graphs (or a PyG ``Batch``), each with integer ``x`` ``[N]``/``[N, F]``; or
+            :class:`~graphormer_urpe.graph.flat.FlatGraphs`, the same features already flat.
         multi_hop_max_dist: keep at most this many hops of path bond features.
         spatial_pos_max: pairs at raw distance ``>= spatial_pos_max`` are masked (``-inf``).
         pad_to_multiple: pad the attention length ``n + 1`` (graph token included) up to a
@@ -146,6 +149,16 @@ def collate(
     """
     if pad_to_multiple < 1:
         raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
+    flat = (
+        data_list if isinstance(data_list, FlatGraphs) else _flatten(data_list, multi_hop_max_dist)
+    )
+    if len(flat) == 0:
+        raise ValueError("cannot collate an empty list of graphs")
+    return _pad(flat, multi_hop_max_dist, spatial_pos_max, pad_to_multiple)
+
+
+def _flatten(data_list: Sequence[Data] | Batch, multi_hop_max_dist: int) -> FlatGraphs:
+    """The graphs' features, concatenated (feature columns padded to the widest graph)."""
     if isinstance(data_list, Batch):
         data_list = data_list.to_data_list()
     if len(data_list) == 0:
@@ -166,27 +179,56 @@ def collate(
     edge_flat = [d.edge_input for d in graphs]
     if any(e.shape[1] != fe for e in edge_flat):
         edge_flat = [F.pad(e, (0, fe - e.shape[1]), value=-1) for e in edge_flat]
+    y = None
+    if all(getattr(d, "y", None) is not None for d in graphs):
+        y = torch.cat([d.y.reshape(1, -1).float() for d in graphs], dim=0).numpy()  # [B, T]
+    return FlatGraphs(
+        num_nodes=np.array([x.shape[0] for x in xs], dtype=np.int64),
+        hops=torch.cat([d.edge_input_hops.view(-1) for d in graphs]).long().numpy(),
+        x=torch.cat(xs).numpy(),
+        degree=torch.cat([d.degree for d in graphs]).numpy(),
+        spatial_pos=torch.cat([d.spatial_pos for d in graphs]).numpy(),
+        edge_input=torch.cat(edge_flat).numpy(),
+        y=y,
+    )
 
-    # Everything below is vectorised over the whole batch: one scatter per tensor.
-    sizes = torch.tensor([x.shape[0] for x in xs], dtype=torch.long)  # [B]
-    stored_hops = torch.cat([d.edge_input_hops.view(-1) for d in graphs]).long()  # [B]
-    b, n = len(graphs), int(sizes.max())
+
+def _keep_hops(flat: FlatGraphs, dmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(edge_input, hops)`` with at most ``dmax`` hops per pair (rows of later hops cut)."""
+    if int(flat.hops.max(initial=0)) <= dmax:
+        return flat.edge_input, flat.hops
+    rows = flat.num_nodes * flat.num_nodes * flat.hops  # [B]
+    graph_hops = np.repeat(flat.hops, rows)  # [sum rows]
+    hop = (np.arange(int(rows.sum())) - np.repeat(flat.row_ptr[:-1], rows)) % np.maximum(
+        graph_hops, 1
+    )
+    return flat.edge_input[hop < dmax], np.minimum(flat.hops, dmax)
+
+
+def _pad(
+    flat: FlatGraphs, multi_hop_max_dist: int, spatial_pos_max: int, pad_to_multiple: int
+) -> GraphormerBatch:
+    """The dense batch of ``flat``: vectorised over the whole batch, one scatter per tensor."""
+    ks = flat.num_nodes.tolist()
+    sizes = torch.from_numpy(flat.num_nodes).long()  # [B]
+    b, n = len(ks), max(ks)
     n = -(-(n + 1) // pad_to_multiple) * pad_to_multiple - 1  # n + 1 a multiple of it
-    dmax = int(stored_hops.clamp(max=multi_hop_max_dist).max())
+    dmax = int(min(int(flat.hops.max(initial=0)), multi_hop_max_dist))
+    x_all = torch.from_numpy(flat.x).long()
+    f = x_all.shape[1]
 
-    ks = sizes.tolist()
     node_lin = _scatter_index([1] * b, ks, 1, n)  # [sum N] into [B, n] (a [1, 1, N] block)
     offsets = 2 + FEATURE_OFFSET * torch.arange(f)
     x_out = torch.zeros(b * n, f, dtype=torch.long)
-    x_out[node_lin] = torch.cat(xs).long() + offsets
+    x_out[node_lin] = x_all + offsets
     x_out = x_out.view(b, n, f)
     deg = torch.zeros(b * n, dtype=torch.long)
-    deg[node_lin] = torch.cat([d.degree for d in graphs]).long() + 1
+    deg[node_lin] = torch.from_numpy(flat.degree).long() + 1
     deg = deg.view(b, n)
     node_mask = torch.arange(n)[None, :] < sizes[:, None]  # [B, n]
 
     pair_lin = _scatter_index(ks, [1] * b, n, 1)  # [sum N^2] into [B, n, n]
-    sp = torch.cat([d.spatial_pos for d in graphs]).long()  # [sum N^2]
+    sp = torch.from_numpy(flat.spatial_pos).long()  # [sum N^2]
     spatial = torch.zeros(b * n * n, dtype=torch.long)
     spatial[pair_lin] = sp + 1
     spatial = spatial.view(b, n, n)
@@ -201,22 +243,14 @@ def collate(
         g, rest = lin // (n * n), lin % (n * n)
         attn_bias[g, rest // n + 1, rest % n + 1] = float("-inf")
 
+    fe = flat.edge_input.shape[1]
     edge_input = torch.zeros(b * n * n * dmax, fe, dtype=torch.long)
     if dmax > 0:
-        hops = stored_hops.tolist()
-        if max(hops) > dmax:  # stored with more hops than this batch keeps: cut them off
-            edge_flat = [
-                e.view(k, k, h, fe)[:, :, :dmax].reshape(-1, fe)
-                for e, k, h in zip(edge_flat, ks, hops, strict=True)
-            ]
-            hops = [min(h, dmax) for h in hops]
-        lin = _scatter_index(ks, hops, n, dmax)  # [sum N^2 D_g] into [B, n, n, D]
-        edge_input[lin] = torch.cat(edge_flat).long() + 1  # -1 (no hop) -> 0
+        kept, hops = _keep_hops(flat, dmax)
+        lin = _scatter_index(ks, hops.tolist(), n, dmax)  # [sum N^2 D_g] into [B, n, n, D]
+        edge_input[lin] = torch.from_numpy(kept).long() + 1  # -1 (no hop) -> 0
     edge_input = edge_input.view(b, n, n, dmax, fe)
 
-    y = None
-    if all(getattr(d, "y", None) is not None for d in graphs):
-        y = torch.cat([d.y.reshape(1, -1).float() for d in graphs], dim=0)  # [B, T]
     return GraphormerBatch(
         x=x_out,
         in_degree=deg,
@@ -226,7 +260,7 @@ def collate(
         attn_bias=attn_bias,
         node_mask=node_mask,
         num_nodes=sizes,
-        y=y,
+        y=None if flat.y is None else torch.from_numpy(flat.y).float(),
         total_nodes=int(sizes.sum()),
         path_hops=int(pair_hops(spatial, dmax).sum()),
     )
@@ -272,7 +306,7 @@ class GraphormerCollator:
         self.spatial_pos_max = spatial_pos_max
         self.pad_to_multiple = pad_to_multiple
 
-    def __call__(self, data_list: Sequence[Data]) -> GraphormerBatch:
+    def __call__(self, data_list: Sequence[Data] | FlatGraphs) -> GraphormerBatch:
         return collate(
             data_list, self.multi_hop_max_dist, self.spatial_pos_max, self.pad_to_multiple
         )

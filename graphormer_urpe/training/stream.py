@@ -2,10 +2,12 @@ r"""Streaming prediction: any number of SMILES in, one result per row out, in in
 
 Memory stays flat however long the input is::
 
-    SMILES ──chunks of chunk_size──▶ worker processes: featurize_chunk (compact arrays,
-    about 1 kB a molecule; at most 2 x workers chunks in flight)
-      ──in input order──▶ decode_graphs (Graphormer features)
-      ──batches of batch_size consecutive valid molecules──▶ the model
+    SMILES ──chunks of chunk_size──▶ worker processes: featurize_chunk, then flat_graphs
+    (Graphormer features of the whole chunk at once, as FlatGraphs; at most 2 x workers
+    chunks in flight)
+      ──in input order──▶ batches of batch_size consecutive valid molecules (slices of the
+    chunks' FlatGraphs, joined across chunk boundaries)
+      ──collate──▶ the model
       ──▶ one Prediction per input row, in input order
 
 Batches hold ``batch_size`` consecutive *valid* molecules whatever the chunk boundaries, so
@@ -40,10 +42,10 @@ from typing import IO, NamedTuple
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from ..graph.batch import GraphormerCollator
+from ..graph.flat import FlatGraphs
 from .inference import LoadedModel, load_model
 from .loop import Precision
 
@@ -96,8 +98,14 @@ class Prediction(NamedTuple):
 class _Row(NamedTuple):
     index: int
     smiles: str
-    graph: Data | None
-    error: str | None
+    error: str | None  # None: a valid molecule
+
+
+class _Chunk(NamedTuple):
+    first: int  # row of smiles[0]
+    smiles: list[str]
+    graphs: FlatGraphs | None  # the valid molecules, in input order
+    errors: dict[int, str]  # row -> why it could not be featurised
 
 
 # --------------------------------------------------------------------------------------
@@ -174,12 +182,17 @@ def _smiles_lines(lines: Iterable[str], column: str) -> Iterator[str]:
 # --------------------------------------------------------------------------------------
 
 
-def _featurize_part(part: list[str], first: int, featurizer: str) -> tuple[dict, list]:
-    """One chunk's compact arrays and failures (runs in a worker process)."""
-    from ..datasets.store import featurize_chunk
+def _featurize_part(part: list[str], first: int, featurizer: str, hops: int) -> _Chunk:
+    """One chunk's graphs with their Graphormer features (runs in a worker process)."""
+    from ..datasets.store import featurize_chunk, flat_graphs, with_pointers
 
     arrays, failures, _ = featurize_chunk(part, np.zeros((len(part), 1)), first, featurizer)
-    return arrays, failures
+    valid = len(arrays["num_nodes"])
+    flat = None
+    if valid:
+        flat, _ = flat_graphs(with_pointers(arrays), range(valid), hops)
+        flat.y = None
+    return _Chunk(first, part, flat, {f.index: f.reason for f in failures})
 
 
 def _chunks(smiles: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
@@ -197,9 +210,9 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
 
 def _featurized(
-    smiles: Iterable[str], featurizer: str, workers: int, chunk_size: int
-) -> Iterator[tuple[int, list[str], dict, list]]:
-    """``(first row, SMILES, arrays, failures)`` per chunk, in input order.
+    smiles: Iterable[str], featurizer: str, hops: int, workers: int, chunk_size: int
+) -> Iterator[_Chunk]:
+    """Every chunk of the input with its graphs, in input order.
 
     With ``workers`` processes, at most ``2 * workers`` chunks are submitted and not yet
     consumed, so the input is read only as fast as it is used. An input of one chunk is
@@ -210,39 +223,16 @@ def _featurized(
     chunks = _chain(head, chunks)
     if workers == 0 or len(head) < 2:  # a single chunk is featurised here, without a pool
         for first, part in chunks:
-            yield first, part, *_featurize_part(part, first, featurizer)
+            yield _featurize_part(part, first, featurizer, hops)
         return
     with _mp_context().Pool(workers) as pool:
         pending: deque = deque()
         for first, part in chunks:
-            pending.append(
-                (first, part, pool.apply_async(_featurize_part, (part, first, featurizer)))
-            )
+            pending.append(pool.apply_async(_featurize_part, (part, first, featurizer, hops)))
             if len(pending) >= 2 * workers:
-                first, part, result = pending.popleft()
-                yield first, part, *result.get()
+                yield pending.popleft().get()
         while pending:
-            first, part, result = pending.popleft()
-            yield first, part, *result.get()
-
-
-def _rows(
-    chunks: Iterable[tuple[int, list[str], dict, list]], hops: int, zinc: bool
-) -> Iterator[_Row]:
-    """Every input row with its decoded graph or its failure reason, in input order."""
-    from ..datasets.store import decode_graphs, with_pointers
-
-    for first, part, arrays, failures in chunks:
-        reasons = {f.index: f.reason for f in failures}
-        valid = len(arrays["num_nodes"])
-        graphs = decode_graphs(with_pointers(arrays), range(valid), hops, edge_attr_1d=zinc)
-        g = iter(graphs)
-        del graphs, arrays
-        for i, smi in enumerate(part, start=first):
-            if i in reasons:
-                yield _Row(i, smi, None, reasons[i])
-            else:
-                yield _Row(i, smi, next(g), None)
+            yield pending.popleft().get()
 
 
 def _trim_heap() -> None:
@@ -266,22 +256,33 @@ def _malloc_trim():
         return None
 
 
-def _batches(rows: Iterable[_Row], size: int) -> Iterator[list[_Row]]:
-    """Consecutive rows holding ``size`` valid molecules (the last: at most ``size``); rows
-    before any pending valid molecule come out at once."""
-    pending: list[_Row] = []
+def _batches(chunks: Iterable[_Chunk], size: int) -> Iterator[tuple[list[_Row], FlatGraphs | None]]:
+    """Consecutive rows holding ``size`` valid molecules (the last: at most ``size``), with
+    those molecules' graphs; rows before any pending valid molecule come out at once."""
+    rows: list[_Row] = []
+    pieces: list[FlatGraphs] = []  # the pending valid molecules, a slice per chunk
     valid = 0
-    for row in rows:
-        if row.graph is None and valid == 0:
-            yield [row]
-            continue
-        pending.append(row)
-        valid += row.graph is not None
-        if valid == size:
-            yield pending
-            pending, valid = [], 0
-    if pending:
-        yield pending
+    for chunk in chunks:
+        taken = seen = 0  # this chunk's valid molecules already in pieces / seen so far
+        for i, smi in enumerate(chunk.smiles, start=chunk.first):
+            error = chunk.errors.get(i)
+            if error is not None and valid == 0:
+                yield [_Row(i, smi, error)], None
+                continue
+            rows.append(_Row(i, smi, error))
+            if error is None:
+                seen += 1
+                valid += 1
+                if valid == size:
+                    assert chunk.graphs is not None
+                    pieces.append(chunk.graphs.slice(taken, seen))
+                    yield rows, FlatGraphs.concat(pieces)
+                    rows, pieces, valid, taken = [], [], 0, seen
+        if seen > taken:
+            assert chunk.graphs is not None
+            pieces.append(chunk.graphs.slice(taken, seen))
+    if rows:
+        yield rows, FlatGraphs.concat(pieces)
 
 
 # --------------------------------------------------------------------------------------
@@ -291,19 +292,23 @@ def _batches(rows: Iterable[_Row], size: int) -> Iterator[list[_Row]]:
 
 @torch.no_grad()
 def _predict_batch(
-    lm: LoadedModel, collator: GraphormerCollator, precision: Precision, rows: list[_Row]
+    lm: LoadedModel,
+    collator: GraphormerCollator,
+    precision: Precision,
+    rows: list[_Row],
+    graphs: FlatGraphs | None,
 ) -> Iterator[Prediction]:
-    graphs = [r.graph for r in rows if r.graph is not None]
     out = None
-    if graphs:
+    if graphs is not None:
         batch = collator(graphs).to(lm.device, non_blocking=True)
         with precision.autocast():
             out = lm.model(batch).float().cpu()  # [B, T]
     k = 0
     for r in rows:
-        if r.graph is None:
+        if r.error is not None:
             yield Prediction(r.index, r.smiles, None, r.error)
         else:
+            assert out is not None
             yield Prediction(r.index, r.smiles, out[k], None)
             k += 1
 
@@ -340,12 +345,11 @@ def iter_predictions(
     cfg = lm.model.config
     collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
     precision = Precision(lm.config.precision, lm.device)
-    chunks = _featurized(smiles, lm.featurizer, workers, chunk_size)
-    rows = _rows(chunks, cfg.multi_hop_max_dist, zinc=lm.featurizer == "zinc")
+    chunks = _featurized(smiles, lm.featurizer, cfg.multi_hop_max_dist, workers, chunk_size)
     with tqdm(desc="predict", unit="mol", disable=not progress, smoothing=0.1) as bar:
-        for part in _batches(rows, batch_size):
-            yield from _predict_batch(lm, collator, precision, part)
-            bar.update(len(part))
+        for rows, graphs in _batches(chunks, batch_size):
+            yield from _predict_batch(lm, collator, precision, rows, graphs)
+            bar.update(len(rows))
             _trim_heap()
 
 
