@@ -10,8 +10,11 @@ index ("misc") for a value outside the list.
 real molecules and on every unusual value: dummy atoms, large charges, radicals, all
 chirality and hybridisation tags, bond stereo). It reads each RDKit property once per atom
 into one integer array and encodes all of them with lookup tables built from OGB's own lists,
-instead of a ``list.index`` search and an enum-to-string conversion per atom and feature:
-about twice as fast per molecule, most of what is left being RDKit's parsing.
+instead of a ``list.index`` search and an enum-to-string conversion per atom and feature.
+On MOSES molecules (21 atoms on average) that is 0.37 CPU ms per SMILES against
+``smiles2graph``'s 0.44 (median of 7 interleaved passes over 3,000): parsing takes 0.14 of
+it, and what is left is mostly RDKit's per-atom accessor calls (about 0.7 µs each), which no
+Python code avoids.
 
 A bond stereo that OGB's list lacks (RDKit's atropisomer tags) raises ``ValueError``, as
 ``smiles2graph`` does.
@@ -133,9 +136,11 @@ def ogb_mol_graph(mol: Chem.Mol) -> dict[str, Any]:
     Raises:
         ValueError: a bond stereo outside OGB's list.
     """
-    node_feat = _encode(_properties(list(mol.GetAtoms()), _ATOM_GETTERS), _ATOM_TABLE)
-    bonds = _properties(list(mol.GetBonds()), _BOND_GETTERS)  # [5, M]
-    bond_feat = _encode(bonds[2:], _BOND_TABLE)  # [M, 3]
+    # by index: iterating GetAtoms() / GetBonds() goes through a Python-level sequence wrapper
+    atoms = list(map(mol.GetAtomWithIdx, range(mol.GetNumAtoms())))
+    node_feat = _encode(_properties(atoms, _ATOM_GETTERS), _ATOM_TABLE)
+    bonds = _properties(list(map(mol.GetBondWithIdx, range(mol.GetNumBonds()))), _BOND_GETTERS)
+    bond_feat = _encode(bonds[2:], _BOND_TABLE)  # bonds: [5, M]; bond_feat: [M, 3]
     if (bond_feat < 0).any():
         raise ValueError("a bond stereo value is not in OGB's list")
     m = bonds.shape[1]
