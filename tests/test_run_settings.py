@@ -105,6 +105,20 @@ def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog): 
     assert [int(r["step"]) for r in rows] == [4, 8, 12]
 
 
+def test_no_progress_bar_into_a_log_file_but_a_line_per_epoch(table, tmp_path, caplog, capfd):  # noqa: F811
+    """Without --no-progress and with standard error not a terminal (here captured), no bar
+    is drawn; every epoch logs a line, validated or not."""
+    args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
+    args.remove("--no-progress")
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main(args) == 0
+    err = capfd.readouterr().err
+    assert "train:" not in err and "it/s" not in err and "\r" not in err
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert [line.split()[1] for line in lines] == ["0", "1", "2"]
+    assert "valid" not in lines[0] and "valid" in lines[1] and "valid" in lines[2]
+
+
 # ---------------------------------------------------------------------------------------
 # --config: repeat a run
 # ---------------------------------------------------------------------------------------

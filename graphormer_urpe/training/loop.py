@@ -502,442 +502,547 @@ def _train(
     progress: bool,
     stop: dict[str, int],
 ) -> dict[str, Any]:
-    from ..datasets import graph_sizes
+    run = _Run(config, ctx, resume, stop)
+    run.evaluate_starting_point()
+    run.fit(progress)
+    return run.finish()
 
-    launch_start = time.perf_counter()
-    out = Path(config.out)
-    device = ctx.device
-    main = ctx.is_main
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
-    keeper = CheckpointKeeper(out, config.keep_checkpoints)
-    ckpt = None
-    if resume:
-        found = keeper.latest()
-        if found is not None:
-            path, ckpt = found
-            with incompatible_checkpoint(path):
-                saved = TrainConfig.from_dict(ckpt["config"])
-            config = replace(saved, **{f: getattr(config, f) for f in _PER_LAUNCH_FIELDS})
-            log.info("resuming from %s (step %d)", path, ckpt["step"])
-        else:
-            log.info("nothing to resume in %s: starting afresh", out)
-    precision = Precision(config.precision, device)
-    seed_everything(config.seed)
-    if config.threads:
-        torch.set_num_threads(config.threads)
 
-    # one process per machine builds any missing processed cache; the others then read it
-    if ctx.local_rank == 0:
-        splits = load_splits(config)
-    ctx.barrier()
-    if ctx.local_rank != 0:
-        splits = load_splits(config)
-    for name in ("train", "valid", "test"):
-        if len(getattr(splits, name)) == 0:
-            raise ValueError(f"the {name} split of {splits.name} is empty")
-    init_report = None
-    if config.init_from and ckpt is None:
-        from .pretrained import init_from_checkpoint
+class _Run:
+    """One training run: what a checkpoint saves, and the phases that change it.
 
-        model, init_report = init_from_checkpoint(
-            config.init_from, config.model, splits.featurizer, splits.num_targets
-        )
-        model = model.to(device)
-    else:
-        model = build_model(config.model, splits.featurizer, splits.num_targets).to(device)
-    config = replace(config, model=model.config)
-    n_params = sum(p.numel() for p in model.parameters())
-    metric = splits.metric
-    if ctx.enabled:  # different dropout masks per process
-        torch.manual_seed(config.seed * 1_000 + ctx.rank)
+    ``__init__`` sets everything up (resumed from a checkpoint when asked), :meth:`fit` trains
+    epoch by epoch, :meth:`finish` tests the best checkpoint and writes ``metrics.json``.
+    """
 
-    sampler = EpochBatchSampler(
-        len(splits.train),
-        config.batch_size,
-        shuffle=True,
-        seed=config.seed,
-        num_replicas=ctx.world_size,
-        rank=ctx.rank,
-        sizes=graph_sizes(splits.train) if config.bucket_size else None,  # [n_train]
-        bucket_size=config.bucket_size,
-    )
-    train_loader = DataLoader(
-        splits.train,
-        batch_sampler=sampler,
-        collate_fn=_collator(model.config, device),
-        num_workers=config.num_workers,
-        pin_memory=device.type == "cuda",
-        persistent_workers=False,  # a new epoch may start mid-way (resume)
-        generator=torch.Generator(),  # the loader never draws from the global RNG
-    )
-    eval_loaders = {
-        name: _eval_loader(
-            getattr(splits, name), model.config, config.batch_size, ctx, config.num_workers
-        )
-        for name in ("valid", "test")
-    }
-    steps_per_epoch = len(sampler)
-    total, epochs, warmup = plan_steps(config, steps_per_epoch)
-    config = replace(config, warmup_steps=warmup)  # config.json records the warm-up used
-    if main:
-        write_atomic(out / "config.json", config.to_json())
-    groups = parameter_groups(model, config.weight_decay, config.urpe_weight_decay)
-    saved_groups = ckpt.get("optimizer", {}).get("param_groups", []) if ckpt else []
-    if len(saved_groups) == 1 < len(groups):
-        log.warning(
-            "%s was written before URPE's C had its own weight-decay group: this run continues "
-            "with one group (weight decay %g on C too), as it started",
-            path,
-            config.weight_decay,
-        )
-        groups = list(model.parameters())
-    optimizer = make_optimizer(groups, config.lr, config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: linear_schedule(s, warmup, total, config.lr, config.end_lr) / config.lr,
-    )
+    def __init__(
+        self, config: TrainConfig, ctx: DistContext, resume: bool, stop: dict[str, int]
+    ) -> None:
+        self.launch_start = time.perf_counter()
+        self.ctx, self.stop, self.device = ctx, stop, ctx.device
+        self.main = ctx.is_main
+        self.out = Path(config.out)
+        if self.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.keeper = CheckpointKeeper(self.out, config.keep_checkpoints)
+        config, ckpt, ckpt_path = self._resumed_config(config, resume)
+        self.precision = Precision(config.precision, self.device)
+        seed_everything(config.seed)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.splits = self._load_splits(config)
+        self.model, self.init_report = self._build_model(config, ckpt)
+        self.config = replace(config, model=self.model.config)
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+        self.metric = self.splits.metric
+        if ctx.enabled:  # different dropout masks per process
+            torch.manual_seed(self.config.seed * 1_000 + ctx.rank)
+        self._make_loaders()
+        self.total, self.epochs, warmup = plan_steps(self.config, len(self.sampler))
+        self.config = replace(self.config, warmup_steps=warmup)  # config.json records it
+        if self.main:
+            write_atomic(self.out / "config.json", self.config.to_json())
+        self._make_optimizer(ckpt, ckpt_path, warmup)
+        self._targets_and_baselines()
+        self._log_plan(warmup)
+        # the position and what has been recorded so far (a checkpoint restores them)
+        self.epoch, self.start_batch, self.step = 0, 0, 0
+        self.best, self.best_epoch = (-math.inf if self.higher else math.inf), -1
+        self.train_seconds, self.train_graphs = 0.0, 0
+        self.loss_sum, self.loss_count = 0.0, 0  # the current epoch's training loss so far
+        rows: list[dict[str, Any]] = []
+        if ckpt is not None:
+            rows = self._restore(ckpt, ckpt_path)
+        self.history = _History(self.out, [], write=self.main)
+        for r in rows:
+            self.history.add(r)
+        self.net = self._wrap(self.model)
+        # Steps read nothing back from the device (see train_step); the host reads the running
+        # totals every READ_EVERY steps, at checkpoints, at stop requests and at epoch ends.
+        # Without the fused AdamW (which skips updates after a non-finite loss on the device),
+        # they are read after every step, so that a non-finite loss stops the run at once.
+        self.read_every = READ_EVERY if self.optimizer.defaults.get("fused") else 1
+        if ctx.enabled and self.config.time_limit:  # all processes must stop at the same step
+            self.read_every = 1
+        self.totals = StepTotals(self.device)
+        self.timed_out = False
 
-    # binary tasks: one logit per task and BCE; the metric's direction decides "best"
-    loss_kind = "bce" if splits.task_type == "binary" else config.loss
-    higher = splits.higher_is_better
-    train_y = dataset_targets(splits.train)
-    mean = torch.nanmean(train_y, dim=0, keepdim=True)  # [1, T]
-    targets: dict[str, Tensor] = {}
-    baseline: dict[str, float | None] = {}
-    test_labelled = True
-    for name in eval_loaders:
-        y = targets[name] = dataset_targets(getattr(splits, name))
-        if name == "test" and not bool(torch.isfinite(y).any()):
-            test_labelled, baseline[name] = False, None  # e.g. PCQM4Mv2 test-dev
-            log.info("the test split of %s has no labels: no test metric", splits.name)
-            continue
-        baseline[name] = splits.evaluate(mean.expand_as(y), y)[metric]
-    log.info(
-        "%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
-        "(%d epochs x %d), warm-up %d, batch %d x %d process(es) = %d graphs per step, "
-        "peak lr %.2g, device %s, %s",
-        splits.name,
-        len(splits.train),
-        len(splits.valid),
-        len(splits.test),
-        splits.num_targets,
-        splits.featurizer,
-        config.preset,
-        model.config.attention,
-        n_params,
-        total,
-        epochs,
-        steps_per_epoch,
-        warmup,
-        config.batch_size,
-        ctx.world_size,
-        sampler.global_batch_size,
-        config.lr,
-        device,
-        precision.kind,
-    )
+    # ----------------------------------------------------------------------------------
+    # Set-up
+    # ----------------------------------------------------------------------------------
 
-    if config.time_limit is not None:
-        log.info(
-            "time limit %g min: the learning-rate schedule stays planned over the %d steps above; "
-            "the run stops after the step that spends the budget, wherever the schedule is",
-            config.time_limit,
-            total,
-        )
-    epoch, start_batch, step = 0, 0, 0
-    best, best_epoch = -math.inf if higher else math.inf, -1
-    rows: list[dict[str, Any]] = []
-    train_seconds, train_graphs = 0.0, 0
-    loss_sum, loss_count = 0.0, 0  # the current epoch's training loss so far
-    if ckpt is not None:
+    def _resumed_config(
+        self, config: TrainConfig, resume: bool
+    ) -> tuple[TrainConfig, dict[str, Any] | None, Path | None]:
+        """The config to run (the checkpoint's, with this launch's per-launch fields) and the
+        checkpoint to continue from, when resuming and there is one."""
+        found = self.keeper.latest() if resume else None
+        if found is None:
+            if resume:
+                log.info("nothing to resume in %s: starting afresh", self.out)
+            return config, None, None
+        path, ckpt = found
         with incompatible_checkpoint(path):
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-            scheduler.load_state_dict(ckpt["scheduler"])
-            precision.scaler.load_state_dict(ckpt["scaler"])
-        ranks = ckpt.get("rng_ranks")
-        if ranks is not None and len(ranks) == ctx.world_size:
-            set_rng_state(ranks[ctx.rank], device)
-        else:
-            if ctx.enabled:
-                log.warning("the checkpoint was written by another number of processes")
-            set_rng_state(ckpt["rng"], device)
-        position = ckpt.get("position") or {"epoch": ckpt["epoch"] + 1, "batch": 0}
-        epoch, start_batch, step = position["epoch"], position["batch"], ckpt["step"]
-        loss_sum, loss_count = ckpt.get("epoch_loss", (0.0, 0))
-        best, best_epoch = ckpt["best"], ckpt["best_epoch"]
-        rows = json.loads(ckpt["history"])
-        train_seconds, train_graphs = ckpt["train_seconds"], ckpt["train_graphs"]
-        if start_batch >= steps_per_epoch:
-            epoch, start_batch = epoch + 1, 0
-    history = _History(out, [], write=main)
-    for r in rows:
-        history.add(r)
+            saved = TrainConfig.from_dict(ckpt["config"])
+        config = replace(saved, **{f: getattr(config, f) for f in _PER_LAUNCH_FIELDS})
+        log.info("resuming from %s (step %d)", path, ckpt["step"])
+        return config, ckpt, path
 
-    net: nn.Module = model
-    if ctx.enabled:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device] if device.type == "cuda" else None
+    def _load_splits(self, config: TrainConfig):
+        # one process per machine builds any missing store; the others then read it
+        if self.ctx.local_rank == 0:
+            splits = load_splits(config)
+        self.ctx.barrier()
+        if self.ctx.local_rank != 0:
+            splits = load_splits(config)
+        for name in ("train", "valid", "test"):
+            if len(getattr(splits, name)) == 0:
+                raise ValueError(f"the {name} split of {splits.name} is empty")
+        return splits
+
+    def _build_model(
+        self, config: TrainConfig, ckpt: dict[str, Any] | None
+    ) -> tuple[Graphormer, Any]:
+        splits = self.splits
+        if config.init_from and ckpt is None:
+            from .pretrained import init_from_checkpoint
+
+            model, report = init_from_checkpoint(
+                config.init_from, config.model, splits.featurizer, splits.num_targets
+            )
+            return model.to(self.device), report
+        model = build_model(config.model, splits.featurizer, splits.num_targets)
+        return model.to(self.device), None
+
+    def _make_loaders(self) -> None:
+        from ..datasets import graph_sizes
+
+        config, splits, ctx = self.config, self.splits, self.ctx
+        self.sampler = EpochBatchSampler(
+            len(splits.train),
+            config.batch_size,
+            shuffle=True,
+            seed=config.seed,
+            num_replicas=ctx.world_size,
+            rank=ctx.rank,
+            sizes=graph_sizes(splits.train) if config.bucket_size else None,  # [n_train]
+            bucket_size=config.bucket_size,
         )
-    if config.compile:
-        net = torch.compile(net, dynamic=True)
+        self.train_loader = DataLoader(
+            splits.train,
+            batch_sampler=self.sampler,
+            collate_fn=_collator(self.model.config, self.device),
+            num_workers=config.num_workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=False,  # a new epoch may start mid-way (resume)
+            generator=torch.Generator(),  # the loader never draws from the global RNG
+        )
+        self.eval_loaders = {
+            name: _eval_loader(
+                getattr(splits, name), self.model.config, config.batch_size, ctx, config.num_workers
+            )
+            for name in ("valid", "test")
+        }
 
-    def state(epoch: int, batch: int) -> dict[str, Any]:
-        """Everything needed to continue at batch ``batch`` of epoch ``epoch``."""
+    def _make_optimizer(
+        self, ckpt: dict[str, Any] | None, ckpt_path: Path | None, warmup: int
+    ) -> None:
+        config = self.config
+        groups = parameter_groups(self.model, config.weight_decay, config.urpe_weight_decay)
+        saved_groups = ckpt.get("optimizer", {}).get("param_groups", []) if ckpt else []
+        if len(saved_groups) == 1 < len(groups):
+            log.warning(
+                "%s was written before URPE's C had its own weight-decay group: this run "
+                "continues with one group (weight decay %g on C too), as it started",
+                ckpt_path,
+                config.weight_decay,
+            )
+            groups = list(self.model.parameters())
+        self.optimizer = make_optimizer(groups, config.lr, config.weight_decay)
+        total = self.total
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: linear_schedule(s, warmup, total, config.lr, config.end_lr) / config.lr,
+        )
+
+    def _targets_and_baselines(self) -> None:
+        """Loss and selection rule, the evaluation targets and the mean predictor's metric."""
+        splits = self.splits
+        # binary tasks: one logit per task and BCE; the metric's direction decides "best"
+        self.loss_kind = "bce" if splits.task_type == "binary" else self.config.loss
+        self.higher = splits.higher_is_better
+        self.mean = torch.nanmean(dataset_targets(splits.train), dim=0, keepdim=True)  # [1, T]
+        self.targets: dict[str, Tensor] = {}
+        self.baseline: dict[str, float | None] = {}
+        self.test_labelled = True
+        for name in self.eval_loaders:
+            y = self.targets[name] = dataset_targets(getattr(splits, name))
+            if name == "test" and not bool(torch.isfinite(y).any()):
+                self.test_labelled, self.baseline[name] = False, None  # e.g. PCQM4Mv2 test-dev
+                log.info("the test split of %s has no labels: no test metric", splits.name)
+                continue
+            self.baseline[name] = splits.evaluate(self.mean.expand_as(y), y)[self.metric]
+
+    def _log_plan(self, warmup: int) -> None:
+        splits, config = self.splits, self.config
+        log.info(
+            "%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
+            "(%d epochs x %d), warm-up %d, batch %d x %d process(es) = %d graphs per step, "
+            "peak lr %.2g, device %s, %s",
+            splits.name,
+            len(splits.train),
+            len(splits.valid),
+            len(splits.test),
+            splits.num_targets,
+            splits.featurizer,
+            config.preset,
+            self.model.config.attention,
+            self.n_params,
+            self.total,
+            self.epochs,
+            len(self.sampler),
+            warmup,
+            config.batch_size,
+            self.ctx.world_size,
+            self.sampler.global_batch_size,
+            config.lr,
+            self.device,
+            self.precision.kind,
+        )
+        if config.time_limit is not None:
+            log.info(
+                "time limit %g min: the learning-rate schedule stays planned over the %d steps "
+                "above; the run stops after the step that spends the budget, wherever the "
+                "schedule is",
+                config.time_limit,
+                self.total,
+            )
+
+    def _restore(self, ckpt: dict[str, Any], path: Path | None) -> list[dict[str, Any]]:
+        """Load a checkpoint's weights, optimizer, RNG and position; its history rows."""
+        with incompatible_checkpoint(path):
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+            self.precision.scaler.load_state_dict(ckpt["scaler"])
+        ranks = ckpt.get("rng_ranks")
+        if ranks is not None and len(ranks) == self.ctx.world_size:
+            set_rng_state(ranks[self.ctx.rank], self.device)
+        else:
+            if self.ctx.enabled:
+                log.warning("the checkpoint was written by another number of processes")
+            set_rng_state(ckpt["rng"], self.device)
+        position = ckpt.get("position") or {"epoch": ckpt["epoch"] + 1, "batch": 0}
+        self.epoch, self.start_batch = position["epoch"], position["batch"]
+        self.step = ckpt["step"]
+        self.loss_sum, self.loss_count = ckpt.get("epoch_loss", (0.0, 0))
+        self.best, self.best_epoch = ckpt["best"], ckpt["best_epoch"]
+        self.train_seconds, self.train_graphs = ckpt["train_seconds"], ckpt["train_graphs"]
+        if self.start_batch >= len(self.sampler):
+            self.epoch, self.start_batch = self.epoch + 1, 0
+        return json.loads(ckpt["history"])
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        net = model
+        if self.ctx.enabled:
+            cuda = self.device.type == "cuda"
+            net = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device] if cuda else None
+            )
+        if self.config.compile:
+            net = torch.compile(net, dynamic=True)
+        return net
+
+    # ----------------------------------------------------------------------------------
+    # Checkpoints and reads of the device totals
+    # ----------------------------------------------------------------------------------
+
+    def state(self, epoch: int, batch: int) -> dict[str, Any]:
+        """Everything needed to continue at batch ``batch`` of epoch ``epoch`` (a collective
+        under DDP: every process takes part)."""
         ranks = None
-        if ctx.enabled:
-            ranks = [None] * ctx.world_size
-            torch.distributed.all_gather_object(ranks, rng_state(device))
+        if self.ctx.enabled:
+            ranks = [None] * self.ctx.world_size
+            torch.distributed.all_gather_object(ranks, rng_state(self.device))
+        splits = self.splits
         return {
-            "config": config.to_json(),
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "scaler": precision.scaler.state_dict(),
-            "rng": rng_state(device),
+            "config": self.config.to_json(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.precision.scaler.state_dict(),
+            "rng": rng_state(self.device),
             "rng_ranks": ranks,
             "epoch": epoch,
             "position": {"epoch": epoch, "batch": batch},
-            "epoch_loss": (loss_sum, loss_count),
-            "step": step,
-            "best": best,
-            "best_epoch": best_epoch,
-            "history": json.dumps(history.rows),
-            "train_seconds": train_seconds,
-            "train_graphs": train_graphs,
-            "world_size": ctx.world_size,
+            "epoch_loss": (self.loss_sum, self.loss_count),
+            "step": self.step,
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "history": json.dumps(self.history.rows),
+            "train_seconds": self.train_seconds,
+            "train_graphs": self.train_graphs,
+            "world_size": self.ctx.world_size,
             "featurizer": splits.featurizer,
             "target_names": list(splits.target_names),
-            "metric": metric,
+            "metric": self.metric,
             "task_type": splits.task_type,
-            "train_mean": mean,
+            "train_mean": self.mean,
         }
 
-    def checkpoint(epoch: int, batch: int) -> Path | None:
-        s = state(epoch, batch)  # collective under DDP: every process takes part
-        return keeper.save(s, step) if main else None
+    def checkpoint(self, epoch: int, batch: int) -> Path | None:
+        """A rolling checkpoint (rank 0 writes it)."""
+        s = self.state(epoch, batch)
+        return self.keeper.save(s, self.step) if self.main else None
 
-    if init_report is not None:  # the starting point's validation metric, before any step
-        loader, index = eval_loaders["valid"]
-        p = _evaluate(model, loader, index, len(splits.valid), splits.num_targets, ctx, precision)
-        value = splits.evaluate(p, targets["valid"])[metric]
-        best, best_epoch = value, -1
-        history.add(
-            {
-                "epoch": -1,
-                "step": 0,
-                "lr": optimizer.param_groups[0]["lr"],
-                "train_loss": math.nan,
-                f"valid_{metric}": value,
-                "seconds": 0.0,
-            }
-        )
-        if main:
-            save_checkpoint(out / "best.pt", state(0, 0))
-        else:
-            state(0, 0)  # take part in the collective
-        log.info("initial model (--init-from): valid %s %.4f", metric, value)
+    def save_best(self, epoch: int) -> None:
+        s = self.state(epoch, 0)  # every process takes part in the collective
+        if self.main:
+            save_checkpoint(self.out / "best.pt", s)
 
-    # Steps read nothing back from the device (see train_step); the host reads the running
-    # totals every READ_EVERY steps, at checkpoints, at stop requests and at epoch ends.
-    # Without the fused AdamW (which skips updates after a non-finite loss on the device),
-    # they are read after every step, so that a non-finite loss stops the run at once.
-    read_every = READ_EVERY if optimizer.defaults.get("fused") else 1
-    if ctx.enabled and config.time_limit:  # every process must agree on the step to stop at
-        read_every = 1
-    totals = StepTotals(device)
-
-    def read_totals(epoch: int, batch: int) -> tuple[int, bool]:
+    def read_totals(self, epoch: int, batch: int) -> tuple[int, bool]:
         """Add the device totals to the host's, stop on a non-finite loss, and return the stop
         signal agreed by every process (0: none) and whether rank 0's clock says the time is
         up (``--time-limit``), the same on every process. A collective under DDP."""
-        nonlocal loss_sum, loss_count
-        part, count, first_bad = totals.read()
-        totals.reset()
-        time_up = main and _time_up(config.time_limit, launch_start)
-        flags = torch.tensor([part, float(first_bad >= 0), float(stop["signal"]), float(time_up)])
-        shared = ctx.all_sum(flags.double())
-        loss_sum += float(shared[0]) / ctx.world_size
-        loss_count += count
+        part, count, first_bad = self.totals.read()
+        self.totals.reset()
+        time_up = self.main and _time_up(self.config.time_limit, self.launch_start)
+        flags = [part, float(first_bad >= 0), float(self.stop["signal"]), float(time_up)]
+        shared = self.ctx.all_sum(torch.tensor(flags).double())
+        self.loss_sum += float(shared[0]) / self.ctx.world_size
+        self.loss_count += count
         if float(shared[1]) > 0:
-            good = state(epoch, batch)  # updates from the first bad step on were skipped
-            if main:
-                save_checkpoint(out / "nonfinite.pt", good)
+            good = self.state(epoch, batch)  # updates from the first bad step on were skipped
+            if self.main:
+                save_checkpoint(self.out / "nonfinite.pt", good)
             where = f"step {first_bad}" if first_bad >= 0 else "another process's step"
             raise RuntimeError(
                 f"non-finite loss at {where} (epoch {epoch}); the weights before it are saved "
-                f"to {out / 'nonfinite.pt'}; lower --lr or check the data"
+                f"to {self.out / 'nonfinite.pt'}; lower --lr or check the data"
             )
-        return int(shared[2]) and (stop["signal"] or signal.SIGTERM), bool(shared[3])
+        return int(shared[2]) and (self.stop["signal"] or signal.SIGTERM), bool(shared[3])
 
-    wall_start = time.perf_counter()
-    timed_out = False
-    bar = tqdm(
-        total=total, initial=step, desc="train", disable=not (progress and main), dynamic_ncols=True
-    )
-    while epoch < epochs and step < total:
-        net.train()
-        sampler.set_epoch(epoch, start_batch)
-        batch_index = start_batch
-        t0 = time.perf_counter()
-        for batch in train_loader:
-            if step >= total:
+    # ----------------------------------------------------------------------------------
+    # Training
+    # ----------------------------------------------------------------------------------
+
+    def validate(self) -> float:
+        """The validation metric of the current weights."""
+        loader, index = self.eval_loaders["valid"]
+        n, t = len(self.splits.valid), self.splits.num_targets
+        p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
+        return self.splits.evaluate(p, self.targets["valid"])[self.metric]
+
+    def evaluate_starting_point(self) -> None:
+        """With ``--init-from``: the starting point's validation metric, before any step."""
+        if self.init_report is None:
+            return
+        value = self.validate()
+        self.best, self.best_epoch = value, -1
+        self.history.add(
+            {
+                "epoch": -1,
+                "step": 0,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "train_loss": math.nan,
+                f"valid_{self.metric}": value,
+                "seconds": 0.0,
+            }
+        )
+        self.save_best(0)
+        log.info("initial model (--init-from): valid %s %.4f", self.metric, value)
+
+    def fit(self, progress: bool) -> None:
+        """Train epoch by epoch until the planned steps, the time limit or a stop request."""
+        self.wall_start = time.perf_counter()
+        bar = tqdm(
+            total=self.total,
+            initial=self.step,
+            desc="train",
+            # None: drawn on a terminal only, so a log file gets the epoch lines, not the bar
+            disable=None if progress and self.main else True,
+            dynamic_ncols=True,
+        )
+        while self.epoch < self.epochs and self.step < self.total:
+            batch_index = self._train_epoch(bar)
+            if not self._end_epoch(batch_index):
                 break
-            batch = batch.to(device, non_blocking=True)
+        bar.close()
+        self.history.close()
+
+    def _train_epoch(self, bar: tqdm) -> int:
+        """The steps of one epoch from ``start_batch``; returns the batch it stopped at."""
+        config, ctx, steps_per_epoch = self.config, self.ctx, len(self.sampler)
+        self.net.train()
+        self.sampler.set_epoch(self.epoch, self.start_batch)
+        batch_index = self.start_batch
+        t0 = time.perf_counter()
+        for batch in self.train_loader:
+            if self.step >= self.total:
+                break
+            batch = batch.to(self.device, non_blocking=True)
             train_step(
-                net, batch, optimizer, scheduler, precision, totals, step, loss_kind,
-                config.clip_norm,
+                self.net, batch, self.optimizer, self.scheduler, self.precision, self.totals,
+                self.step, self.loss_kind, config.clip_norm,
             )  # fmt: skip
-            step += 1
+            self.step += 1
             batch_index += 1
-            train_graphs += batch.num_graphs * ctx.world_size
+            self.train_graphs += batch.num_graphs * ctx.world_size
             bar.update(1)
-            mid_epoch = batch_index < steps_per_epoch and step < total
-            due = bool(config.checkpoint_every) and step % config.checkpoint_every == 0
+            mid_epoch = batch_index < steps_per_epoch and self.step < self.total
+            due = bool(config.checkpoint_every) and self.step % config.checkpoint_every == 0
             # one process acts on its own stop request or time limit at once (the clock is read
             # on the host); several processes agree at read points
             asked = not ctx.enabled and (
-                bool(stop["signal"]) or (main and _time_up(config.time_limit, launch_start))
+                bool(self.stop["signal"])
+                or (self.main and _time_up(config.time_limit, self.launch_start))
             )
-            if not (step % read_every == 0 or (due and mid_epoch) or asked):
+            if not (self.step % self.read_every == 0 or (due and mid_epoch) or asked):
                 continue  # nothing read back from the device: the GPU stays ahead
-            signum, time_up = read_totals(epoch, batch_index)
-            bar.set_postfix(epoch=epoch, loss=f"{loss_sum / max(loss_count, 1):.4f}")
+            signum, time_up = self.read_totals(self.epoch, batch_index)
+            loss = self.loss_sum / max(self.loss_count, 1)
+            bar.set_postfix(epoch=self.epoch, loss=f"{loss:.4f}")
             if signum and mid_epoch:
-                train_seconds += time.perf_counter() - t0
-                raise TrainingInterrupted(signum, checkpoint(epoch, batch_index))
-            if time_up and step < total:  # the same decision on every process
-                timed_out = True
+                self.train_seconds += time.perf_counter() - t0
+                raise TrainingInterrupted(signum, self.checkpoint(self.epoch, batch_index))
+            if time_up and self.step < self.total:  # the same decision on every process
+                self.timed_out = True
                 break
             if due and mid_epoch:
-                train_seconds += time.perf_counter() - t0
+                self.train_seconds += time.perf_counter() - t0
                 t0 = time.perf_counter()
-                checkpoint(epoch, batch_index)
+                self.checkpoint(self.epoch, batch_index)
         # waits for the epoch's last step: inside the timing
-        timed_out = timed_out or (read_totals(epoch, batch_index)[1] and step < total)
-        train_seconds += time.perf_counter() - t0
+        time_up = self.read_totals(self.epoch, batch_index)[1]
+        self.timed_out = self.timed_out or (time_up and self.step < self.total)
+        self.train_seconds += time.perf_counter() - t0
+        return batch_index
+
+    def _end_epoch(self, batch_index: int) -> bool:
+        """Validate when due, record the epoch, checkpoint; whether to go on training."""
+        epoch, config = self.epoch, self.config
         row: dict[str, Any] = {
             "epoch": epoch,
-            "step": step,
-            "lr": optimizer.param_groups[0]["lr"],
-            "train_loss": loss_sum / loss_count if loss_count else math.nan,
+            "step": self.step,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "train_loss": self.loss_sum / self.loss_count if self.loss_count else math.nan,
         }
-        last_epoch = epoch == epochs - 1 or step >= total or timed_out
+        last_epoch = epoch == self.epochs - 1 or self.step >= self.total or self.timed_out
         if (epoch + 1) % config.eval_every == 0 or last_epoch:
-            loader, index = eval_loaders["valid"]
-            n_valid = len(splits.valid)
-            p = _evaluate(model, loader, index, n_valid, splits.num_targets, ctx, precision)
-            value = splits.evaluate(p, targets["valid"])[metric]
-            row[f"valid_{metric}"] = value
-            if (value > best) if higher else (value < best):
-                best, best_epoch = value, epoch
-                if main:
-                    save_checkpoint(out / "best.pt", state(epoch + 1, 0))
-                else:
-                    state(epoch + 1, 0)  # take part in the collective
+            value = row[f"valid_{self.metric}"] = self.validate()
+            if (value > self.best) if self.higher else (value < self.best):
+                self.best, self.best_epoch = value, epoch
+                self.save_best(epoch + 1)
             log.info(
                 "epoch %d step %d: train %s %.4f, valid %s %.4f (best %.4f @ %d)",
-                epoch,
-                step,
-                loss_kind,
-                row["train_loss"],
-                metric,
-                value,
-                best,
-                best_epoch,
-            )
-        row["seconds"] = round(train_seconds, 2)
-        history.add(row)
-        if timed_out:  # a checkpoint of the exact position: --resume continues from it
-            saved = checkpoint(epoch, batch_index)
+                epoch, self.step, self.loss_kind, row["train_loss"], self.metric, value,
+                self.best, self.best_epoch,
+            )  # fmt: skip
+        else:
+            log.info(
+                "epoch %d step %d: train %s %.4f",
+                epoch, self.step, self.loss_kind, row["train_loss"],
+            )  # fmt: skip
+        row["seconds"] = round(self.train_seconds, 2)
+        self.history.add(row)
+        if self.timed_out:  # a checkpoint of the exact position: --resume continues from it
+            saved = self.checkpoint(epoch, batch_index)
             log.info(
                 "time limit of %g min reached after step %d of %d (epoch %d)%s",
-                config.time_limit,
-                step,
-                total,
-                epoch,
+                config.time_limit, self.step, self.total, epoch,
                 f": checkpoint {saved}" if saved else "",
-            )
-            break
-        epoch, start_batch, loss_sum, loss_count = epoch + 1, 0, 0.0, 0
-        saved = checkpoint(epoch, 0)
-        requested = int(ctx.all_sum(torch.tensor([float(stop["signal"])]))[0])
-        if requested and epoch < epochs and step < total:
-            raise TrainingInterrupted(stop["signal"] or signal.SIGTERM, saved)
-    bar.close()
-    history.close()
+            )  # fmt: skip
+            return False
+        self.epoch, self.start_batch, self.loss_sum, self.loss_count = epoch + 1, 0, 0.0, 0
+        saved = self.checkpoint(self.epoch, 0)
+        requested = int(self.ctx.all_sum(torch.tensor([float(self.stop["signal"])]))[0])
+        if requested and self.epoch < self.epochs and self.step < self.total:
+            raise TrainingInterrupted(self.stop["signal"] or signal.SIGTERM, saved)
+        return True
 
-    if main and not (out / "best.pt").exists():
-        raise RuntimeError(f"no validation result was recorded in {out}")
-    if main:
-        model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
-    ctx.broadcast_state(model)
-    test: dict[str, float] = {}
-    if test_labelled:
-        loader, index = eval_loaders["test"]
-        p = _evaluate(model, loader, index, len(splits.test), splits.num_targets, ctx, precision)
-        test = splits.evaluate(p, targets["test"])
-    metrics = {
-        "dataset": splits.name,
-        "attention": model.config.attention,
-        "preset": config.preset,
-        "parameters": n_params,
-        "steps": step,
-        "steps_planned": total,
-        "epochs": sum(int(r["epoch"]) >= 0 for r in history.rows),
-        "stopped_on_time": timed_out,
-        "time_limit_minutes": config.time_limit,
-        f"best_valid_{metric}": best,
-        "best_epoch": best_epoch,
-        **{f"test_{k}": v for k, v in test.items()},
-        f"baseline_valid_{metric}": baseline["valid"],
-        f"baseline_test_{metric}": baseline["test"],
-        "test_has_labels": test_labelled,
-        **(
-            {}
-            if test_labelled
-            else {"test_note": f"the test split of {splits.name} has no labels; no test metric"}
-        ),
-        **(
-            {}
-            if not config.init_from
-            else {
-                "init_from": config.init_from,
-                **{
+    # ----------------------------------------------------------------------------------
+    # Testing the best checkpoint
+    # ----------------------------------------------------------------------------------
+
+    def finish(self) -> dict[str, Any]:
+        """Test the best checkpoint; write and return ``metrics.json``."""
+        out, main = self.out, self.main
+        if main and not (out / "best.pt").exists():
+            raise RuntimeError(f"no validation result was recorded in {out}")
+        if main:
+            self.model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
+        self.ctx.broadcast_state(self.model)
+        test: dict[str, float] = {}
+        if self.test_labelled:
+            loader, index = self.eval_loaders["test"]
+            n, t = len(self.splits.test), self.splits.num_targets
+            p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
+            test = self.splits.evaluate(p, self.targets["test"])
+        metrics = self._metrics(test)
+        if main:
+            write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
+        log.info(
+            "best valid %s %.4f (epoch %d), test %s %s; mean predictor valid %.4f test %s",
+            self.metric,
+            self.best,
+            self.best_epoch,
+            self.metric,
+            f"{test[self.metric]:.4f}" if self.test_labelled else "n/a (no labels)",
+            self.baseline["valid"],
+            "n/a" if self.baseline["test"] is None else f"{self.baseline['test']:.4f}",
+        )
+        return metrics
+
+    def _metrics(self, test: dict[str, float]) -> dict[str, Any]:
+        """The ``metrics.json`` contents."""
+        config, splits, metric = self.config, self.splits, self.metric
+        rows = self.history.rows
+        init = {}
+        if config.init_from:
+            init = {"init_from": config.init_from}
+            init.update(
+                {
                     f"init_valid_{metric}": r[f"valid_{metric}"]
-                    for r in history.rows[:1]
+                    for r in rows[:1]
                     if int(r["epoch"]) == -1
-                },
-            }
-        ),
-        "task_type": splits.task_type,
-        "higher_is_better": higher,
-        "loss": loss_kind,
-        "train_graphs": len(splits.train),
-        "valid_graphs": len(splits.valid),
-        "test_graphs": len(splits.test),
-        **splits.input_report(),
-        "processes": ctx.world_size,
-        "batch_per_process": config.batch_size,
-        "global_batch": sampler.global_batch_size,
-        "wall_seconds": round(time.perf_counter() - wall_start, 2),
-        "train_seconds": round(train_seconds, 2),
-        "graphs_per_second": round(train_graphs / train_seconds, 2) if train_seconds else None,
-        "device": str(device),
-        "precision": precision.kind,
-        "seed": config.seed,
-    }
-    if main:
-        write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
-    log.info(
-        "best valid %s %.4f (epoch %d), test %s %s; mean predictor valid %.4f test %s",
-        metric,
-        best,
-        best_epoch,
-        metric,
-        f"{test[metric]:.4f}" if test_labelled else "n/a (no labels)",
-        baseline["valid"],
-        "n/a" if baseline["test"] is None else f"{baseline['test']:.4f}",
-    )
-    return metrics
+                }
+            )
+        note = {}
+        if not self.test_labelled:
+            note = {"test_note": f"the test split of {splits.name} has no labels; no test metric"}
+        seconds = self.train_seconds
+        return {
+            "dataset": splits.name,
+            "attention": self.model.config.attention,
+            "preset": config.preset,
+            "parameters": self.n_params,
+            "steps": self.step,
+            "steps_planned": self.total,
+            "epochs": sum(int(r["epoch"]) >= 0 for r in rows),
+            "stopped_on_time": self.timed_out,
+            "time_limit_minutes": config.time_limit,
+            f"best_valid_{metric}": self.best,
+            "best_epoch": self.best_epoch,
+            **{f"test_{k}": v for k, v in test.items()},
+            f"baseline_valid_{metric}": self.baseline["valid"],
+            f"baseline_test_{metric}": self.baseline["test"],
+            "test_has_labels": self.test_labelled,
+            **note,
+            **init,
+            "task_type": splits.task_type,
+            "higher_is_better": self.higher,
+            "loss": self.loss_kind,
+            "train_graphs": len(splits.train),
+            "valid_graphs": len(splits.valid),
+            "test_graphs": len(splits.test),
+            **splits.input_report(),
+            "processes": self.ctx.world_size,
+            "batch_per_process": config.batch_size,
+            "global_batch": self.sampler.global_batch_size,
+            "wall_seconds": round(time.perf_counter() - self.wall_start, 2),
+            "train_seconds": round(seconds, 2),
+            "graphs_per_second": round(self.train_graphs / seconds, 2) if seconds else None,
+            "device": str(self.device),
+            "precision": self.precision.kind,
+            "seed": config.seed,
+        }
