@@ -170,6 +170,8 @@ def train_config(args: argparse.Namespace):
     if model_over.get("attention") is None:
         model_over["attention"] = "urpe"
     cfg = make_config(args.preset or "small", model_overrides=model_over, **given)
+    if cfg.time_limit is not None and not {"epochs", "max_steps"} & set(given):
+        cfg = dataclasses.replace(cfg, fill_time_limit=True)  # steps planned to fill it
     if "out" not in given:
         tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.dataset)
         out = os.path.join("runs", f"{tag}-{cfg.preset}-{cfg.model.attention}")
@@ -341,7 +343,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="MINUTES",
         help="stop cleanly when this wall-clock budget is spent (checkpoint, test at the best "
-        "checkpoint); the learning-rate schedule stays planned over the configured steps",
+        "checkpoint); without --epochs or --max-steps the steps are planned to fill it (from "
+        "a measured step rate), else the schedule stays planned over the configured steps",
     )
     r.add_argument(
         "--resume",

@@ -105,6 +105,37 @@ def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog): 
     assert [int(r["step"]) for r in rows] == [4, 8, 12]
 
 
+def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, caplog):  # noqa: F811
+    """--time-limit alone: the steps are planned from measured step and validation times and
+    recorded; the run equals the one given those steps with --max-steps (the measurement
+    leaves the RNG as it was); typed --epochs keep their plan."""
+    args = _train_args(table, tmp_path / "data", tmp_path / "plan")
+    i = args.index("--epochs")
+    del args[i : i + 2]
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main([*args, "--time-limit", "0.05"]) == 0
+    assert "without --epochs/--max-steps" in caplog.text and "planned" in caplog.text
+    planned = json.loads((tmp_path / "plan" / "metrics.json").read_text())
+    saved = json.loads((tmp_path / "plan" / "config.json").read_text())
+    steps = planned["steps_planned"]
+    assert saved["fill_time_limit"] and saved["max_steps"] == steps >= 1
+    assert saved["epochs"] is None
+    assert planned["steps"] == steps or planned["stopped_on_time"]
+    if planned["steps"] == steps:  # the same run with the steps typed: the same numbers
+        fixed = [a if a != str(tmp_path / "plan") else str(tmp_path / "fixed") for a in args]
+        assert cli.main([*fixed, "--max-steps", str(steps)]) == 0
+        again = json.loads((tmp_path / "fixed" / "metrics.json").read_text())
+        assert again["steps"] == steps and again["best_valid_mae"] == planned["best_valid_mae"]
+        assert again["test_mae"] == planned["test_mae"]
+    caplog.clear()
+    typed = _train_args(table, tmp_path / "data", tmp_path / "typed", "--time-limit", "5")
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main(typed) == 0
+    assert "without --epochs/--max-steps" not in caplog.text
+    assert "schedule stays planned over the 12 steps" in caplog.text
+    assert json.loads((tmp_path / "typed" / "metrics.json").read_text())["steps_planned"] == 12
+
+
 def test_no_progress_bar_into_a_log_file_but_a_line_per_epoch(table, tmp_path, caplog, capfd):  # noqa: F811
     """Without --no-progress and with standard error not a terminal (here captured), no bar
     is drawn; every epoch logs a line, validated or not."""

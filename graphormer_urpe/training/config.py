@@ -86,7 +86,13 @@ class TrainConfig:
     """Run the model through ``torch.compile`` (dynamic shapes)."""
     time_limit: float | None = None
     """Wall-clock budget of one launch in minutes (``None``: none). The learning-rate schedule
-    stays planned over the configured steps; the run stops cleanly when the budget is spent."""
+    stays planned over the configured steps (see ``fill_time_limit``); the run stops cleanly
+    when the budget is spent."""
+    fill_time_limit: bool = False
+    """Plan the run to fill ``time_limit``: ``max_steps`` from a training step's and a
+    validation's time measured on the first batches (``train`` sets this when
+    ``--time-limit`` comes without ``--epochs`` or ``--max-steps``). The planned steps are
+    recorded in ``max_steps``, so a resumed or repeated run keeps them."""
     out: str = "runs/default"
     smiles_column: str = "smiles"
     target_columns: list[str] | None = None

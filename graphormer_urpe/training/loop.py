@@ -538,12 +538,15 @@ class _Run:
         if ctx.enabled:  # different dropout masks per process
             torch.manual_seed(self.config.seed * 1_000 + ctx.rank)
         self._make_loaders()
+        self._targets_and_baselines()
+        if self.config.fill_time_limit and self.config.max_steps is None:
+            steps = self._steps_for_budget()
+            self.config = replace(self.config, max_steps=steps, epochs=None)
         self.total, self.epochs, warmup = plan_steps(self.config, len(self.sampler))
         self.config = replace(self.config, warmup_steps=warmup)  # config.json records it
         if self.main:
             write_atomic(self.out / "config.json", self.config.to_json())
         self._make_optimizer(ckpt, ckpt_path, warmup)
-        self._targets_and_baselines()
         self._log_plan(warmup)
         # the position and what has been recorded so far (a checkpoint restores them)
         self.epoch, self.start_batch, self.step = 0, 0, 0
@@ -644,6 +647,57 @@ class _Run:
             for name in ("valid", "test")
         }
 
+    def _steps_for_budget(self) -> int:
+        """Optimizer steps that fill what is left of ``--time-limit`` (rank 0's plan).
+
+        A step's time (reading and collating a batch, forward, backward; no update; without
+        DDP's gradient exchange) and a validation batch's are measured on the first graphs of
+        each split, with the RNG state put back afterwards, so that the run is the one
+        ``--max-steps`` with the planned number gives. The budget left is shared between the
+        steps, a validation every ``eval_every`` epochs and the final test, with 5% kept in
+        reserve.
+        """
+        config, splits = self.config, self.splits
+        saved = rng_state(self.device)
+        step_s = self._seconds_per_batch(splits.train, train=True)
+        eval_s = self._seconds_per_batch(splits.valid, train=False)
+        set_rng_state(saved, self.device)
+        share = config.batch_size * self.ctx.world_size
+        valid_s = eval_s * math.ceil(len(splits.valid) / share)
+        test_s = eval_s * math.ceil(len(splits.test) / share)
+        left = 60 * config.time_limit - (time.perf_counter() - self.launch_start)
+        per_step = step_s + valid_s / (len(self.sampler) * config.eval_every)
+        steps = max(1, int((0.95 * left - valid_s - test_s) / per_step))
+        steps = int(self.ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
+        log.info(
+            "time limit %g min without --epochs/--max-steps: %.3g s per step and %.3g s per "
+            "validation measured; planned %d steps (%.1f epochs) to fill the %.3g min left",
+            config.time_limit, step_s, valid_s, steps, steps / len(self.sampler), left / 60,
+        )  # fmt: skip
+        return steps
+
+    def _seconds_per_batch(self, dataset: Dataset, train: bool, repeats: int = 3) -> float:
+        """Median seconds to read, collate and run one batch of the first graphs of
+        ``dataset``: forward and backward (``train``), or forward only; one untimed run
+        first."""
+        collate = _collator(self.model.config, self.device)
+        graphs = [dataset[i] for i in range(min(len(dataset), self.config.batch_size))]
+        self.model.train(train)
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            batch = collate(graphs).to(self.device)
+            with torch.set_grad_enabled(train), self.precision.autocast():
+                pred = self.model(batch)
+            if train:
+                masked_loss(pred, batch.y, self.loss_kind).backward()
+                self.model.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            times.append(time.perf_counter() - start)
+        self.model.train()
+        return float(np.median(times[1:]))
+
     def _make_optimizer(
         self, ckpt: dict[str, Any] | None, ckpt_path: Path | None, warmup: int
     ) -> None:
@@ -709,7 +763,14 @@ class _Run:
             self.device,
             self.precision.kind,
         )
-        if config.time_limit is not None:
+        if config.time_limit is not None and config.fill_time_limit:
+            log.info(
+                "time limit %g min: the %d steps above are planned to fill it; the run still "
+                "stops after the step that spends it",
+                config.time_limit,
+                self.total,
+            )
+        elif config.time_limit is not None:
             log.info(
                 "time limit %g min: the learning-rate schedule stays planned over the %d steps "
                 "above; the run stops after the step that spends the budget, wherever the "
