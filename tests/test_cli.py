@@ -155,11 +155,13 @@ def test_train_evaluate_predict_plot(table, tmp_path, capsys):
     assert (out / "urpe_scale.png").stat().st_size > 1000
 
 
-def test_errors_are_one_line(tmp_path, capsys):
+def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default output folder is ./runs/...
     code = cli.main(["train", "--dataset", f"csv:{tmp_path / 'missing.csv'}", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("graphormer-urpe: error:") and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()  # a run that could not start leaves no folder
     code = cli.main(["evaluate", "--checkpoint", str(tmp_path / "nope.pt")])
     err = capsys.readouterr().err
     assert code == 2 and "does not exist" in err and err.count("\n") == 1

@@ -522,8 +522,6 @@ class _Run:
         self.ctx, self.stop, self.device = ctx, stop, ctx.device
         self.main = ctx.is_main
         self.out = Path(config.out)
-        if self.main:
-            self.out.mkdir(parents=True, exist_ok=True)
         self.keeper = CheckpointKeeper(self.out, config.keep_checkpoints)
         config, ckpt, ckpt_path = self._resumed_config(config, resume)
         self.precision = Precision(config.precision, self.device)
@@ -531,6 +529,8 @@ class _Run:
         if config.threads:
             torch.set_num_threads(config.threads)
         self.splits = self._load_splits(config)
+        if self.main:  # only once the data loaded: a failed start leaves no empty run folder
+            self.out.mkdir(parents=True, exist_ok=True)
         self.model, self.init_report = self._build_model(config, ckpt)
         self.config = replace(config, model=self.model.config)
         self.n_params = sum(p.numel() for p in self.model.parameters())
