@@ -40,6 +40,7 @@ from graphormer_urpe.training import make_config, masked_loss, train
 from graphormer_urpe.training.checkpoint import load_checkpoint
 
 TINY = dict(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=2)
+NONE_UNREADABLE = {f"unreadable_{k}": 0 for k in ("train", "valid", "test", "unsplit")}
 
 # small valid molecules, 2 to 9 heavy atoms
 GOOD = [
@@ -357,6 +358,7 @@ def test_max_nodes_drops_oversize_graphs_from_train_only(tmp_path, caplog):
         "dropped_train_oversize": 0,
         "oversize_valid": 0,
         "oversize_test": 0,
+        **NONE_UNREADABLE,
     }
     with caplog.at_level(logging.WARNING):
         splits = load_dataset(f"csv:{path}", max_nodes=10, **kwargs)
@@ -369,6 +371,7 @@ def test_max_nodes_drops_oversize_graphs_from_train_only(tmp_path, caplog):
         "dropped_train_oversize": 2,
         "oversize_valid": 1,
         "oversize_test": 1,
+        **NONE_UNREADABLE,
     }
     assert (
         "left 2 of 8 training graphs out: more than max_nodes=10 atoms (largest 20; "
@@ -449,3 +452,35 @@ def test_nonfinite_loss_stops_with_a_checkpoint_and_a_message(tmp_path):
     assert weights and all(
         torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()
     )
+
+
+def test_unreadable_test_rows_are_counted_and_test_predictions_written(tmp_path, caplog):
+    """A test row RDKit cannot read is counted by split and named in the final log line; the
+    test predictions file lists every scored test molecule with its SMILES, true value and
+    prediction, and its MAE is the run's test MAE."""
+    rows = _split_rows(n_test=4)
+    rows[11]["smiles"] = "C1CC"  # unclosed ring: unreadable, in the test split
+    rows[12]["t2"] = ""  # a missing test label stays an empty cell
+    path = _csv(tmp_path / "t.csv", rows)
+    out = tmp_path / "run"
+    config = make_config(
+        "small", model_overrides=TINY, dataset=f"csv:{path}", data_root=str(tmp_path / "r"),
+        out=str(out), target_columns=["t1", "t2"], split_column="fold", max_steps=4,
+        batch_size=4, warmup_steps=1, device="cpu", threads=1,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        metrics = train(config, progress=False)
+    assert metrics["unreadable_test"] == 1 and metrics["unreadable_train"] == 0
+    assert "over 3 test molecules (1 test rows unreadable)" in caplog.text
+    table = pd.read_csv(out / "test_predictions.csv")
+    assert list(table.columns) == ["smiles", "source_row", "t1", "pred_t1", "t2", "pred_t2"]
+    assert table["source_row"].tolist() == [10, 12, 13]
+    assert table["smiles"].tolist() == [rows[i]["smiles"] for i in (10, 12, 13)]
+    assert table["t1"].tolist() == [10.0, 12.0, 13.0]
+    assert table["t2"].isna().tolist() == [False, True, False]
+    for name in ("t1", "t2"):
+        error = (table[name] - table[f"pred_{name}"]).abs().mean()  # missing labels skipped
+        assert error == pytest.approx(metrics[f"test_mae/{name}"], rel=1e-4)
+    # a random split leaves unreadable rows out before splitting
+    random_config = replace(config, split_column=None, out=str(tmp_path / "random"))
+    assert train(random_config, progress=False)["unreadable_unsplit"] == 1

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from torch import Tensor
@@ -41,7 +42,7 @@ from .policy import apply_input_policy
 from .smiles_csv import open_csv
 from .source import check_strict
 from .splitting import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
-from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache
+from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache, MoleculeFailure
 from .zinc import ZINC_DEFAULT_ROOT, open_zinc
 
 __all__ = [
@@ -96,6 +97,9 @@ class DatasetSplits:
             ``max_nodes`` atoms (graphs counted above are not counted again).
         oversize_valid: validation graphs with more than ``max_nodes`` atoms (kept).
         oversize_test: test graphs with more than ``max_nodes`` atoms (kept).
+        unreadable: source rows that gave no graph, by split (``"train"``, ``"valid"``,
+            ``"test"``) where the source labels its splits, else ``"unsplit"`` (rows left out
+            before a random or scaffold split); empty when none.
     """
 
     name: str
@@ -113,6 +117,7 @@ class DatasetSplits:
     dropped_train_oversize: int = 0
     oversize_valid: int = 0
     oversize_test: int = 0
+    unreadable: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.task_type not in ("regression", "binary"):
@@ -128,7 +133,8 @@ class DatasetSplits:
 
         Returns:
             ``{"max_nodes", "dropped_train_unlabelled", "dropped_train_oversize",
-            "oversize_valid", "oversize_test"}``.
+            "oversize_valid", "oversize_test", "unreadable_train", "unreadable_valid",
+            "unreadable_test", "unreadable_unsplit"}``.
         """
         return {
             "max_nodes": self.max_nodes,
@@ -136,6 +142,10 @@ class DatasetSplits:
             "dropped_train_oversize": self.dropped_train_oversize,
             "oversize_valid": self.oversize_valid,
             "oversize_test": self.oversize_test,
+            **{
+                f"unreadable_{k}": self.unreadable.get(k, 0)
+                for k in ("train", "valid", "test", "unsplit")
+            },
         }
 
     def evaluate(self, y_pred: Tensor, y_true: Tensor) -> dict[str, float]:
@@ -229,9 +239,20 @@ def _splits_of_store(
             why = _why_empty(cache, method, part, DEFAULT_FRACTIONS)
             raise ValueError(f"{name}: the {part} split is empty: {why}")
     sets = {p: CachedGraphDataset(cache, pos, multi_hop_max_dist, p) for p, pos in parts.items()}
+    fields.setdefault("unreadable", _unreadable(cache.failures, method))
     fields.setdefault("featurizer", cache.featurizer)
     fields.setdefault("target_names", cache.target_names)
     return DatasetSplits(name=name, **sets, **fields)
+
+
+def _unreadable(failures: Sequence[MoleculeFailure], method: str) -> dict[str, int]:
+    """Failed rows by split (their labels) for a column split, else all ``"unsplit"``."""
+    if not failures:
+        return {}
+    if method != "column":
+        return {"unsplit": len(failures)}
+    counts = Counter(SPLITS[f.split] if f.split >= 0 else "unsplit" for f in failures)
+    return dict(counts)
 
 
 def load_nci5k(

@@ -115,11 +115,13 @@ _CACHE_ARRAYS = (
 
 @dataclass
 class MoleculeFailure:
-    """A source row that produced no graph."""
+    """A source row that produced no graph (``split``: the row's split code, see
+    :data:`SPLIT_NAMES`; -1 when the source labels no splits)."""
 
     index: int
     smiles: str
     reason: str
+    split: int = -1
 
 
 @dataclass
@@ -350,6 +352,10 @@ def featurize_chunk(
     targets = np.asarray(targets, dtype=np.float64).reshape(len(smiles), -1)
     t0 = time.perf_counter()
     kept, graphs, failures = featurize_smiles_list(smiles, rows, featurizer)
+    if split is not None and failures:
+        offset = {int(r): k for k, r in enumerate(rows)}
+        for f in failures:
+            f.split = int(np.asarray(split)[offset[f.index]])
     t1 = time.perf_counter()
     arrays = graph_arrays(
         graphs,

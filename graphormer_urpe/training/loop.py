@@ -1034,21 +1034,31 @@ class _Run:
             self.model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
         self.ctx.broadcast_state(self.model)
         test: dict[str, float] = {}
+        y = self.targets["test"]  # [n_test, T]
         if self.test_labelled:
             loader, index = self.eval_loaders["test"]
             n, t = len(self.splits.test), self.splits.num_targets
             p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
-            test = self.splits.evaluate(p, self.targets["test"])
+            test = self.splits.evaluate(p, y)
+            if main:
+                _write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
         metrics = self._metrics(test)
         if main:
             write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
+        scored = int(torch.isfinite(y).any(dim=1).sum())
+        unreadable = self.splits.unreadable
         log.info(
-            "best valid %s %.4f (epoch %d), test %s %s; mean predictor valid %.4f test %s",
+            "best valid %s %.4f (epoch %d), test %s %s over %d test molecules (%s); mean "
+            "predictor valid %.4f test %s",
             self.metric,
             self.best,
             self.best_epoch,
             self.metric,
             f"{test[self.metric]:.4f}" if self.test_labelled else "n/a (no labels)",
+            scored,
+            f"{unreadable.get('test', 0)} test rows unreadable"
+            if "unsplit" not in unreadable
+            else f"{unreadable['unsplit']} unreadable rows left out before splitting",
             self.baseline["valid"],
             "n/a" if self.baseline["test"] is None else f"{self.baseline['test']:.4f}",
         )
@@ -1107,3 +1117,33 @@ class _Run:
             "precision": self.precision.kind,
             "seed": config.seed,
         }
+
+
+def _write_test_predictions(path: Path, splits: Any, y_true: Tensor, y_pred: Tensor) -> None:
+    """``test_predictions.csv``: per test molecule its SMILES (stores of SMILES sources), its
+    source row, and per target the true value and the prediction (a probability for binary
+    tasks); empty cells for missing labels.
+
+    Args:
+        path: the file.
+        splits: the run's :class:`~graphormer_urpe.datasets.DatasetSplits`.
+        y_true: ``[n_test, T]`` targets (``NaN`` = missing).
+        y_pred: ``[n_test, T]`` model outputs (logits for binary tasks).
+    """
+    test = splits.test
+    if splits.task_type == "binary":
+        y_pred = torch.sigmoid(y_pred)
+    smiles = test.smiles() if getattr(test.cache, "has_smiles", False) else None
+    header = ([] if smiles is None else ["smiles"]) + ["source_row"]
+    for name in splits.target_names:
+        header += [name, f"pred_{name}"]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    rows = test.source_index.tolist()
+    for i, (t, p) in enumerate(zip(y_true.tolist(), y_pred.float().tolist(), strict=True)):
+        cells = ([] if smiles is None else [smiles[i]]) + [rows[i]]
+        for a, b in zip(t, p, strict=True):
+            cells += ["" if math.isnan(a) else f"{a:.6g}", f"{b:.6g}"]
+        writer.writerow(cells)
+    write_atomic(path, buf.getvalue().encode())
