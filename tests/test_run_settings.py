@@ -136,6 +136,32 @@ def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, capl
     assert json.loads((tmp_path / "typed" / "metrics.json").read_text())["steps_planned"] == 12
 
 
+def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  # noqa: F811
+    """With the clock frozen and the measured times stubbed, the planned steps are exactly
+    what the budget holds: 95% of it, less one validation and the test, over a step plus its
+    share of the per-epoch validation."""
+    import math
+    import types
+
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: 1000.0))
+    step_s, batch_s = 0.5, 0.25
+    monkeypatch.setattr(
+        loop._Run, "_seconds_per_batch", lambda self, ds, train: step_s if train else batch_s
+    )
+    args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
+    i = args.index("--epochs")
+    del args[i : i + 2]
+    assert cli.main([*args, "--time-limit", "1"]) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    batch = 8
+    per_epoch = math.ceil(m["train_graphs"] / batch)
+    valid_s = batch_s * math.ceil(m["valid_graphs"] / batch)
+    test_s = batch_s * math.ceil(m["test_graphs"] / batch)
+    want = int((0.95 * 60 - valid_s - test_s) / (step_s + valid_s / (per_epoch * 2)))
+    assert m["steps_planned"] == m["steps"] == want
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["max_steps"] == want
+
+
 def test_no_progress_bar_into_a_log_file_but_a_line_per_epoch(table, tmp_path, caplog, capfd):  # noqa: F811
     """Without --no-progress and with standard error not a terminal (here captured), no bar
     is drawn; every epoch logs a line, validated or not."""
