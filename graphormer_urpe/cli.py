@@ -188,7 +188,12 @@ def run_train(args: argparse.Namespace) -> int:
     from .training import train
 
     cfg = train_config(args)
-    metrics = train(cfg, resume=args.resume, progress=not args.no_progress)
+    if args.ensemble > 1:
+        from .training.ensemble import train_ensemble
+
+        metrics = train_ensemble(cfg, args.ensemble, args.resume, not args.no_progress)
+    else:
+        metrics = train(cfg, resume=args.resume, progress=not args.no_progress)
     print(json.dumps(metrics, indent=2))
     return 0
 
@@ -352,6 +357,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="continue from the newest checkpoint in OUT (last.pt, else OUT/checkpoints)",
     )
     r.add_argument(
+        "--ensemble",
+        type=int,
+        default=1,
+        metavar="K",
+        help="train K members with seeds SEED..SEED+K-1 into OUT/member-<i> and score their "
+        "mean on the test split; predict --checkpoint OUT then writes the mean and, as an "
+        "uncertainty, the members' standard deviation (default 1: one model)",
+    )
+    r.add_argument(
         "--checkpoint-every",
         type=int,
         default=None,
@@ -436,7 +450,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .training import load_model
+    from .training.ensemble import load_models
     from .training.stream import (
         default_threads,
         iter_predictions,
@@ -445,7 +459,8 @@ def run_predict(args: argparse.Namespace) -> int:
     )
 
     torch.set_num_threads(args.threads or default_threads(args.workers))
-    lm = load_model(args.checkpoint, args.device or "auto")
+    models = load_models(args.checkpoint, args.device or "auto")
+    lm = models[0]
     binary = lm.task_type == "binary"
     if args.logits and not binary:
         raise ValueError(
@@ -453,7 +468,7 @@ def run_predict(args: argparse.Namespace) -> int:
         )
     smiles = read_smiles(args.input, args.smiles_column) if args.input else args.smiles
     results = iter_predictions(
-        lm,
+        models,
         smiles,
         batch_size=args.batch_size,
         workers=args.workers,
@@ -464,7 +479,10 @@ def run_predict(args: argparse.Namespace) -> int:
         out = sys.stdout
         if args.output:  # written line by line: an interrupted run leaves a valid prefix
             out = stack.enter_context(open(args.output, "w", newline="", encoding="utf-8"))
-        rows, bad = write_predictions_csv(results, out, lm.target_names, binary, args.logits)
+        std = len(models) > 1
+        rows, bad = write_predictions_csv(
+            results, out, lm.target_names, binary, args.logits, std=std
+        )
     where = f" to {args.output}" if args.output else ""
     print(
         f"graphormer-urpe: wrote {rows} rows{where}: {rows - bad} molecules predicted, "
@@ -486,7 +504,12 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "prediction and the reason. Binary tasks (ogbg-molhiv, ...) give probabilities in "
         "prob_<task> columns, or raw scores in logit_<task> with --logits.",
     )
-    p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a best.pt or last.pt file, or the folder of a train --ensemble run (each row "
+        "then gets the members' mean and, in <target>_std columns, their standard deviation)",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
     src.add_argument(

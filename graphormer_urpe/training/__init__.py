@@ -2,6 +2,7 @@
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .config import TRAIN_PRESETS, TrainConfig, make_config
+from .ensemble import load_models, train_ensemble
 from .inference import LoadedModel, evaluate_checkpoint, load_model, predict_smiles
 from .loop import Precision, linear_schedule, masked_loss, predict, resolve_device, train
 from .plots import plot_run
@@ -32,6 +33,7 @@ __all__ = [
     "linear_schedule",
     "load_checkpoint",
     "load_model",
+    "load_models",
     "make_config",
     "masked_loss",
     "plot_run",
@@ -42,4 +44,5 @@ __all__ = [
     "resolve_device",
     "save_checkpoint",
     "train",
+    "train_ensemble",
 ]

@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from ..graph.batch import GraphormerCollator
 from ..graph.flat import FlatGraphs
-from .inference import LoadedModel, load_model
+from .inference import LoadedModel
 from .loop import Precision
 
 __all__ = [
@@ -85,14 +85,19 @@ class Prediction(NamedTuple):
     Attributes:
         index: the row, counted from 0 over the input SMILES.
         smiles: the SMILES as given.
-        values: ``[T]`` float32 model outputs (logits for binary tasks), or ``None``.
+        values: ``[T]`` float32 model outputs (logits for binary tasks; an ensemble's mean),
+            or ``None``.
         error: why the row could not be featurised, or ``None``.
+        members: see below.
     """
 
     index: int
     smiles: str
     values: Tensor | None
     error: str | None
+    members: Tensor | None = None
+    """``[K, T]`` each ensemble member's outputs (``values`` is their mean); ``None`` for one
+    model."""
 
 
 class _Row(NamedTuple):
@@ -292,29 +297,30 @@ def _batches(chunks: Iterable[_Chunk], size: int) -> Iterator[tuple[list[_Row], 
 
 @torch.no_grad()
 def _predict_batch(
-    lm: LoadedModel,
+    models: list[LoadedModel],
     collator: GraphormerCollator,
     precision: Precision,
     rows: list[_Row],
     graphs: FlatGraphs | None,
 ) -> Iterator[Prediction]:
-    out = None
+    out = None  # [K, B, T]
     if graphs is not None:
-        batch = collator(graphs).to(lm.device, non_blocking=True)
+        batch = collator(graphs).to(models[0].device, non_blocking=True)
         with precision.autocast():
-            out = lm.model(batch).float().cpu()  # [B, T]
+            out = torch.stack([lm.model(batch).float().cpu() for lm in models])
     k = 0
     for r in rows:
         if r.error is not None:
             yield Prediction(r.index, r.smiles, None, r.error)
-        else:
-            assert out is not None
-            yield Prediction(r.index, r.smiles, out[k], None)
-            k += 1
+            continue
+        assert out is not None
+        members = out[:, k] if len(models) > 1 else None
+        yield Prediction(r.index, r.smiles, out[:, k].mean(dim=0), None, members)
+        k += 1
 
 
 def iter_predictions(
-    model: LoadedModel | str | Path,
+    model: LoadedModel | list[LoadedModel] | str | Path,
     smiles: Iterable[str],
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -327,7 +333,9 @@ def iter_predictions(
     :class:`Prediction` per input row in input order as soon as its batch is done.
 
     Args:
-        model: a checkpoint path or a :func:`~graphormer_urpe.training.load_model` result.
+        model: a checkpoint path, an ensemble folder (``train --ensemble``), a
+            :func:`~graphormer_urpe.training.load_model` result or a list of them (an
+            ensemble: each row gets the members' mean, and their outputs in ``members``).
         smiles: the SMILES (a list, a generator, :func:`read_smiles`, ...).
         batch_size: valid molecules per model batch.
         workers: featurisation processes (0: in this process).
@@ -340,15 +348,24 @@ def iter_predictions(
             raise ValueError(f"{name} must be >= {low}, got {value}")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    lm = model if isinstance(model, LoadedModel) else load_model(model, device)
-    lm.model.eval()
+    if isinstance(model, LoadedModel):
+        models = [model]
+    elif isinstance(model, list):
+        models = model
+    else:
+        from .ensemble import load_models
+
+        models = load_models(model, device)
+    lm = models[0]
+    for m in models:
+        m.model.eval()
     cfg = lm.model.config
     collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
     precision = Precision(lm.config.precision, lm.device)
     chunks = _featurized(smiles, lm.featurizer, cfg.multi_hop_max_dist, workers, chunk_size)
     with tqdm(desc="predict", unit="mol", disable=not progress, smoothing=0.1) as bar:
         for rows, graphs in _batches(chunks, batch_size):
-            yield from _predict_batch(lm, collator, precision, rows, graphs)
+            yield from _predict_batch(models, collator, precision, rows, graphs)
             bar.update(len(rows))
             _trim_heap()
 
@@ -358,13 +375,16 @@ def iter_predictions(
 # --------------------------------------------------------------------------------------
 
 
-def prediction_columns(target_names: Sequence[str], binary: bool, logits: bool) -> list[str]:
+def prediction_columns(
+    target_names: Sequence[str], binary: bool, logits: bool, std: bool = False
+) -> list[str]:
     """The CSV header: ``smiles``, one column per target (``prob_`` / ``logit_`` prefixed for
-    binary tasks), ``error``."""
+    binary tasks), for an ensemble (``std``) one ``<column>_std`` per target, ``error``."""
     if binary:
         prefix = "logit_" if logits else "prob_"
         target_names = [prefix + n for n in target_names]
-    return ["smiles", *target_names, "error"]
+    spread = [f"{n}_std" for n in target_names] if std else []
+    return ["smiles", *target_names, *spread, "error"]
 
 
 def write_predictions_csv(
@@ -373,27 +393,28 @@ def write_predictions_csv(
     target_names: Sequence[str],
     binary: bool = False,
     logits: bool = False,
+    std: bool = False,
 ) -> tuple[int, int]:
     """Write the header, then one row per prediction, flushed as it comes, so that an
     interrupted run leaves a valid CSV prefix. Binary tasks get sigmoid probabilities unless
-    ``logits``.
+    ``logits``. With ``std`` (an ensemble's predictions) each value is the members' mean of
+    what the column reports, followed by their standard deviations.
 
     Returns:
         ``(rows, failed)``: rows written and how many of them could not be featurised.
     """
     writer = csv.writer(fh, lineterminator="\n")
-    writer.writerow(prediction_columns(target_names, binary, logits))
+    writer.writerow(prediction_columns(target_names, binary, logits, std))
     fh.flush()
     rows = failed = 0
     line = io.StringIO()
     row_writer = csv.writer(line, lineterminator="\n")
     for p in predictions:
         if p.values is None:
-            cells = [""] * len(target_names)
+            cells = [""] * (len(target_names) * (2 if std else 1))
             failed += 1
         else:
-            values = torch.sigmoid(p.values) if binary and not logits else p.values
-            cells = [f"{v:.6g}" for v in values.tolist()]
+            cells = _cells(p, binary and not logits, std)
         row_writer.writerow([p.smiles, *cells, p.error or ""])
         fh.write(line.getvalue())  # one whole line per write
         fh.flush()
@@ -401,3 +422,15 @@ def write_predictions_csv(
         line.truncate()
         rows += 1
     return rows, failed
+
+
+def _cells(p: Prediction, probabilities: bool, std: bool) -> list[str]:
+    """A predicted row's value cells (see :func:`write_predictions_csv`)."""
+    from .ensemble import mean_and_std
+
+    members = p.members if p.members is not None else p.values.unsqueeze(0)  # [K, T]
+    if probabilities:
+        members = torch.sigmoid(members)
+    mean, spread = mean_and_std(members)
+    cells = [f"{v:.6g}" for v in mean.tolist()]
+    return cells + [f"{v:.6g}" for v in spread.tolist()] if std else cells

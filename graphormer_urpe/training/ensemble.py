@@ -1,0 +1,141 @@
+r"""Ensembles of seeds: train K members, and load them to predict a mean and a spread.
+
+``graphormer-urpe train --ensemble K --out OUT`` trains K runs that differ only in their
+seed (``seed``, ``seed + 1``, ...) into ``OUT/member-<i>/`` (each a complete run folder), then
+writes ``OUT/ensemble.json`` (the members and their seeds) and ``OUT/metrics.json``: the
+ensemble's test metric, taken on the mean of the members' test outputs, beside each member's
+own metrics and their mean and standard deviation.
+
+``graphormer-urpe predict --checkpoint OUT`` (the ensemble's folder) runs every member on each
+batch; each row gets the members' mean and, in ``<target>_std`` columns, their standard
+deviation (population, ``ddof = 0``) as an uncertainty, both taken on what the CSV reports
+(probabilities for binary tasks unless ``--logits``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .checkpoint import write_atomic
+from .config import TrainConfig
+from .inference import LoadedModel, load_model
+
+__all__ = ["ENSEMBLE_FILE", "train_ensemble", "load_models", "mean_and_std"]
+
+log = logging.getLogger(__name__)
+
+ENSEMBLE_FILE = "ensemble.json"
+
+
+def train_ensemble(
+    config: TrainConfig, members: int, resume: bool = False, progress: bool = True
+) -> dict[str, Any]:
+    """Train ``members`` seeds of ``config`` into ``config.out/member-<i>``; see module doc.
+
+    Returns:
+        The ensemble's ``metrics.json`` contents.
+    """
+    from .loop import load_splits, train
+
+    if members < 2:
+        raise ValueError(f"an ensemble needs at least 2 members, got {members}")
+    out = Path(config.out)
+    runs = []
+    for i in range(members):
+        member = replace(config, seed=config.seed + i, out=str(out / f"member-{i}"))
+        log.info("ensemble member %d of %d: seed %d", i + 1, members, member.seed)
+        runs.append(train(member, resume=resume, progress=progress))
+    seeds = [config.seed + i for i in range(members)]
+    write_atomic(
+        out / ENSEMBLE_FILE,
+        json.dumps({"members": [f"member-{i}" for i in range(members)], "seeds": seeds}).encode(),
+    )
+    splits = load_splits(config)
+    metrics = _ensemble_metrics(out, runs, splits)
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
+    metric = splits.metric
+    log.info(
+        "ensemble of %d: test %s %s (members %s)",
+        members,
+        metric,
+        _fmt(metrics.get(f"test_{metric}")),
+        ", ".join(_fmt(r.get(f"test_{metric}")) for r in runs),
+    )
+    return metrics
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _ensemble_metrics(out: Path, runs: list[dict[str, Any]], splits: Any) -> dict[str, Any]:
+    """The ensemble's test metrics from its members' ``test_predictions.csv`` (raw outputs:
+    logits for binary tasks), with the members' own."""
+    metric = splits.metric
+    names = list(splits.target_names)
+    test: dict[str, float] = {}
+    if all(r.get("test_has_labels") for r in runs):
+        outputs = []
+        for i in range(len(runs)):
+            table = pd.read_csv(out / f"member-{i}" / "test_predictions.csv")
+            pred = table[[f"pred_{n}" for n in names]].to_numpy(dtype=np.float64)
+            if splits.task_type == "binary":  # the file holds probabilities
+                pred = np.log(pred) - np.log1p(-pred)
+            outputs.append(pred)
+        mean = torch.from_numpy(np.mean(outputs, axis=0)).float()  # [n_test, T]
+        y = torch.cat([d.y.reshape(1, -1) for d in splits.test]).float()
+        test = splits.evaluate(mean, y)
+    values = [r[f"test_{metric}"] for r in runs if f"test_{metric}" in r]
+    return {
+        "dataset": splits.name,
+        "ensemble": len(runs),
+        "seeds": [r["seed"] for r in runs],
+        **{f"test_{k}": v for k, v in test.items()},
+        f"member_test_{metric}_mean": float(np.mean(values)) if values else None,
+        f"member_test_{metric}_std": float(np.std(values)) if values else None,
+        "members": [
+            {k: r.get(k) for k in ("seed", f"best_valid_{metric}", f"test_{metric}", "steps")}
+            for r in runs
+        ],
+        "higher_is_better": splits.higher_is_better,
+        "test_graphs": len(splits.test),
+    }
+
+
+def load_models(path: str | Path, device: str = "auto") -> list[LoadedModel]:
+    """The model(s) of a checkpoint file, or every member of an ensemble folder.
+
+    Raises:
+        ValueError: the members disagree on what they read or predict.
+    """
+    path = Path(path)
+    if not (path.is_dir() and (path / ENSEMBLE_FILE).exists()):
+        return [load_model(path, device)]
+    spec = json.loads((path / ENSEMBLE_FILE).read_text())
+    models = [load_model(path / m / "best.pt", device) for m in spec["members"]]
+    first = models[0]
+    for m, name in zip(models[1:], spec["members"][1:], strict=True):
+        same = (
+            m.featurizer == first.featurizer
+            and m.target_names == first.target_names
+            and m.task_type == first.task_type
+            and m.model.config.multi_hop_max_dist == first.model.config.multi_hop_max_dist
+            and m.model.config.spatial_pos_max == first.model.config.spatial_pos_max
+        )
+        if not same:
+            raise ValueError(f"{path}: member {name} does not read or predict what the first does")
+    return models
+
+
+def mean_and_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[K, T]`` member values → ``([T] mean, [T] population std)``."""
+    mean = values.mean(dim=0)
+    return mean, values.sub(mean).pow(2).mean(dim=0).sqrt()
