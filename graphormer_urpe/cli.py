@@ -247,6 +247,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--target-columns", nargs="+", default=None, help="CSV: target column(s)")
     d.add_argument("--split-column", default=None, help="CSV: column holding train/valid/test")
     d.add_argument(
+        "--task",
+        choices=["regression", "classification"],
+        default=None,
+        help="CSV: classification reads the targets as binary labels 0/1 (BCE, one logit per "
+        "target, selected on ROC-AUC, PRC-AUC reported; predict writes probabilities); "
+        "default regression",
+    )
+    d.add_argument(
         "--split",
         choices=["random", "scaffold"],
         default=None,

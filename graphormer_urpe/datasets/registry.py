@@ -29,12 +29,13 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .metrics import regression_metrics
+from .metrics import classification_metrics, regression_metrics
 from .nci import NCI5K_PATH, open_nci
 from .ogbg import OGBGEvaluator, open_ogbg
 from .pcqm import LSC_DATASETS, load_lsc_splits
@@ -358,13 +359,18 @@ def load_csv(
     featurizer: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
+    task: str = "regression",
 ) -> DatasetSplits:
     """A SMILES CSV (``PATH``) or three per-split CSVs (``TRAIN,VALID,TEST``).
 
     One file is split by ``split_column`` when given, else by ``split`` (``"random"`` or
     ``"scaffold"``, 0.8/0.1/0.1, seeded). Three files are used as they are; target columns
-    inferred from the train file apply to all three.
+    inferred from the train file apply to all three. ``task="classification"``: every
+    target is a binary label (0 / 1, empty = missing), trained with BCE on one logit per
+    target and selected on the mean ROC-AUC (PRC-AUC reported too).
     """
+    if task not in ("regression", "classification"):
+        raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
     options = {"smiles_column": smiles_column, "featurizer": _check_featurizer(featurizer, "ogb")}
     store = {"cache_dir": cache_dir, "workers": workers, "strict": strict}
     paths = [spec] if os.path.exists(spec) else [p.strip() for p in spec.split(",")]
@@ -375,7 +381,8 @@ def load_csv(
             paths[0], **options, target_columns=target_columns, split_column=split_column, **store
         )
         method = "column" if split_column is not None else split
-        return _splits_of_store(f"csv:{spec}", cache, method, seed, multi_hop_max_dist)
+        fields = _task_fields(task, [cache], cache.target_names)
+        return _splits_of_store(f"csv:{spec}", cache, method, seed, multi_hop_max_dist, **fields)
     if len(paths) != 3:
         raise ValueError(
             f"csv dataset spec {spec!r}: give one CSV path or three comma-separated paths "
@@ -389,8 +396,34 @@ def load_csv(
         for part, c in zip(SPLITS, stores, strict=True)
     }
     return DatasetSplits(
-        name=f"csv:{spec}", featurizer=options["featurizer"], target_names=names, **sets
+        name=f"csv:{spec}",
+        featurizer=options["featurizer"],
+        target_names=names,
+        **sets,
+        **_task_fields(task, stores, names),
     )
+
+
+def _task_fields(task: str, stores: Sequence[MoleculeCache], names: list[str]) -> dict:
+    """The :class:`DatasetSplits` fields of a CSV's task; binary labels are checked."""
+    if task == "regression":
+        return {}
+    for cache in stores:
+        y = np.asarray(cache.targets, dtype=np.float64)
+        bad = ~np.isnan(y) & (y != 0) & (y != 1)
+        if bad.any():
+            row, col = np.argwhere(bad)[0]
+            where = cache.describe_row(int(cache.source_index[row]))
+            raise ValueError(
+                f"{cache.meta['source']} {where}: target column {names[col]!r} holds "
+                f"{y[row, col]:g}; --task classification needs labels 0 and 1 (empty = missing)"
+            )
+    return {
+        "task_type": "binary",
+        "metric": "rocauc",
+        "higher_is_better": True,
+        "evaluator": partial(classification_metrics, target_names=names),
+    }
 
 
 def store_report(splits: DatasetSplits) -> dict:
@@ -431,6 +464,7 @@ def load_dataset(
     max_nodes: int | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
+    task: str = "regression",
 ) -> DatasetSplits:
     """Load a dataset by name: ``nci5k``, ``zinc``, ``zinc-full``, ``csv:PATH``,
     ``csv:TRAIN,VALID,TEST``, ``pcqm4mv2``, ``pcqm4m`` or an ``ogbg-mol*`` name.
@@ -454,6 +488,8 @@ def load_dataset(
             validation and test graphs are always kept. ``None``: no limit.
         cache_dir: the folder of the stores (default: :func:`~.source.default_cache_dir`).
         workers: processes that build a missing store.
+        task: CSV: ``"regression"`` or ``"classification"`` (binary labels: BCE, ROC-AUC and
+            PRC-AUC); the other sets have their own task.
 
     Returns:
         The :class:`DatasetSplits`, filtered by
@@ -467,6 +503,8 @@ def load_dataset(
         DatasetUnavailableError: a dataset's raw files missing and not downloadable.
     """
     store = {"cache_dir": cache_dir, "workers": workers}
+    if task != "regression" and not name.startswith("csv:"):
+        raise ValueError(f"task={task!r} applies to csv: datasets; {name} has its own task")
     splits: DatasetSplits
     if name == "nci5k":
         splits = load_nci5k(
@@ -501,6 +539,7 @@ def load_dataset(
             split=split,
             seed=seed,
             featurizer=featurizer,
+            task=task,
             **store,
         )
     else:

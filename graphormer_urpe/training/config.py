@@ -97,6 +97,9 @@ class TrainConfig:
     smiles_column: str = "smiles"
     target_columns: list[str] | None = None
     split_column: str | None = None
+    task: Literal["regression", "classification"] = "regression"
+    """CSV datasets: ``classification`` reads every target as a binary label (0 / 1), trains
+    one logit per target with BCE and selects on ROC-AUC (PRC-AUC reported too)."""
     split: Literal["random", "scaffold"] = "random"
     split_seed: int = 0
     """Seed of the random split (kept apart from ``seed`` so the split stays fixed)."""

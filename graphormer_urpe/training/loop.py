@@ -399,6 +399,7 @@ def load_splits(config: TrainConfig):
         smiles_column=config.smiles_column,
         target_columns=config.target_columns,
         split_column=config.split_column,
+        task=config.task,
         split=config.split,
         seed=config.split_seed,
         featurizer=config.featurizer,
