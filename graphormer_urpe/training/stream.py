@@ -314,8 +314,10 @@ def _predict_batch(
             yield Prediction(r.index, r.smiles, None, r.error)
             continue
         assert out is not None
-        members = out[:, k] if len(models) > 1 else None
-        yield Prediction(r.index, r.smiles, out[:, k].mean(dim=0), None, members)
+        if len(models) == 1:
+            yield Prediction(r.index, r.smiles, out[0, k], None)
+        else:
+            yield Prediction(r.index, r.smiles, out[:, k].mean(dim=0), None, out[:, k])
         k += 1
 
 
@@ -428,9 +430,11 @@ def _cells(p: Prediction, probabilities: bool, std: bool) -> list[str]:
     """A predicted row's value cells (see :func:`write_predictions_csv`)."""
     from .ensemble import mean_and_std
 
-    members = p.members if p.members is not None else p.values.unsqueeze(0)  # [K, T]
-    if probabilities:
-        members = torch.sigmoid(members)
+    if p.members is None:  # one model: its values as they are
+        values = torch.sigmoid(p.values) if probabilities else p.values
+        cells = [f"{v:.6g}" for v in values.tolist()]
+        return cells + ["0"] * len(cells) if std else cells
+    members = torch.sigmoid(p.members) if probabilities else p.members  # [K, T]
     mean, spread = mean_and_std(members)
     cells = [f"{v:.6g}" for v in mean.tolist()]
     return cells + [f"{v:.6g}" for v in spread.tolist()] if std else cells
