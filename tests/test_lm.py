@@ -167,7 +167,7 @@ def test_urpe_equals_its_base_scheme_at_initialisation(base: str, scaled: str, d
     assert not torch.allclose(a2, c2)
 
 
-@pytest.mark.parametrize("pe", ["none", "ape", "rpe", "urpe"])
+@pytest.mark.parametrize("pe", ["none", "ape", "rpe", "urpe", "xl", "xl-urpe"])
 @pytest.mark.parametrize("pre_ln", [False, True])
 def test_memory_across_segments_equals_one_long_pass(pe: str, pre_ln: bool) -> None:
     """With mem_len covering everything before the last segment, three segments of 8 give the

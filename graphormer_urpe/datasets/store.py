@@ -353,9 +353,9 @@ def featurize_chunk(
     t0 = time.perf_counter()
     kept, graphs, failures = featurize_smiles_list(smiles, rows, featurizer)
     if split is not None and failures:
-        offset = {int(r): k for k, r in enumerate(rows)}
+        codes, offset = np.asarray(split), {int(r): k for k, r in enumerate(rows)}
         for f in failures:
-            f.split = int(np.asarray(split)[offset[f.index]])
+            f.split = int(codes[offset[f.index]])
     t1 = time.perf_counter()
     arrays = graph_arrays(
         graphs,

@@ -144,48 +144,41 @@ class LMConfig:
         return cls(model=model, **data)
 
 
+_CPU: dict[str, Any] = dict(
+    pe="urpe",
+    width=128,
+    layers=3,
+    heads=4,
+    ffn=512,
+    tgt_len=64,
+    mem_len=64,
+    dropout=0.1,
+    init_std=0.02,
+    steps=1000,
+    batch_size=16,
+    lr=2e-3,
+    warmup_steps=50,
+    clip_norm=0.25,
+    eval_every=200,
+    eval_batch_size=16,
+)
+
 #: Named run set-ups: run fields and model fields together.
 LM_PRESETS: dict[str, dict[str, Any]] = {
     # About 2-3 minutes per run on one CPU thread on the embedded corpus.
-    "cpu": dict(
-        pe="urpe",
-        width=128,
-        layers=3,
-        heads=4,
-        ffn=512,
-        tgt_len=64,
-        mem_len=64,
-        dropout=0.1,
-        init_std=0.02,
-        steps=1000,
-        batch_size=16,
-        lr=2e-3,
-        warmup_steps=50,
-        clip_norm=0.25,
-        eval_every=200,
-        eval_batch_size=16,
-    ),
+    "cpu": _CPU,
     # The cpu model at half width and two layers, trained 10x longer: the reproduction's
     # set-up, long enough for the validation curves to flatten within an hour per few runs.
-    "cpu-small": dict(
-        pe="urpe",
-        width=64,
-        layers=2,
-        heads=4,
-        ffn=256,
-        tgt_len=64,
-        mem_len=64,
-        dropout=0.1,
-        init_std=0.02,
-        steps=10_000,
-        batch_size=16,
-        lr=2e-3,
-        warmup_steps=500,
-        clip_norm=0.25,
-        eval_every=500,
-        eval_batch_size=16,
-        checkpoint_every=1_000,
-    ),
+    "cpu-small": {
+        **_CPU,
+        "width": 64,
+        "layers": 2,
+        "ffn": 256,
+        "steps": 10_000,
+        "warmup_steps": 500,
+        "eval_every": 500,
+        "checkpoint_every": 1_000,
+    },
     # Transformer-XL base on WikiText-103 (Dai et al. 2019; run_wt103_base.sh): 16 layers,
     # d 410, 10 heads of 41, d_inner 2100, tgt_len = mem_len = 150, dropout 0.1, Adam at
     # 2.5e-4 with cosine decay and no warm-up, clip 0.25, 200k updates of 60 columns; its

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from ..graph.batch import GraphormerCollator
 from ..graph.flat import FlatGraphs
+from .ensemble import load_models, mean_and_std
 from .inference import LoadedModel
 from .loop import Precision
 
@@ -355,8 +356,6 @@ def iter_predictions(
     elif isinstance(model, list):
         models = model
     else:
-        from .ensemble import load_models
-
         models = load_models(model, device)
     lm = models[0]
     for m in models:
@@ -428,8 +427,6 @@ def write_predictions_csv(
 
 def _cells(p: Prediction, probabilities: bool, std: bool) -> list[str]:
     """A predicted row's value cells (see :func:`write_predictions_csv`)."""
-    from .ensemble import mean_and_std
-
     if p.members is None:  # one model: its values as they are
         values = torch.sigmoid(p.values) if probabilities else p.values
         cells = [f"{v:.6g}" for v in values.tolist()]
