@@ -203,3 +203,32 @@ def collate_input(graphs):
     from graphormer_urpe.graph.batch import _flatten
 
     return _flatten([GraphormerFeatures(5)(g.clone()) for g in graphs], 5)
+
+
+def test_flat_graphs_take_gathers_graphs_in_any_order():
+    graphs = graph_zoo(seed=8, count=12, node_features=2, edge_features=2)
+    featured = [GraphormerFeatures(3)(g.clone()) for g in graphs]
+    flat = collate_input(graphs)
+    order = np.array([7, 0, 11, 3, 3, 5])
+    _assert_same_batch(collate(flat.take(order), 3), collate([featured[i] for i in order], 3))
+
+
+def test_path_input_is_the_dense_layout_of_graphs_with_fewer_stored_hops():
+    """Graphs whose features keep fewer hops than the batch have no rows for the missing hops:
+    the dense layout reads 0 there, and the hops still count (their features are 0)."""
+    from graphormer_urpe.graph.batch import path_input_from_dense
+
+    graphs = graph_zoo(seed=9, count=6, node_features=1, edge_features=2)
+    featured = [GraphormerFeatures(1 if i % 2 else 4)(g.clone()) for i, g in enumerate(graphs)]
+    b = collate(featured, multi_hop_max_dist=3)
+    n, d = b.x.shape[1], b.max_hops
+    dense = torch.zeros(len(graphs), n, n, d, 2, dtype=torch.long)
+    for i, g in enumerate(featured):
+        k = g.num_nodes
+        hops = min(g.edge_input_hops.item(), d)
+        block = g.edge_input.view(k, k, -1, 2)[:, :, :hops].long() + 1
+        dense[i, :k, :k, :hops] = block
+    assert torch.equal(b.edge_input, dense)
+    assert torch.equal(path_input_from_dense(b.spatial_pos, dense), b.path_input)
+    hops = (b.spatial_pos - 1).clamp(0, d).masked_fill(b.spatial_pos > 510, 0)
+    assert b.path_hops == int(hops.sum())

@@ -8,7 +8,8 @@ Every index tensor is shifted so that **0 is padding**:
 * ``x``: ``raw + 2 + 512 f`` for node-feature column ``f``
 * ``in_degree`` / ``out_degree``: ``degree + 1``
 * ``spatial_pos``: ``SPD + 1`` (diagonal 1, unreachable 511)
-* ``edge_input``: ``raw + 3 + 512 f`` on path hops, 0 elsewhere
+* ``path_input``: ``raw + 3 + 512 f`` for the bond features of every path hop (0 = none);
+  :attr:`GraphormerBatch.edge_input` lays them out densely as ``[B, n, n, D, F_e]``
 
 ``attn_bias`` ``[B, n+1, n+1]`` (row/column 0 = graph token) is 0 where attention is allowed
 and ``-inf`` on padded keys and on pairs whose raw distance is ``>= spatial_pos_max``; padded
@@ -34,7 +35,15 @@ from torch_geometric.data import Batch, Data
 from .features import FEATURE_OFFSET, UNREACHABLE, GraphormerFeatures, has_graphormer_features
 from .flat import FlatGraphs
 
-__all__ = ["GraphormerBatch", "collate", "GraphormerCollator", "pair_hops"]
+__all__ = [
+    "GraphormerBatch",
+    "collate",
+    "GraphormerCollator",
+    "pair_hops",
+    "hop_positions",
+    "dense_edge_input",
+    "path_input_from_dense",
+]
 
 
 def pair_hops(spatial_pos: Tensor, max_hops: int) -> Tensor:
@@ -52,6 +61,60 @@ def pair_hops(spatial_pos: Tensor, max_hops: int) -> Tensor:
     return hops.masked_fill_(spatial_pos > UNREACHABLE, 0)
 
 
+def hop_positions(
+    spatial_pos: Tensor, max_hops: int, total: int | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Every path hop of a batch: its node pair and its index on the pair's path.
+
+    Hops are listed pair after pair (row-major over ``spatial_pos``), each pair's
+    :func:`pair_hops` hops in path order: the order of the rows of
+    :attr:`GraphormerBatch.path_input`.
+
+    Args:
+        spatial_pos: ``[*]`` shifted distances (distance + 1; 0 = padding).
+        max_hops: ``D``.
+        total: ``M`` = the number of hops when known on the host (no device read-back).
+
+    Returns:
+        ``(hops [P], pair [M], hop [M])``: hops per pair (``P = spatial_pos.numel()``), the
+        flat pair of each hop and its index ``0..D-1``.
+    """
+    hops = pair_hops(spatial_pos.reshape(-1), max_hops)  # [P]
+    device = hops.device
+    pair = torch.repeat_interleave(
+        torch.arange(hops.shape[0], device=device), hops, output_size=total
+    )  # [M]
+    first = torch.cumsum(hops, 0) - hops  # [P], first hop of each pair
+    hop = torch.arange(pair.shape[0], device=device) - first.index_select(0, pair)  # [M]
+    return hops, pair, hop
+
+
+def dense_edge_input(spatial_pos: Tensor, path_input: Tensor, max_hops: int) -> Tensor:
+    """Path bond features laid out densely.
+
+    Args:
+        spatial_pos: ``[B, n, n]`` shifted distances.
+        path_input: ``[M, F_e]`` the batch's hops' features (see :class:`GraphormerBatch`).
+        max_hops: ``D``.
+
+    Returns:
+        ``[B, n, n, D, F_e]`` long, 0 where a pair has no such hop.
+    """
+    b, n, _ = spatial_pos.shape
+    fe = path_input.shape[1]
+    _, pair, hop = hop_positions(spatial_pos, max_hops, path_input.shape[0])
+    out = path_input.new_zeros(b * n * n * max_hops, fe)
+    out[pair * max_hops + hop] = path_input
+    return out.view(b, n, n, max_hops, fe)
+
+
+def path_input_from_dense(spatial_pos: Tensor, edge_input: Tensor) -> Tensor:
+    """The inverse of :func:`dense_edge_input`: ``[B, n, n, D, F_e]`` to ``[M, F_e]``."""
+    d, fe = edge_input.shape[3], edge_input.shape[4]
+    _, pair, hop = hop_positions(spatial_pos, d)
+    return edge_input.reshape(-1, fe).index_select(0, pair * d + hop)
+
+
 @dataclass
 class GraphormerBatch:
     """A dense batch of ``B`` graphs padded to ``n`` nodes.
@@ -61,7 +124,12 @@ class GraphormerBatch:
         in_degree: ``[B, n]`` long, degree + 1 (0 = padding).
         out_degree: ``[B, n]`` long, degree + 1 (equal to ``in_degree`` for undirected graphs).
         spatial_pos: ``[B, n, n]`` long, shortest-path distance + 1 (0 = padding).
-        edge_input: ``[B, n, n, D, F_e]`` long, shifted path bond features (0 = none).
+        path_input: ``[M, F_e]`` long, shifted bond features (0 = none) of every path hop:
+            a pair at distance ``s`` has ``min(s, D)`` hops (none when unreachable), listed
+            pair after pair in row-major ``[B, n, n]`` order, hops in path order (see
+            :func:`hop_positions`). Compact where a dense ``[B, n, n, D, F_e]`` layout is
+            mostly zeros; :attr:`edge_input` gives that layout.
+        max_hops: ``D``, path hops kept per pair.
         attn_bias: ``[B, n + 1, n + 1]`` float32, 0 or ``-inf``.
         node_mask: ``[B, n]`` bool, ``True`` on real nodes.
         num_nodes: ``[B]`` long, nodes per graph.
@@ -69,25 +137,34 @@ class GraphormerBatch:
         total_nodes: ``num_nodes.sum()`` as a Python int, known where the batch was collated
             (on the host), so that the model sizes its real-token index without reading it
             back from the device; ``None`` when unknown (then it is counted on the device).
-        path_hops: ``pair_hops(spatial_pos, D).sum()`` as a Python int (``D`` =
-            ``edge_input.shape[3]``), likewise known where the batch was collated, or ``None``.
     """
 
     x: Tensor
     in_degree: Tensor
     out_degree: Tensor
     spatial_pos: Tensor
-    edge_input: Tensor
+    path_input: Tensor
+    max_hops: int
     attn_bias: Tensor
     node_mask: Tensor
     num_nodes: Tensor
     y: Tensor | None = None
     total_nodes: int | None = None
-    path_hops: int | None = None
 
     @property
     def num_graphs(self) -> int:
         return int(self.x.shape[0])
+
+    @property
+    def path_hops(self) -> int:
+        """``M``, the number of path hops (rows of :attr:`path_input`)."""
+        return int(self.path_input.shape[0])
+
+    @property
+    def edge_input(self) -> Tensor:
+        """``[B, n, n, D, F_e]`` long: :attr:`path_input` laid out densely (0 = no hop), as
+        Graphormer's reference code batches it; built on each access."""
+        return dense_edge_input(self.spatial_pos, self.path_input, self.max_hops)
 
     @property
     def token_mask(self) -> Tensor:
@@ -193,16 +270,28 @@ def _flatten(data_list: Sequence[Data] | Batch, multi_hop_max_dist: int) -> Flat
     )
 
 
-def _keep_hops(flat: FlatGraphs, dmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(edge_input, hops)`` with at most ``dmax`` hops per pair (rows of later hops cut)."""
-    if int(flat.hops.max(initial=0)) <= dmax:
-        return flat.edge_input, flat.hops
-    rows = flat.num_nodes * flat.num_nodes * flat.hops  # [B]
-    graph_hops = np.repeat(flat.hops, rows)  # [sum rows]
-    hop = (np.arange(int(rows.sum())) - np.repeat(flat.row_ptr[:-1], rows)) % np.maximum(
-        graph_hops, 1
-    )
-    return flat.edge_input[hop < dmax], np.minimum(flat.hops, dmax)
+def _path_input(flat: FlatGraphs, dmax: int) -> Tensor:
+    """``[M, F_e]`` the shifted features of every path hop with at most ``dmax`` hops per
+    pair, in :attr:`GraphormerBatch.path_input` order (what :func:`path_input_from_dense`
+    gives for the dense layout)."""
+    sp = flat.spatial_pos.astype(np.int64)  # [P] raw distances
+    hops = np.where(sp < UNREACHABLE, np.minimum(sp, dmax), 0)  # [P]
+    pairs = flat.num_nodes * flat.num_nodes  # [B]
+    stride = np.repeat(flat.hops, pairs)  # [P], stored hops of each pair's graph
+    # row of hop 0 of each pair in flat.edge_input: a [N_g, N_g, D_g] block per graph
+    base = np.repeat(flat.row_ptr[:-1] - flat.pair_ptr[:-1] * flat.hops, pairs)
+    row0 = base + np.arange(sp.size) * stride  # [P]
+    pair = np.repeat(np.arange(sp.size), hops)  # [M]
+    hop = np.arange(pair.size) - np.repeat(np.cumsum(hops) - hops, hops)  # [M]
+    rows = row0[pair] + hop  # [M]
+    stored = hop < stride[pair]  # False only where a graph stored fewer hops than dmax
+    if stored.all():
+        out = np.take(flat.edge_input, rows, axis=0).astype(np.int64)
+    else:
+        out = np.full((pair.size, flat.edge_input.shape[1]), -1, dtype=np.int64)
+        out[stored] = np.take(flat.edge_input, rows[stored], axis=0)
+    out += 1  # raw + 2 + 512 f -> raw + 3 + 512 f; -1 (no feature) -> 0
+    return torch.from_numpy(out)
 
 
 def _pad(
@@ -243,26 +332,18 @@ def _pad(
         g, rest = lin // (n * n), lin % (n * n)
         attn_bias[g, rest // n + 1, rest % n + 1] = float("-inf")
 
-    fe = flat.edge_input.shape[1]
-    edge_input = torch.zeros(b * n * n * dmax, fe, dtype=torch.long)
-    if dmax > 0:
-        kept, hops = _keep_hops(flat, dmax)
-        lin = _scatter_index(ks, hops.tolist(), n, dmax)  # [sum N^2 D_g] into [B, n, n, D]
-        edge_input[lin] = torch.from_numpy(kept).long() + 1  # -1 (no hop) -> 0
-    edge_input = edge_input.view(b, n, n, dmax, fe)
-
     return GraphormerBatch(
         x=x_out,
         in_degree=deg,
         out_degree=deg,
         spatial_pos=spatial,
-        edge_input=edge_input,
+        path_input=_path_input(flat, dmax),
+        max_hops=dmax,
         attn_bias=attn_bias,
         node_mask=node_mask,
         num_nodes=sizes,
         y=None if flat.y is None else torch.from_numpy(flat.y).float(),
         total_nodes=int(sizes.sum()),
-        path_hops=int(pair_hops(spatial, dmax).sum()),
     )
 
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import TokenLayout, true_positions
-from .batch import GraphormerBatch, pair_hops
+from .batch import GraphormerBatch, hop_positions, path_input_from_dense
 
 __all__ = [
     "head_major_index",
@@ -171,33 +171,34 @@ class AttentionBias(nn.Module):
         self.graph_token_virtual_distance = nn.Embedding(1, num_heads)
 
     def edge_bias(self, spatial_pos: Tensor, edge_input: Tensor) -> Tensor:
-        """Multi-hop edge encoding ``[B, n, n, H]`` from ``spatial_pos`` and ``edge_input``."""
-        n = spatial_pos.shape[1]
-        return self._edge_sum(spatial_pos, edge_input, n).permute(0, 2, 3, 1)
+        """Multi-hop edge encoding ``[B, n, n, H]`` from ``spatial_pos`` and a dense
+        ``edge_input`` ``[B, n, n, D, F_e]``."""
+        n, d = spatial_pos.shape[1], edge_input.shape[3]
+        path_input = path_input_from_dense(spatial_pos, edge_input)
+        return self._edge_sum(spatial_pos, path_input, d, n).permute(0, 2, 3, 1)
 
-    def _edge_sum(
-        self, spatial_pos: Tensor, edge_input: Tensor, m: int, total: int | None = None
-    ) -> Tensor:
+    def _edge_sum(self, spatial_pos: Tensor, path_input: Tensor, d: int, m: int) -> Tensor:
         """Multi-hop edge encoding on a ``[B, m, m]`` grid whose last ``n`` rows and columns
-        are the nodes (``m = n``, or ``n + 1`` with the graph token first). ``total``: the
-        number of path hops when known on the host (see :func:`_path_hops`).
+        are the nodes (``m = n``, or ``n + 1`` with the graph token first), from
+        ``spatial_pos`` ``[B, n, n]`` and the ``[M, F_e]`` features of the ``d``-hop paths
+        (see :class:`~graphormer_urpe.graph.batch.GraphormerBatch`).
 
         Returns:
             ``[B, H, m, m]`` (contiguous), 0 outside node pairs.
         """
-        b, n, _, d, fe = edge_input.shape
-        h = self.num_heads
+        b, fe, h = spatial_pos.shape[0], path_input.shape[1], self.num_heads
         weight = self.edge_encoder.weight
         if d == 0 or fe == 0:
             return weight.new_zeros(b, h, m, m)
         w = self.edge_dis_encoder.weight.view(-1, h, h)[:d]  # [D, H, H]
         table = torch.einsum("vh,thk->tvk", weight, w)  # [D, V, H], P_t = E W_t
         v = table.shape[1]
-        table = torch.cat([table.reshape(d * v, h), table.new_zeros(1, h)])  # + a zero row
-        rows, offsets, bag, inv = _path_hops(
-            spatial_pos, edge_input, m, v, self.multi_hop_max_dist, table.dtype, total
+        # feature 0 (none) reads a zero row at every hop
+        table = torch.cat([table.new_zeros(d, 1, h), table[:, 1:]], dim=1).view(d * v, h)
+        rows, offsets, inv = _path_hops(
+            spatial_pos, path_input, d, m, v, self.multi_hop_max_dist, table.dtype
         )
-        out = _HopSum.apply(table, rows, offsets, bag, inv, b)  # [B, H, m*m]
+        out = _HopSum.apply(table, rows, offsets, inv, b)  # [B, H, m*m]
         return out.view(b, h, m, m)
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
@@ -220,66 +221,52 @@ class AttentionBias(nn.Module):
             ]
         )  # [S + 3, H]
         bias = table.view(-1).index_select(0, head_major_index(idx, h)).view(b, h, m, m)
-        total = batch.path_hops  # known on the host: the hop gather's size needs no device read
-        edge = self._edge_sum(batch.spatial_pos, batch.edge_input, m, total)
+        edge = self._edge_sum(batch.spatial_pos, batch.path_input, batch.max_hops, m)
         return bias + edge  # [B, H, m, m]
 
 
 @torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
 def _path_hops(
     spatial_pos: Tensor,
-    edge_input: Tensor,
+    path_input: Tensor,
+    d: int,
     m: int,
     num_edges: int,
     max_dist: int,
     dtype: torch.dtype,
-    total: int | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The real path hops of a batch as bags of table rows, one bag per grid cell.
-
-    A pair at distance ``s`` has ``min(s, D)`` real path hops (``edge_input`` is 0 beyond
-    them), so the hops are listed from ``spatial_pos`` instead of scanning all of
-    ``edge_input``.
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The path hops of a batch as bags of table rows, one bag per grid cell.
 
     Args:
         spatial_pos: ``[B, n, n]`` shifted distances (0 = padding).
-        edge_input: ``[B, n, n, D, F_e]`` shifted path bond features (0 = none).
+        path_input: ``[M, F_e]`` shifted bond features of the hops (0 = none), in
+            :func:`~graphormer_urpe.graph.batch.hop_positions` order; ``M`` is known on the
+            host, so nothing is read back from the device.
+        d: ``D``, hops kept per pair.
         m: side of the output grid (node ``i`` at row ``i + m - n``).
-        num_edges: ``V``, rows per hop in the table (row ``t * V + e`` = hop ``t``, feature
-            ``e``; row ``D * V`` is a zero row for padded feature columns).
+        num_edges: ``V``, rows per hop in the table (row ``t * V + e`` = hop ``t``,
+            feature ``e``; rows ``t * V`` are zero).
         max_dist: ``D_max``, the divisor cap.
         dtype: dtype of the returned scales.
-        total: ``M``, the number of path hops (``pair_hops(spatial_pos, D).sum()``), when the
-            host knows it (the collate function records it): then nothing is read back from
-            the device; ``None``: counted on the device.
 
     Returns:
-        ``(rows [E], offsets [B*m*m], bag [E], inv [B*m*m])``: table rows, start of each
-        cell's bag, the cell of each row, and each cell's ``1 / (F_e min(max(s, 1), D_max))``.
+        ``(rows [M * F_e], offsets [B*m*m], inv [B*m*m])``: table rows, start of each
+        cell's bag, and each cell's ``1 / (F_e min(max(s, 1), D_max))``.
     """
-    b, n, _, d, fe = edge_input.shape
+    b, n, _ = spatial_pos.shape
+    fe = path_input.shape[1]
     device = spatial_pos.device
-    sp = spatial_pos.reshape(-1)  # [P]
-    hops = pair_hops(sp, d)  # [P]
-    # M = hops.sum(): given by the host when known, else read back from the device
-    pair = torch.repeat_interleave(
-        torch.arange(sp.shape[0], device=device), hops, output_size=total
-    )
-    first = torch.cumsum(hops, 0) - hops  # [P], first hop of each pair
-    hop = torch.arange(pair.shape[0], device=device) - first.index_select(0, pair)  # [M]
-    feats = edge_input.reshape(-1, fe).index_select(0, pair * d + hop)  # [M, F_e]
-    # padded feature columns (0) point at the zero row
-    rows = torch.where(feats > 0, feats + (hop * num_edges).unsqueeze(1), d * num_edges)
+    hops, _, hop = hop_positions(spatial_pos, d, path_input.shape[0])  # [P], [M]
+    rows = path_input + (hop * num_edges).unsqueeze(1)  # [M, F_e]
     cell = torch.arange(b * m * m, device=device).view(b, m, m)[:, m - n :, m - n :]
     cell = cell.reshape(-1)  # [P], grid cell of each node pair
     count = torch.zeros(b * m * m, dtype=torch.long, device=device)
     count[cell] = hops * fe
     offsets = torch.cumsum(count, 0) - count  # [B*m*m], start of each cell's bag
-    bag = cell.index_select(0, pair).repeat_interleave(fe)  # [M * F_e], cell of each row
-    divisor = (sp - 1).clamp(min=1, max=max_dist)  # [P]
+    divisor = (spatial_pos.reshape(-1) - 1).clamp(min=1, max=max_dist)  # [P]
     inv = torch.ones(b * m * m, dtype=dtype, device=device)
     inv[cell] = 1.0 / (fe * divisor).to(dtype)  # mean over F_e, / min(max(s,1), D_max)
-    return rows.reshape(-1), offsets, bag, inv
+    return rows.reshape(-1), offsets, inv
 
 
 def head_major_index(index: Tensor, num_heads: int) -> Tensor:
@@ -302,31 +289,33 @@ def head_major_index(index: Tensor, num_heads: int) -> Tensor:
 class _HopSum(torch.autograd.Function):
     """Per-cell sums of table rows, scaled, in head-major layout.
 
-    ``out[g, :, c] = inv[q] * sum(table[rows[e]] for e in bag q)`` with ``q = g * C + c``: a
-    sum ``embedding_bag`` whose backward is one gather and one ``index_add`` (no sort).
+    ``out[g, :, c] = inv[q] * sum(table[rows[e]] for e in bag q)`` with ``q = g * C + c``
+    (bag ``q`` = ``rows[offsets[q] : offsets[q + 1]]``): a sum ``embedding_bag`` whose
+    backward is one gather and one ``index_add`` (no sort).
 
     Shapes:
-        ``table`` ``[R, H]``; ``rows`` / ``bag`` ``[E]`` (``bag`` sorted, the cell of each row);
-        ``offsets`` / ``inv`` ``[B * C]`` → ``[B, H, C]`` contiguous.
+        ``table`` ``[R, H]``; ``rows`` ``[E]``; ``offsets`` / ``inv`` ``[B * C]`` →
+        ``[B, H, C]`` contiguous.
     """
 
     @staticmethod
-    def forward(
-        ctx, table: Tensor, rows: Tensor, offsets: Tensor, bag: Tensor, inv: Tensor, b: int
-    ) -> Tensor:
-        ctx.save_for_backward(rows, bag, inv)
+    def forward(ctx, table: Tensor, rows: Tensor, offsets: Tensor, inv: Tensor, b: int) -> Tensor:
+        ctx.save_for_backward(rows, offsets, inv)
         ctx.table_shape = table.shape
         out = F.embedding_bag(rows, table, offsets, mode="sum").mul_(inv.unsqueeze(1))
         return out.view(b, -1, table.shape[1]).transpose(1, 2).contiguous()
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        rows, bag, inv = ctx.saved_tensors
-        h = ctx.table_shape[1]
+        rows, offsets, inv = ctx.saved_tensors
+        h, e = ctx.table_shape[1], rows.shape[0]
+        sizes = torch.diff(offsets, append=offsets.new_full((1,), e))  # [B*C] rows per bag
+        cells = torch.arange(offsets.shape[0], device=offsets.device)
+        bag = torch.repeat_interleave(cells, sizes, output_size=e)  # [E], cell of each row
         per_cell = grad.transpose(1, 2).reshape(-1, h) * inv.unsqueeze(1)  # [B*C, H]
         per_row = per_cell.index_select(0, bag)  # [E, H]
         d_table = grad.new_zeros(ctx.table_shape).index_add_(0, rows, per_row)
-        return d_table, None, None, None, None, None
+        return d_table, None, None, None, None
 
 
 class SpatialScale(nn.Module):

@@ -83,6 +83,22 @@ class FlatGraphs:
             None if self.y is None else self.y[start:stop],
         )
 
+    def take(self, indices: np.ndarray) -> FlatGraphs:
+        """The graphs ``indices`` (``[K]`` ints, any order), in that order (copies)."""
+        g = np.asarray(indices, dtype=np.int64)
+        n = self.num_nodes[g]
+        nodes = _ranges(self.node_ptr[g], n)
+        rows = _ranges(self.row_ptr[g], n * n * self.hops[g])
+        return FlatGraphs(
+            n,
+            self.hops[g],
+            np.take(self.x, nodes, axis=0),
+            self.degree[nodes],
+            self.spatial_pos[_ranges(self.pair_ptr[g], n * n)],
+            np.take(self.edge_input, rows, axis=0),
+            None if self.y is None else self.y[g],
+        )
+
     @classmethod
     def concat(cls, parts: Sequence[FlatGraphs]) -> FlatGraphs:
         """The graphs of ``parts``, one after the other (``parts`` itself when only one)."""

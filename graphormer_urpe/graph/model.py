@@ -298,7 +298,7 @@ class GraphormerEncoder(nn.Module):
         for name, t, size, field in (
             ("node feature", batch.x, c.num_atoms, "num_atoms"),
             ("degree", batch.in_degree, c.num_degree, "num_degree"),
-            ("path bond feature", batch.edge_input, c.num_edges, "num_edges"),
+            ("path bond feature", batch.path_input, c.num_edges, "num_edges"),
         ):
             if t.numel() and int(t.max()) >= size:
                 raise ValueError(
