@@ -508,6 +508,53 @@ def test_split_functions_partition_and_keep_scaffolds_together():
         random_split(10, (0.5, 0.2, 0.2))
 
 
+def _reference_balanced_scaffold_split(smiles, fractions, seed):
+    """Chemprop's scaffold_balanced rule, written plainly."""
+    from rdkit import Chem
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(smiles):
+        key = MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s))
+        groups.setdefault(key, []).append(i)
+    n = len(smiles)
+    n_train, n_valid = int(fractions[0] * n + 1e-9), int(fractions[1] * n + 1e-9)
+    limit = min(n_valid, n - n_train - n_valid) / 2
+    big = [g for g in groups.values() if len(g) > limit]
+    small = [g for g in groups.values() if len(g) <= limit]
+    rng = np.random.default_rng(seed)
+    big = [big[i] for i in rng.permutation(len(big))]
+    small = [small[i] for i in rng.permutation(len(small))]
+    out: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
+    for g in big + small:
+        if len(out["train"]) + len(g) <= n_train:
+            out["train"] += g
+        elif len(out["valid"]) + len(g) <= n_valid:
+            out["valid"] += g
+        else:
+            out["test"] += g
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_balanced_scaffold_split_matches_the_plain_rule_and_varies_with_the_seed():
+    from graphormer_urpe.datasets import balanced_scaffold_split
+
+    rings = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCNCC1", "c1ccoc1", "C1CCOC1", "c1ccsc1"]
+    smiles = [f"{r}{'C' * k}" for k in range(1, 4) for r in rings] + ["CCO", "CCN", "CCCl"]
+    smiles += [f"c1ccc2ccccc2c1{'O' * k}" for k in range(1, 9)]  # one big scaffold family
+    tests = set()
+    for seed in range(4):
+        parts = balanced_scaffold_split(smiles, (0.8, 0.1, 0.1), seed)
+        ref = _reference_balanced_scaffold_split(smiles, (0.8, 0.1, 0.1), seed)
+        assert {k: v.tolist() for k, v in parts.items()} == ref
+        assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(len(smiles)))
+        naphthalenes = set(range(len(smiles) - 8, len(smiles)))
+        owner = [k for k, v in parts.items() if naphthalenes & set(v.tolist())]
+        assert len(owner) == 1  # one scaffold, one split
+        tests.add(tuple(parts["test"].tolist()))
+    assert len(tests) > 1
+
+
 def test_csv_gzip_separate_files_and_store_keys(tmp_path, featurize_calls):
     rows = [{"smiles": s, "y": float(i)} for i, s in enumerate(CSV_SMILES)]
     gz = _write_csv(tmp_path / "mols.csv.gz", rows, compress=True)

@@ -50,7 +50,14 @@ from .registry import (
 )
 from .smiles_csv import open_csv, read_smiles_csv
 from .source import CACHE_ENV, MoleculeRecords, default_cache_dir, open_store, store_dir
-from .splitting import DEFAULT_FRACTIONS, SPLITS, murcko_scaffold, random_split, scaffold_split
+from .splitting import (
+    DEFAULT_FRACTIONS,
+    SPLITS,
+    balanced_scaffold_split,
+    murcko_scaffold,
+    random_split,
+    scaffold_split,
+)
 from .store import (
     CachedGraphDataset,
     MoleculeCache,
@@ -89,6 +96,7 @@ __all__ = [
     "penalized_logp",
     "random_split",
     "scaffold_split",
+    "balanced_scaffold_split",
     "murcko_scaffold",
     "CACHE_ENV",
     "default_cache_dir",

@@ -1,4 +1,5 @@
-r"""Train / valid / test splits: seeded random, Bemis–Murcko scaffold, or given labels.
+r"""Train / valid / test splits: seeded random, Bemis–Murcko scaffold (deterministic or
+seeded and balanced), or given labels.
 
 Splits are index sets over a store's graphs, so they cost nothing to change and never touch
 the store. Labels from a file (a CSV's split column, OGB's split files) are stored with the
@@ -21,6 +22,7 @@ __all__ = [
     "split_code",
     "random_split",
     "scaffold_split",
+    "balanced_scaffold_split",
     "murcko_scaffold",
 ]
 
@@ -120,19 +122,62 @@ def scaffold_split(
         molecule exactly once.
     """
     del seed
+    groups = _scaffold_groups(smiles)
+    ordered = sorted(groups, key=lambda g: (-len(g), g[0]))
+    n_train, n_valid = _sizes(len(smiles), fractions)
+    return _fill(ordered, n_train, n_valid, cumulative=True)
+
+
+def balanced_scaffold_split(
+    smiles: Sequence[str], fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Seeded, balanced Bemis–Murcko scaffold split (Chemprop's ``scaffold_balanced``).
+
+    Scaffold groups larger than half the valid or the test size come first, then the others,
+    each part in a seeded random order; each group goes to train while it fits, else to valid
+    while valid fits, else to test. Different seeds give different splits, and large groups
+    stay in train, so the valid and test sets hold many small scaffold families.
+
+    Args:
+        smiles: the molecules.
+        fractions: train / valid / test fractions (sum to 1).
+        seed: seed of the group orders.
+
+    Returns:
+        ``{"train", "valid", "test"}`` → sorted ``int64`` index arrays covering every
+        molecule exactly once.
+    """
+    groups = _scaffold_groups(smiles)
     num = len(smiles)
     n_train, n_valid = _sizes(num, fractions)
+    half = min(n_valid, num - n_train - n_valid) / 2
+    rng = np.random.default_rng(seed)
+    big = [g for g in groups if len(g) > half]
+    small = [g for g in groups if len(g) <= half]
+    ordered = [part[i] for part in (big, small) for i in rng.permutation(len(part))]
+    return _fill(ordered, n_train, n_valid, cumulative=False)
+
+
+def _scaffold_groups(smiles: Sequence[str]) -> list[list[int]]:
+    """The molecules' indices grouped by scaffold, groups in order of first appearance."""
     groups: dict[str, list[int]] = {}
     for i, s in enumerate(smiles):
         groups.setdefault(murcko_scaffold(s), []).append(i)
-    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
+    return list(groups.values())
+
+
+def _fill(
+    ordered: Sequence[list[int]], n_train: int, n_valid: int, cumulative: bool
+) -> dict[str, np.ndarray]:
+    """Groups to train while it fits, then to valid while it fits (with ``cumulative``: while
+    train + valid fit ``n_train + n_valid``), else to test."""
     train: list[int] = []
     valid: list[int] = []
     test: list[int] = []
     for group in ordered:
         if len(train) + len(group) <= n_train:
             train += group
-        elif len(train) + len(valid) + len(group) <= n_train + n_valid:
+        elif len(valid) + len(group) <= n_valid + (n_train - len(train) if cumulative else 0):
             valid += group
         else:
             test += group
