@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -34,6 +35,24 @@ def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
     (run,) = report["results"]["stream"]
     assert run["molecules"] == 300 and run["molecules_per_s"] > 0 and run["peak_rss_mib"] > 0
     assert report["results"]["profile"]["small"]["model"]["cpu_ms_per_molecule"] > 0
+
+
+def test_small_data_benchmark_smoke_mode_scores_every_model_on_the_same_split(tmp_path):
+    from tests.test_cli import SMILES
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    rows = [f"{s},{rng.normal():.3f}" for s in (SMILES * 4)[:60]]
+    (data / "esol.csv").write_text("smiles,log_solubility\n" + "\n".join(rows) + "\n")
+    work = tmp_path / "work"
+    report, _ = _bench("bench_small_data", "--data-dir", str(data), "--work", str(work))
+    runs = {r["model"]: r for r in report["results"]}
+    assert set(runs) == {"rf", "urpe-scratch"}
+    split = json.loads((work / "esol" / "seed0" / "split.json").read_text())
+    for r in runs.values():
+        assert r["metric"] == "rmse" and r["value"] > 0 and r["n_test"] == split["sizes"]["test"]
+    assert sum(split["sizes"].values()) == 60
 
 
 def test_lm_benchmark_smoke_mode_emits_json():
