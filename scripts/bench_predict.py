@@ -106,11 +106,14 @@ def _pss(procs: list[psutil.Process]) -> int:
     return total
 
 
-def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
-    """Run ``cmd``; wall time, peak memory of its process tree, CPU time."""
+def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict:
+    """Run ``cmd`` in ``cwd`` (``python -m`` imports the package found there first); wall
+    time, peak memory of its process tree, CPU time."""
     before = os.times()
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     main = psutil.Process(proc.pid)
     peak_rss = peak_pss = peak_main = 0
     main_cpu = 0.0
@@ -153,7 +156,7 @@ def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) 
     cmd += ["--chunk-size", str(a.chunk_size)]
     if a.threads is not None:
         cmd += ["--threads", str(a.threads)]
-    result = {"molecules": n, **measure(cmd)}
+    result = {"molecules": n, **measure(cmd, REPO)}
     return _rates(result, n)
 
 
@@ -180,7 +183,7 @@ def run_baseline(rev: str, ckpt: Path, smi: Path, n: int, work: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
     cmd += ["--input", str(table), "--output", str(work / "base.csv"), "--no-progress"]
-    result = {"molecules": n, "rev": rev, **measure(cmd + ["--device", "cpu"], env)}
+    result = {"molecules": n, "rev": rev, **measure(cmd + ["--device", "cpu"], tree, env)}
     return _rates(result, n)
 
 
