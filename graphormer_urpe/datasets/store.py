@@ -1168,6 +1168,10 @@ class CachedGraphDataset(Dataset):
     def __len__(self) -> int:
         return int(self.positions.size)
 
+    def with_positions(self, positions: np.ndarray) -> CachedGraphDataset:
+        """The same kind of split over other store ``positions`` ``[n]``."""
+        return CachedGraphDataset(self.cache, positions, self.multi_hop_max_dist, self.name)
+
     def _pos(self, idx: int) -> int:
         n = len(self)
         if not -n <= idx < n:
