@@ -144,15 +144,19 @@ def linear_schedule(step: int, warmup: int, total: int, peak: float, end: float)
 
 
 def masked_loss(pred: Tensor, target: Tensor, kind: str = "l1") -> Tensor:
-    """Mean L1 (``l1``), squared error (``mse``) or binary cross-entropy on logits (``bce``,
-    targets 0/1) over the finite entries of ``target`` (``[B, T]`` each)."""
+    """Mean L1 (``l1``), squared error (``mse``), smooth L1 (``smooth_l1``: squared below 1,
+    absolute above) or binary cross-entropy on logits (``bce``, targets 0/1) over the finite
+    entries of ``target`` (``[B, T]`` each)."""
     mask = torch.isfinite(target)
     filled = torch.where(mask, target, torch.zeros_like(target)).float()
     if kind == "bce":
         err = nn.functional.binary_cross_entropy_with_logits(pred.float(), filled, reduction="none")
     else:
         diff = pred.float() - filled
-        err = diff.abs() if kind == "l1" else diff.square()
+        if kind == "smooth_l1":
+            err = nn.functional.smooth_l1_loss(pred.float(), filled, reduction="none")
+        else:
+            err = diff.abs() if kind == "l1" else diff.square()
     return (err * mask).sum() / mask.sum().clamp(min=1)
 
 
@@ -850,6 +854,7 @@ class _Run:
             "metric": self.metric,
             "task_type": splits.task_type,
             "train_mean": self.mean,
+            **({"pretrain": splits.pretrain} if splits.pretrain is not None else {}),
         }
 
     def checkpoint(self, epoch: int, batch: int) -> Path | None:
@@ -1041,7 +1046,7 @@ class _Run:
             n, t = len(self.splits.test), self.splits.num_targets
             p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
             test = self.splits.evaluate(p, y)
-            if main:
+            if main and self.splits.pretrain is None:  # not hundreds of descriptor columns
                 _write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
         metrics = self._metrics(test)
         if main:
@@ -1079,7 +1084,9 @@ class _Run:
                     if int(r["epoch"]) == -1
                 }
             )
-        note = {}
+        note: dict[str, Any] = {}
+        if splits.pretrain is not None:
+            note["pretrain_descriptors"] = len(splits.target_names)
         if not self.test_labelled:
             note = {"test_note": f"the test split of {splits.name} has no labels; no test metric"}
         seconds = self.train_seconds
