@@ -827,7 +827,8 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
         "--dataset",
         required=True,
         help="any dataset train takes: nci5k, zinc, zinc-full, csv:PATH, csv:TRAIN,VALID,TEST, "
-        "pcqm4mv2, pcqm4m or an ogbg-mol* name",
+        "pcqm4mv2, pcqm4m or an ogbg-mol* name; or pretrain:PATH, the store (with RDKit "
+        "descriptors) of a pretraining SMILES file",
     )
     p.add_argument(
         "--data-root", default=None, help="folder of downloaded datasets (default data/<name>)"

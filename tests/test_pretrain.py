@@ -123,6 +123,15 @@ def test_pretraining_lowers_the_loss_and_records_the_descriptors(smi_file, refer
     assert np.abs(want).max() > 1  # scaled values, not all zero
 
 
+def test_max_nodes_keeps_the_descriptor_targets(smi_file, reference):
+    cache, _ = reference
+    full = load_dataset(f"pretrain:{smi_file}", cache_dir=str(cache))
+    small = load_dataset(f"pretrain:{smi_file}", cache_dir=str(cache), max_nodes=15)
+    assert isinstance(small.train, DescriptorTargets) and 0 < len(small.train) < len(full.train)
+    assert small.train[0].y.shape == (1, len(DESCRIPTOR_NAMES))
+    assert "202 targets" in repr(small)
+
+
 def test_pretraining_resumes_exactly_after_sigterm(smi_file, reference, tmp_path, monkeypatch):
     cache, ref_out = reference
     out = tmp_path / "run"

@@ -168,10 +168,12 @@ class DatasetSplits:
         return regression_metrics(y_pred, y_true, self.target_names)
 
     def __repr__(self) -> str:
+        names = self.target_names
+        targets = names if len(names) <= 8 else f"[{names[0]!r}, ... {len(names)} targets]"
         return (
             f"DatasetSplits(name={self.name!r}, train={len(self.train)}, "
             f"valid={len(self.valid)}, test={len(self.test)}, featurizer={self.featurizer!r}, "
-            f"targets={self.target_names}, metric={self.metric!r}, task={self.task_type!r})"
+            f"targets={targets}, metric={self.metric!r}, task={self.task_type!r})"
         )
 
 
