@@ -151,12 +151,11 @@ def masked_loss(pred: Tensor, target: Tensor, kind: str = "l1") -> Tensor:
     filled = torch.where(mask, target, torch.zeros_like(target)).float()
     if kind == "bce":
         err = nn.functional.binary_cross_entropy_with_logits(pred.float(), filled, reduction="none")
+    elif kind == "smooth_l1":
+        err = nn.functional.smooth_l1_loss(pred.float(), filled, reduction="none")
     else:
         diff = pred.float() - filled
-        if kind == "smooth_l1":
-            err = nn.functional.smooth_l1_loss(pred.float(), filled, reduction="none")
-        else:
-            err = diff.abs() if kind == "l1" else diff.square()
+        err = diff.abs() if kind == "l1" else diff.square()
     return (err * mask).sum() / mask.sum().clamp(min=1)
 
 
@@ -1088,7 +1087,7 @@ class _Run:
         if splits.pretrain is not None:
             note["pretrain_descriptors"] = len(splits.target_names)
         if not self.test_labelled:
-            note = {"test_note": f"the test split of {splits.name} has no labels; no test metric"}
+            note["test_note"] = f"the test split of {splits.name} has no labels; no test metric"
         seconds = self.train_seconds
         return {
             "dataset": splits.name,
