@@ -16,6 +16,11 @@ and writes into ``config.out``:
   has labels: ``test_has_labels``), the mean-predictor baseline, wall time and training graphs
   per second.
 
+A pretraining set (``pretrain:PATH``, see :mod:`graphormer_urpe.datasets.pretrain`) is trained
+like any multi-target regression; its checkpoints also hold ``"pretrain"`` (the descriptor
+names, their normalisation and the RDKit version), and its test split writes no
+``test_predictions.csv``.
+
 The dataset decides the loss and the selection rule: ``task_type == "binary"`` trains one
 logit per task with BCE (missing labels masked), otherwise ``config.loss``; the best checkpoint
 maximises the metric when ``higher_is_better`` (ROC-AUC, AP) and minimises it otherwise.
