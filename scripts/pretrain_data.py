@@ -53,14 +53,16 @@ TEXT_SUFFIXES = (".csv", ".csv.gz", ".smi", ".smi.gz", ".txt", ".txt.gz")
 _CHUNK = 5_000
 
 
-def canonical_keys(smiles: str) -> list[str]:
-    """Canonical SMILES without stereo of a molecule, then, when it differs, of its largest
-    fragment neutralised (a salt's parent, a charged form's neutral one); empty when RDKit
-    cannot read it."""
+def canonical_keys(smiles: str, parents: bool = True) -> list[str]:
+    """Canonical SMILES without stereo of a molecule, then (``parents``), when it differs, of
+    its largest fragment neutralised (a salt's parent, a charged form's neutral one); empty
+    when RDKit cannot read it."""
     mol = Chem.MolFromSmiles(smiles.strip()) if smiles and smiles.strip() else None
     if mol is None or mol.GetNumAtoms() == 0:
         return []
     keys = [Chem.MolToSmiles(mol, isomericSmiles=False)]
+    if not parents:
+        return keys
     frags = Chem.GetMolFrags(mol, asMols=True)
     largest = max(frags, key=lambda m: m.GetNumHeavyAtoms())
     if len(frags) > 1 or any(a.GetFormalCharge() for a in largest.GetAtoms()):
@@ -169,7 +171,7 @@ def exclusion_keys(folder: Path) -> tuple[set[str], dict[str, int], list[str]]:
 
 def _first_keys(smiles: list[str]) -> list[str]:
     RDLogger.DisableLog("rdApp.*")
-    return [(canonical_keys(s) or [""])[0] for s in smiles]
+    return [(canonical_keys(s, parents=False) or [""])[0] for s in smiles]
 
 
 def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
