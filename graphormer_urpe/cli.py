@@ -280,6 +280,32 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="stop at the first invalid SMILES instead of skipping it",
     )
+    _add_training_flags(p)
+    r = _add_run_flags(p)
+    r.add_argument(
+        "--init-from",
+        default=None,
+        metavar="CHECKPOINT",
+        help="fine-tune: start from this checkpoint's weights (one of this library, e.g. "
+        "from graphormer-urpe convert, or a Hugging Face folder); its architecture, this "
+        "run's dropouts and --attention; the output layer is re-initialised when the number "
+        "of outputs differs",
+    )
+    r.add_argument(
+        "--ensemble",
+        type=int,
+        default=1,
+        metavar="K",
+        help="train K members with seeds SEED..SEED+K-1 into OUT/member-<i> and score their "
+        "mean on the test split; predict --checkpoint OUT then writes the mean and, as an "
+        "uncertainty, the members' standard deviation (default 1: one model)",
+    )
+    _add_model_flags(p)
+    p.set_defaults(func=run_train)
+
+
+def _add_training_flags(p: argparse.ArgumentParser) -> None:
+    """The optimisation flags of ``train`` and ``pretrain``."""
     t = p.add_argument_group("training")
     t.add_argument(
         "--preset",
@@ -324,12 +350,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--no-clip", action="store_true", help="disable gradient clipping")
     t.add_argument(
         "--loss",
-        choices=["l1", "mse"],
+        choices=["l1", "mse", "smooth_l1"],
         default=None,
         help="regression loss (binary ogbg-mol* tasks always use BCE on logits)",
     )
     t.add_argument("--seed", type=int, default=None, help="random seed")
     t.add_argument("--eval-every", type=int, default=None, help="validate every N epochs")
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The run flags (output, device, checkpoints, resume, time limit) of ``train`` and
+    ``pretrain``; returns the group for command-specific ones."""
     r = p.add_argument_group("run")
     r.add_argument("--out", default=None, help="output folder (default runs/DATASET-PRESET-ATTN)")
     r.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
@@ -341,15 +372,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--num-workers", type=int, default=None, help="data-loader worker processes")
     r.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
-    r.add_argument(
-        "--init-from",
-        default=None,
-        metavar="CHECKPOINT",
-        help="fine-tune: start from this checkpoint's weights (one of this library, e.g. "
-        "from graphormer-urpe convert, or a Hugging Face folder); its architecture, this "
-        "run's dropouts and --attention; the output layer is re-initialised when the number "
-        "of outputs differs",
-    )
     r.add_argument(
         "--time-limit",
         type=float,
@@ -363,15 +385,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "--resume",
         action="store_true",
         help="continue from the newest checkpoint in OUT (last.pt, else OUT/checkpoints)",
-    )
-    r.add_argument(
-        "--ensemble",
-        type=int,
-        default=1,
-        metavar="K",
-        help="train K members with seeds SEED..SEED+K-1 into OUT/member-<i> and score their "
-        "mean on the test split; predict --checkpoint OUT then writes the mean and, as an "
-        "uncertainty, the members' standard deviation (default 1: one model)",
     )
     r.add_argument(
         "--checkpoint-every",
@@ -401,8 +414,67 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="run the model through torch.compile",
     )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return r
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    """``graphormer-urpe pretrain``: ``train`` on ``pretrain:INPUT`` (descriptor targets)."""
+    from .training import train
+
+    args.dataset = f"pretrain:{args.input}"
+    if args.loss is None:
+        args.loss = "smooth_l1"
+    if args.out is None:
+        stem = os.path.basename(args.input).split(".")[0] or "smiles"
+        args.out = os.path.join("runs", f"pretrain-{stem}-{args.preset or 'small'}")
+    metrics = train(train_config(args), resume=args.resume, progress=not args.no_progress)
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _add_pretrain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pretrain",
+        help="self-supervised pretraining on any SMILES file (RDKit descriptor targets)",
+        description="Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules "
+        "of a SMILES file: multi-target regression on the normalised descriptors (smooth L1 "
+        "by default, mean over descriptors), with the training loop, checkpoints, --resume, "
+        "--time-limit, torchrun and presets of train. The molecules and their descriptors "
+        "are cached in a store (built once, in parallel with --preprocess-workers); a random "
+        "1%% of the molecules selects the best checkpoint, another 1%% is the test split. "
+        "The checkpoints record the descriptor names, their normalisation and the RDKit "
+        "version; fine-tune with train --init-from OUT/best.pt (the head is reset).",
+    )
+    p.set_defaults(config=None)
+    d = p.add_argument_group("data")
+    d.add_argument(
+        "--input",
+        required=True,
+        help="SMILES file: .smi / .txt (one SMILES a line, a name may follow; .gz too) or "
+        ".csv / .csv.gz with --smiles-column",
+    )
+    d.add_argument("--smiles-column", default=None, help="CSV: SMILES column (default smiles)")
+    d.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
+    d.add_argument(
+        "--preprocess-workers",
+        type=int,
+        default=None,
+        help="processes that build the store (featurisation + descriptors; default 1)",
+    )
+    d.add_argument(
+        "--split-seed", type=int, default=None, help="seed of the 98/1/1 random split (0)"
+    )
+    d.add_argument(
+        "--max-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="leave training graphs above N atoms out (logged)",
+    )
+    _add_training_flags(p)
+    _add_run_flags(p)
     _add_model_flags(p)
-    p.set_defaults(func=run_train)
+    p.set_defaults(func=run_pretrain)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -755,7 +827,8 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
         "--dataset",
         required=True,
         help="any dataset train takes: nci5k, zinc, zinc-full, csv:PATH, csv:TRAIN,VALID,TEST, "
-        "pcqm4mv2, pcqm4m or an ogbg-mol* name",
+        "pcqm4mv2, pcqm4m or an ogbg-mol* name; or pretrain:PATH, the store (with RDKit "
+        "descriptors) of a pretraining SMILES file",
     )
     p.add_argument(
         "--data-root", default=None, help="folder of downloaded datasets (default data/<name>)"
@@ -857,6 +930,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_train,
+    _add_pretrain,
     _add_evaluate,
     _add_predict,
     _add_plot,

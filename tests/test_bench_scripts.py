@@ -55,6 +55,13 @@ def test_small_data_benchmark_smoke_mode_scores_every_model_on_the_same_split(tm
     assert sum(split["sizes"].values()) == 60
 
 
+def test_descriptor_benchmark_smoke_mode_emits_json():
+    report, _ = _bench("bench_descriptors")
+    assert report["benchmark"] == "descriptors" and report["descriptors_kept"] == 202
+    ms = report["results"]
+    assert ms["descriptors"] > 0 and ms["featurize"] > 0 and len(report["top10_kept_ms"]) == 10
+
+
 def test_lm_benchmark_smoke_mode_emits_json():
     report, _ = _bench("bench_lm")
     assert report["benchmark"] == "lm" and report["baseline"] == "rpe"

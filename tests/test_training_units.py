@@ -46,6 +46,10 @@ def test_masked_loss_ignores_missing_targets():
     y = torch.tensor([[2.0, float("nan")], [1.0, 5.0]])
     assert masked_loss(pred, y, "l1").item() == pytest.approx((1 + 2 + 1) / 3)
     assert masked_loss(pred, y, "mse").item() == pytest.approx((1 + 4 + 1) / 3)
+    # smooth L1: 0.5 e^2 below 1, |e| - 0.5 above (errors 1, 2, 1; the first halves the loss)
+    pred2 = torch.tensor([[1.5, 2.0], [3.0, 4.0]])
+    want = (0.5 * 0.5**2 + (2 - 0.5) + 0.5) / 3
+    assert masked_loss(pred2, y, "smooth_l1").item() == pytest.approx(want)
     all_nan = torch.full((2, 2), float("nan"))
     assert masked_loss(pred, all_nan).item() == 0.0
 

@@ -2,7 +2,8 @@ r"""Molecular datasets: one module per source, one store behind all of them.
 
 Where a dataset comes from is one file each: :mod:`.smiles_csv` (``csv:PATH``), :mod:`.nci`
 (``nci5k``), :mod:`.zinc` (``zinc``, ``zinc-full``), :mod:`.ogbg` (``ogbg-mol*``),
-:mod:`.pcqm` (``pcqm4mv2``, ``pcqm4m``). Each reads its files into records
+:mod:`.pcqm` (``pcqm4mv2``, ``pcqm4m``), :mod:`.pretrain` (``pretrain:PATH``, any SMILES file
+with its RDKit 2D descriptors, :mod:`.descriptors`, as targets). Each reads its files into records
 (:class:`~.source.MoleculeRecords`) that go into one memory-mapped store (:mod:`.store`:
 2 bytes per atom pair, built once in parallel resumable chunks, kept in the cache folder of
 :mod:`.source`); batches decode the path features when they are read. The rest has a module
@@ -24,6 +25,12 @@ For your own PyG datasets, :class:`~graphormer_urpe.graph.features.GraphormerFea
 
 from __future__ import annotations
 
+from .descriptors import (
+    DESCRIPTOR_NAMES,
+    DescriptorNormalizer,
+    compute_descriptors,
+    descriptor_set_id,
+)
 from .featurize import (
     FEATURIZERS,
     ZINC_ATOM_TYPES,
@@ -38,6 +45,7 @@ from .nci import NCI5K_PATH, open_nci, read_nci, read_nci_smiles
 from .ogbg import OGBGEvaluator, OGBGInfo, ogbg_molecule_names, open_ogbg
 from .pcqm import LSC_DATASETS, LSCData, LSCEvaluator, load_lsc_splits, open_lsc, preprocess_lsc
 from .policy import apply_input_policy, graph_sizes, target_values
+from .pretrain import DescriptorTargets, load_pretrain, read_smiles_list
 from .registry import (
     DATASET_NAMES,
     DatasetSplits,
@@ -126,6 +134,13 @@ __all__ = [
     "preprocess_lsc",
     "OGBGEvaluator",
     "OGBGInfo",
+    "DESCRIPTOR_NAMES",
+    "DescriptorNormalizer",
+    "compute_descriptors",
+    "descriptor_set_id",
+    "DescriptorTargets",
+    "load_pretrain",
+    "read_smiles_list",
     "ogbg_molecule_names",
     "open_ogbg",
 ]

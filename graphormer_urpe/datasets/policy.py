@@ -72,9 +72,7 @@ def _subset(dataset: Dataset, keep: np.ndarray) -> Dataset:
     """The graphs of ``dataset`` at positions ``keep``, as the same kind of dataset."""
     keep = np.asarray(keep, dtype=np.int64)
     if isinstance(dataset, CachedGraphDataset):
-        return CachedGraphDataset(
-            dataset.cache, dataset.positions[keep], dataset.multi_hop_max_dist, dataset.name
-        )
+        return dataset.with_positions(dataset.positions[keep])
     return Subset(dataset, keep.tolist())
 
 

@@ -1,19 +1,21 @@
 r"""The dataset registry: a name → the store of its source → train / valid / test splits.
 
-================  ===========================================  ==============  ==========
-name              source (module)                              default root    featurizer
-================  ===========================================  ==============  ==========
-``nci5k``         RDKit's 5k NCI molecules (:mod:`.nci`)       (ships with     ``ogb``
-                                                               RDKit)
-``zinc``          ZINC subset (:mod:`.zinc`, PyG's raw files)  ``data/ZINC``   ``zinc``
-``zinc-full``     full ZINC (:mod:`.zinc`)                     ``data/ZINC``   ``zinc``
-``csv:PATH``      a SMILES CSV (:mod:`.smiles_csv`)            (the file)      ``ogb``
-``csv:A,B,C``     separate train, valid, test CSV files        (the files)     ``ogb``
-``pcqm4mv2``      OGB-LSC PCQM4Mv2 (:mod:`.pcqm`; test =       ``data``        ``ogb``
-                  test-dev)
-``pcqm4m``        OGB-LSC PCQM4M v1 (test: unlabelled)         ``data``        ``ogb``
-``ogbg-mol*``     OGB molecule sets (:mod:`.ogbg`)             ``data``        ``ogb``
-================  ===========================================  ==============  ==========
+==================  ===========================================  ==============  ==========
+name                source (module)                              default root    featurizer
+==================  ===========================================  ==============  ==========
+``nci5k``           RDKit's 5k NCI molecules (:mod:`.nci`)       (ships with     ``ogb``
+                                                                 RDKit)
+``zinc``            ZINC subset (:mod:`.zinc`, PyG's raw files)  ``data/ZINC``   ``zinc``
+``zinc-full``       full ZINC (:mod:`.zinc`)                     ``data/ZINC``   ``zinc``
+``csv:PATH``        a SMILES CSV (:mod:`.smiles_csv`)            (the file)      ``ogb``
+``csv:A,B,C``       separate train, valid, test CSV files        (the files)     ``ogb``
+``pcqm4mv2``        OGB-LSC PCQM4Mv2 (:mod:`.pcqm`; test =       ``data``        ``ogb``
+                    test-dev)
+``pcqm4m``          OGB-LSC PCQM4M v1 (test: unlabelled)         ``data``        ``ogb``
+``ogbg-mol*``       OGB molecule sets (:mod:`.ogbg`)             ``data``        ``ogb``
+``pretrain:PATH``   any SMILES file; targets: normalised RDKit   (the file)      ``ogb``
+                    2D descriptors (:mod:`.pretrain`)
+==================  ===========================================  ==============  ==========
 
 Every source goes into one memory-mapped store (:mod:`.store`, in the cache folder of
 :mod:`.source`), built once in parallel chunks (``workers``) and reused; each split is a
@@ -69,6 +71,7 @@ DATASET_NAMES = (
     "pcqm4mv2",
     "pcqm4m",
     "ogbg-mol*",
+    "pretrain:PATH",
 )
 
 
@@ -101,6 +104,9 @@ class DatasetSplits:
         unreadable: source rows that gave no graph, by split (``"train"``, ``"valid"``,
             ``"test"``) where the source labels its splits, else ``"unsplit"`` (rows left out
             before a random or scaffold split); empty when none.
+        pretrain: for a pretraining set (``pretrain:PATH``, :mod:`.pretrain`), what its
+            checkpoints record: source, split, the descriptor names, their normalisation and
+            the RDKit version (JSON-friendly); ``None`` otherwise.
     """
 
     name: str
@@ -119,6 +125,7 @@ class DatasetSplits:
     oversize_valid: int = 0
     oversize_test: int = 0
     unreadable: dict[str, int] = field(default_factory=dict)
+    pretrain: dict | None = None
 
     def __post_init__(self) -> None:
         if self.task_type not in ("regression", "binary"):
@@ -161,10 +168,12 @@ class DatasetSplits:
         return regression_metrics(y_pred, y_true, self.target_names)
 
     def __repr__(self) -> str:
+        names = self.target_names
+        targets = names if len(names) <= 8 else f"[{names[0]!r}, ... {len(names)} targets]"
         return (
             f"DatasetSplits(name={self.name!r}, train={len(self.train)}, "
             f"valid={len(self.valid)}, test={len(self.test)}, featurizer={self.featurizer!r}, "
-            f"targets={self.target_names}, metric={self.metric!r}, task={self.task_type!r})"
+            f"targets={targets}, metric={self.metric!r}, task={self.task_type!r})"
         )
 
 
@@ -467,7 +476,8 @@ def load_dataset(
     task: str = "regression",
 ) -> DatasetSplits:
     """Load a dataset by name: ``nci5k``, ``zinc``, ``zinc-full``, ``csv:PATH``,
-    ``csv:TRAIN,VALID,TEST``, ``pcqm4mv2``, ``pcqm4m`` or an ``ogbg-mol*`` name.
+    ``csv:TRAIN,VALID,TEST``, ``pcqm4mv2``, ``pcqm4m``, an ``ogbg-mol*`` name or
+    ``pretrain:PATH`` (a SMILES file with its RDKit descriptors as targets).
 
     Args:
         name: the source (see the module table).
@@ -528,6 +538,12 @@ def load_dataset(
             splits = load_lsc_splits(name, root, multi_hop_max_dist, strict=strict, **store)
         else:
             splits = load_ogbg(name, root, multi_hop_max_dist, **store)
+    elif name.startswith("pretrain:") and len(name) > 9:
+        from .pretrain import load_pretrain
+
+        splits = load_pretrain(
+            name[9:], multi_hop_max_dist, smiles_column=smiles_column, seed=seed, **store
+        )
     elif name.startswith("csv:") and len(name) > 4:
         splits = load_csv(
             name[4:],

@@ -125,6 +125,7 @@ def open_store(
     workers: int = 1,
     progress: bool | None = None,
     extra_meta: dict[str, Any] | None = None,
+    descriptors: bool = False,
 ) -> MoleculeCache:
     """The finished store in ``folder``; built from ``read()`` first when it is missing or
     unfinished (an interrupted build resumes with its finished chunks).
@@ -137,6 +138,9 @@ def open_store(
         workers: processes featurising chunks in parallel.
         progress: show a progress bar while building (``None``: when stderr is a terminal).
         extra_meta: more entries for the store's ``meta.json``.
+        descriptors: store the RDKit 2D descriptors too (:mod:`.descriptors`); put
+            :func:`~.descriptors.descriptor_set_id` in the identity given to
+            :func:`store_dir`, so that a store without them is not taken for one with them.
     """
     if not cache_is_complete(folder):
         records = read()
@@ -156,9 +160,15 @@ def open_store(
             progress=progress,
             description=description,
             extra_meta=extra_meta,
+            descriptors=descriptors,
         )
         del records
     cache = MoleculeCache(folder)
+    if descriptors and not cache.has_descriptors:
+        raise ValueError(
+            f"{folder} holds a store without descriptors; its key must name the descriptor "
+            "option (remove the folder to rebuild it)"
+        )
     if len(cache) == 0:
         raise ValueError(
             f"{description}: no valid molecule among {cache.meta['rows']} rows; "

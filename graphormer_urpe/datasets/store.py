@@ -17,6 +17,9 @@ array             shape                content
                                        ``[M + 1]`` their offsets
 ``split``         ``[M]`` int8         split codes (0 train, 1 valid, 2 test) when the
                                        source labels its splits
+``descriptors``   ``[M, K]`` float32   RDKit 2D descriptors (:mod:`.descriptors`), only in
+                                       stores built with ``descriptors=True``; ``NaN`` =
+                                       the descriptor failed or was not finite
 ================  ===================  ======================================================
 
 No pairwise data is stored: about 560 bytes per drug-like molecule, against the 30 bytes
@@ -37,6 +40,15 @@ atomically (a temporary folder renamed into place), by ``workers`` processes.
 An interrupted build resumes with the chunks that are missing; finished chunks are never
 recomputed. When all are there they are concatenated into the final arrays (again through
 temporary files), ``meta.json`` is written last, and the chunks are removed.
+
+**Descriptors** (``descriptors=True``, SMILES sources only): each chunk also computes the
+RDKit 2D descriptors of its molecules (:func:`~.descriptors.compute_descriptors`, in the same
+worker processes, from the same SMILES), raw and unnormalised; ``meta.json["descriptors"]``
+records the descriptor set and RDKit version (:func:`~.descriptors.descriptor_set_id`), the
+names and how many values per descriptor were not finite. The option is part of the build
+plan, and sources put it in their store's key (:func:`~.source.store_dir`), so a store built
+without descriptors is never reused for a request with them: that builds its own store. They
+cost about 4-6 ms per molecule on one core, several times the featurisation.
 
 **Failures.** A SMILES that RDKit cannot parse, or a molecule without atoms, is left out:
 it is recorded (source row, SMILES, reason) in ``meta.json["failures"]``, counted and logged.
@@ -101,7 +113,7 @@ _CHUNK_ARRAYS = (
     "num_edges",
     "source_index",
 )
-_OPTIONAL_CHUNK_ARRAYS = ("smiles_bytes", "smiles_len", "split")
+_OPTIONAL_CHUNK_ARRAYS = ("smiles_bytes", "smiles_len", "split", "descriptors")
 _CACHE_ARRAYS = (
     "x",
     "edge_index",
@@ -331,6 +343,7 @@ def featurize_chunk(
     rows: Sequence[int] | None = None,
     split: Sequence[int] | None = None,
     keep_smiles: bool = False,
+    descriptors: bool = False,
 ) -> tuple[dict[str, np.ndarray], list[MoleculeFailure], dict[str, float]]:
     """The compact graph arrays of a list of SMILES.
 
@@ -343,6 +356,8 @@ def featurize_chunk(
         rows: ``[R]`` source rows (default ``first_index, first_index + 1, ...``).
         split: ``[R]`` split codes kept with the graphs.
         keep_smiles: store the SMILES of the cached graphs too.
+        descriptors: add ``descriptors`` ``[G, K]`` float32, the RDKit 2D descriptors of the
+            cached graphs (:func:`~.descriptors.compute_descriptors`).
 
     Returns:
         ``(arrays, failures, seconds)``: the chunk arrays (see :func:`graph_arrays`), the rows
@@ -365,7 +380,13 @@ def featurize_chunk(
         split=None if split is None else np.asarray(split)[kept],
     )
     t2 = time.perf_counter()
-    return arrays, failures, {"featurize": t1 - t0, "arrays": t2 - t1}
+    seconds = {"featurize": t1 - t0, "arrays": t2 - t1}
+    if descriptors:
+        from .descriptors import compute_descriptors
+
+        arrays["descriptors"] = compute_descriptors([smiles[k] for k in kept])
+        seconds["descriptors"] = time.perf_counter() - t2
+    return arrays, failures, seconds
 
 
 def write_chunk(chunk_dir: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -397,6 +418,7 @@ class ChunkTask:
     graphs: list[GraphDict] | None = None
     split: np.ndarray | None = None
     keep_smiles: bool = False
+    descriptors: bool = False
 
 
 def _build_chunk(task: ChunkTask) -> ChunkResult:
@@ -416,6 +438,7 @@ def _build_chunk(task: ChunkTask) -> ChunkResult:
             rows=task.rows,
             split=task.split,
             keep_smiles=task.keep_smiles,
+            descriptors=task.descriptors,
         )
     t0 = time.perf_counter()
     rows = int(task.rows.size)
@@ -426,6 +449,8 @@ def _build_chunk(task: ChunkTask) -> ChunkResult:
         "graphs": graphs,
         "failures": [asdict(f) for f in failures],
     }
+    if "descriptors" in arrays:
+        meta["descriptor_nonfinite"] = np.isnan(arrays["descriptors"]).sum(axis=0).tolist()
     write_chunk(Path(task.chunk_dir), arrays, meta)
     seconds["write"] = time.perf_counter() - t0
     return ChunkResult(task.chunk, rows, graphs, failures, seconds)
@@ -464,7 +489,9 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")  # pragma: no cover
 
 
-def _read_plan(cache_dir: Path, rows: int, targets: int, chunk_size: int) -> int:
+def _read_plan(
+    cache_dir: Path, rows: int, targets: int, chunk_size: int, descriptors: bool = False
+) -> int:
     """The chunk size of an existing build plan, or a new plan with ``chunk_size``."""
     plan_path = cache_dir / PLAN_FILE
     if plan_path.is_file():
@@ -473,6 +500,7 @@ def _read_plan(cache_dir: Path, rows: int, targets: int, chunk_size: int) -> int
             plan.get("format") == CACHE_FORMAT
             and plan["rows"] == rows
             and plan["targets"] == targets
+            and plan.get("descriptors", False) == descriptors
         ):
             if plan["chunk_size"] != chunk_size:
                 logger.info(
@@ -485,7 +513,13 @@ def _read_plan(cache_dir: Path, rows: int, targets: int, chunk_size: int) -> int
         logger.warning("%s: discarding an unfinished build of different data", cache_dir)
         shutil.rmtree(cache_dir / CHUNKS_DIR, ignore_errors=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    plan = {"format": CACHE_FORMAT, "rows": rows, "targets": targets, "chunk_size": chunk_size}
+    plan = {
+        "format": CACHE_FORMAT,
+        "rows": rows,
+        "targets": targets,
+        "chunk_size": chunk_size,
+        "descriptors": descriptors,
+    }
     _atomic_write_json(plan_path, plan)
     return chunk_size
 
@@ -578,6 +612,7 @@ def _chunk_tasks(
     chunk_size: int,
     featurizer: str,
     keep_smiles: bool,
+    descriptors: bool,
     rows: np.ndarray,
     targets: np.ndarray,
     smiles: Sequence[str] | None,
@@ -599,6 +634,7 @@ def _chunk_tasks(
                 None if graphs is None else list(graphs[part]),
                 None if split is None else split[part],
                 keep_smiles,
+                descriptors,
             )
         )
     return tasks
@@ -620,8 +656,15 @@ def _run_tasks(tasks: list[ChunkTask], workers: int, bar: tqdm) -> dict[str, flo
     return stage
 
 
-def _reuse(cache_dir: Path, rows: int, workers: int, description: str) -> CacheReport:
+def _reuse(
+    cache_dir: Path, rows: int, workers: int, description: str, descriptors: bool = False
+) -> CacheReport:
     report = existing_cache_report(cache_dir, workers)
+    if descriptors and not MoleculeCache(cache_dir).has_descriptors:
+        raise ValueError(
+            f"{cache_dir} holds a store without descriptors; a store with them needs its own "
+            "folder (put the option in the store's key) or remove this one to rebuild it"
+        )
     if report.molecules != rows:
         raise ValueError(
             f"{cache_dir} caches {report.molecules} rows, but {description} has {rows}; "
@@ -645,6 +688,7 @@ def build_molecule_cache(
     graphs: Sequence[GraphDict] | None = None,
     split: Sequence[int] | None = None,
     keep_smiles: bool = False,
+    descriptors: bool = False,
     skipped: Sequence[MoleculeFailure] = (),
     workers: int = 1,
     chunk_size: int | None = None,
@@ -664,6 +708,7 @@ def build_molecule_cache(
         graphs: ``[R]`` ready graphs (:data:`GraphDict`) instead of SMILES.
         split: ``[R]`` split codes (index into :data:`SPLIT_NAMES`) stored with the graphs.
         keep_smiles: store the SMILES of the cached graphs (scaffold splits, messages).
+        descriptors: also store the RDKit 2D descriptors of every graph (SMILES only).
         skipped: rows the source already rejected; recorded among the failures.
         workers: processes featurising chunks in parallel (1: in this process).
         chunk_size: rows per chunk for a new build (default :data:`DEFAULT_CHUNK_SIZE`; a
@@ -678,6 +723,8 @@ def build_molecule_cache(
     cache_dir = Path(cache_dir)
     if (smiles is None) == (graphs is None):
         raise ValueError("give either smiles or graphs")
+    if descriptors and smiles is None:
+        raise ValueError("descriptors are computed from SMILES; this source gives graphs")
     records = len(smiles if smiles is not None else graphs)  # type: ignore[arg-type]
     row_ids = np.arange(records) if rows is None else np.asarray(rows, dtype=np.int64)
     total_rows = records + len(skipped)
@@ -690,9 +737,9 @@ def build_molecule_cache(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if cache_is_complete(cache_dir):
-        return _reuse(cache_dir, total_rows, workers, description)
+        return _reuse(cache_dir, total_rows, workers, description, descriptors)
     wall = time.perf_counter()
-    chunk_size = _read_plan(cache_dir, total_rows, targets.shape[1], chunk_size)
+    chunk_size = _read_plan(cache_dir, total_rows, targets.shape[1], chunk_size, descriptors)
     num_chunks = max(1, -(-records // chunk_size))
     chunks_root = cache_dir / CHUNKS_DIR
     chunks_root.mkdir(parents=True, exist_ok=True)
@@ -716,6 +763,7 @@ def build_molecule_cache(
         chunk_size,
         featurizer,
         keep_smiles,
+        descriptors,
         row_ids,
         targets,
         smiles,
@@ -737,10 +785,14 @@ def build_molecule_cache(
 
     failures: list[MoleculeFailure] = list(skipped)
     num_graphs = 0
+    nonfinite = None
     for c in range(num_chunks):
         chunk_meta = json.loads((chunks_root / f"{c:06d}" / META_FILE).read_text("utf-8"))
         num_graphs += chunk_meta["graphs"]
         failures.extend(MoleculeFailure(**f) for f in chunk_meta["failures"])
+        if descriptors:
+            counts = np.asarray(chunk_meta["descriptor_nonfinite"], dtype=np.int64)
+            nonfinite = counts if nonfinite is None else nonfinite + counts
     failures.sort(key=lambda f: f.index)
     edge_dims = {np.ndim(g["edge_feat"]) for g in graphs or []}
     meta = {
@@ -755,6 +807,8 @@ def build_molecule_cache(
         "failures": [asdict(f) for f in failures],
         **(extra_meta or {}),
     }
+    if descriptors:
+        meta["descriptors"] = _descriptor_meta(nonfinite)
     t_merge = time.perf_counter()
     _merge_chunks(cache_dir, num_chunks, meta)
     stage["merge"] = time.perf_counter() - t_merge
@@ -797,6 +851,18 @@ def build_molecule_cache(
         load,
     )
     return report
+
+
+def _descriptor_meta(nonfinite: np.ndarray | None) -> dict[str, Any]:
+    """``meta.json["descriptors"]``: set, names, and per descriptor the non-finite values."""
+    from .descriptors import DESCRIPTOR_NAMES, descriptor_set_id
+
+    counts = np.zeros(len(DESCRIPTOR_NAMES), np.int64) if nonfinite is None else nonfinite
+    return {
+        "set": descriptor_set_id(),
+        "names": list(DESCRIPTOR_NAMES),
+        "nonfinite": {n: int(c) for n, c in zip(DESCRIPTOR_NAMES, counts, strict=True) if c},
+    }
 
 
 def _account(result: ChunkResult, stage: dict[str, float], bar: tqdm) -> None:
@@ -1029,6 +1095,23 @@ class MoleculeCache:
         return [bytes(raw[ptr[p] : ptr[p + 1]]).decode("utf-8") for p in np.asarray(positions)]
 
     @property
+    def has_descriptors(self) -> bool:
+        """Whether the store was built with ``descriptors=True``."""
+        return "descriptors" in self.meta
+
+    @property
+    def descriptor_names(self) -> list[str]:
+        """``[K]`` names of the stored descriptors (empty without them)."""
+        return list(self.meta.get("descriptors", {}).get("names", []))
+
+    @property
+    def descriptors(self) -> np.ndarray:
+        """``[M, K]`` float32 raw RDKit 2D descriptors (memory-mapped; ``NaN`` = failed)."""
+        if not self.has_descriptors:
+            raise ValueError(f"{self.cache_dir} was built without descriptors")
+        return self.open()["descriptors"]
+
+    @property
     def has_smiles(self) -> bool:
         return "smiles_ptr" in self.meta.get("arrays", ())
 
@@ -1084,6 +1167,10 @@ class CachedGraphDataset(Dataset):
 
     def __len__(self) -> int:
         return int(self.positions.size)
+
+    def with_positions(self, positions: np.ndarray) -> CachedGraphDataset:
+        """The same kind of split over other store ``positions`` ``[n]``."""
+        return CachedGraphDataset(self.cache, positions, self.multi_hop_max_dist, self.name)
 
     def _pos(self, idx: int) -> int:
         n = len(self)

@@ -65,7 +65,8 @@ class TrainConfig:
     urpe_weight_decay: float = 0.0
     """AdamW weight decay of URPE's ``C`` tables (their own parameter group)."""
     clip_norm: float | None = 5.0
-    loss: Literal["l1", "mse"] = "l1"
+    loss: Literal["l1", "mse", "smooth_l1"] = "l1"
+    """Regression loss: ``l1``, ``mse`` or ``smooth_l1`` (Huber with threshold 1)."""
     seed: int = 1
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, ..."""

@@ -16,6 +16,11 @@ and writes into ``config.out``:
   has labels: ``test_has_labels``), the mean-predictor baseline, wall time and training graphs
   per second.
 
+A pretraining set (``pretrain:PATH``, see :mod:`graphormer_urpe.datasets.pretrain`) is trained
+like any multi-target regression; its checkpoints also hold ``"pretrain"`` (the descriptor
+names, their normalisation and the RDKit version), and its test split writes no
+``test_predictions.csv``.
+
 The dataset decides the loss and the selection rule: ``task_type == "binary"`` trains one
 logit per task with BCE (missing labels masked), otherwise ``config.loss``; the best checkpoint
 maximises the metric when ``higher_is_better`` (ROC-AUC, AP) and minimises it otherwise.
@@ -144,12 +149,15 @@ def linear_schedule(step: int, warmup: int, total: int, peak: float, end: float)
 
 
 def masked_loss(pred: Tensor, target: Tensor, kind: str = "l1") -> Tensor:
-    """Mean L1 (``l1``), squared error (``mse``) or binary cross-entropy on logits (``bce``,
-    targets 0/1) over the finite entries of ``target`` (``[B, T]`` each)."""
+    """Mean L1 (``l1``), squared error (``mse``), smooth L1 (``smooth_l1``: squared below 1,
+    absolute above) or binary cross-entropy on logits (``bce``, targets 0/1) over the finite
+    entries of ``target`` (``[B, T]`` each)."""
     mask = torch.isfinite(target)
     filled = torch.where(mask, target, torch.zeros_like(target)).float()
     if kind == "bce":
         err = nn.functional.binary_cross_entropy_with_logits(pred.float(), filled, reduction="none")
+    elif kind == "smooth_l1":
+        err = nn.functional.smooth_l1_loss(pred.float(), filled, reduction="none")
     else:
         diff = pred.float() - filled
         err = diff.abs() if kind == "l1" else diff.square()
@@ -850,6 +858,7 @@ class _Run:
             "metric": self.metric,
             "task_type": splits.task_type,
             "train_mean": self.mean,
+            **({"pretrain": splits.pretrain} if splits.pretrain is not None else {}),
         }
 
     def checkpoint(self, epoch: int, batch: int) -> Path | None:
@@ -1041,7 +1050,7 @@ class _Run:
             n, t = len(self.splits.test), self.splits.num_targets
             p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
             test = self.splits.evaluate(p, y)
-            if main:
+            if main and self.splits.pretrain is None:  # not hundreds of descriptor columns
                 _write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
         metrics = self._metrics(test)
         if main:
@@ -1079,9 +1088,11 @@ class _Run:
                     if int(r["epoch"]) == -1
                 }
             )
-        note = {}
+        note: dict[str, Any] = {}
+        if splits.pretrain is not None:
+            note["pretrain_descriptors"] = len(splits.target_names)
         if not self.test_labelled:
-            note = {"test_note": f"the test split of {splits.name} has no labels; no test metric"}
+            note["test_note"] = f"the test split of {splits.name} has no labels; no test metric"
         seconds = self.train_seconds
         return {
             "dataset": splits.name,

@@ -390,7 +390,8 @@ def init_from_checkpoint(
     dropouts and ``attention`` are the run's (``urpe`` on a plain checkpoint adds C tables at
     1, newly initialised); the number of outputs is the dataset's. Every tensor whose name and
     shape match is loaded; the head's output layer is re-initialised when the number of
-    outputs differs.
+    outputs differs, and always for a pretraining checkpoint (``graphormer-urpe pretrain``:
+    its outputs are descriptors, never the new task's targets).
 
     Raises:
         CheckpointError: the file is not a readable checkpoint, or a tensor other than the
@@ -398,6 +399,7 @@ def init_from_checkpoint(
         ValueError: the checkpoint's tables are too small for the dataset's featuriser.
     """
     state: Mapping[str, Tensor]
+    pretrained = False  # a self-supervised pretraining checkpoint: its head is never kept
     if Path(path).is_dir():  # a Hugging Face folder, converted on the fly
         source = read_graphormer(path)
         saved, state = source.model.config, source.model.state_dict()
@@ -406,6 +408,7 @@ def init_from_checkpoint(
         with incompatible_checkpoint(path):
             saved = TrainConfig.from_dict(ckpt["config"]).model
         state = ckpt["model"]
+        pretrained = ckpt.get("pretrain") is not None
     take = {f: getattr(run, f) for f in _RUN_FIELDS}
     if saved.attention != "urpe":
         take.update(urpe_num_buckets=run.urpe_num_buckets, urpe_share_layers=run.urpe_share_layers)
@@ -420,7 +423,7 @@ def init_from_checkpoint(
     model = Graphormer(config)
     own = model.state_dict()
     head_out = set(model.head_output_names())
-    new_outputs = saved.num_targets != num_targets
+    new_outputs = saved.num_targets != num_targets or pretrained
     take_state: dict[str, Tensor] = {}
     loaded: list[str] = []
     initialised: list[str] = []
@@ -445,7 +448,8 @@ def init_from_checkpoint(
         len(loaded),
         len(initialised),
         len(ignored),
-        f" (the head's output layer: {saved.num_targets} -> {num_targets} outputs)"
+        f" (the head's output layer: {saved.num_targets} -> {num_targets} outputs"
+        f"{', a pretraining head' if pretrained else ''})"
         if new_outputs
         else "",
     )
