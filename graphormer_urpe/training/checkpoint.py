@@ -3,6 +3,10 @@
 A checkpoint is a dict of tensors and plain Python values (no pickled objects): the run's
 config as JSON, the model / optimizer / scheduler / grad-scaler states, the RNG states, and
 the training position (epoch, step, best validation metric).
+
+Checkpoints that ship inside the package are named in :data:`SHIPPED`: wherever a checkpoint
+path is read, such a name (``pretrained``) stands for the shipped file, unless a file or
+folder of that name exists.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ __all__ = [
     "write_atomic",
     "save_checkpoint",
     "load_checkpoint",
+    "SHIPPED",
+    "resolve_checkpoint",
     "rng_state",
     "set_rng_state",
     "CheckpointKeeper",
@@ -43,6 +49,30 @@ __all__ = [
 ]
 
 FORMAT = "graphormer-urpe/1"
+
+SHIPPED: dict[str, str] = {"pretrained": "urpe-small-moses.pt"}
+"""Names of the checkpoints shipped in ``graphormer_urpe/weights/`` (see the README's
+"Pretraining" section for how each was made)."""
+WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """``path``, or the shipped file when ``path`` is a :data:`SHIPPED` name and no file or
+    folder of that name exists.
+
+    Raises:
+        CheckpointError: a shipped name whose file is missing from this installation.
+    """
+    p = Path(path)
+    if p.exists() or str(path) not in SHIPPED:
+        return p
+    shipped = WEIGHTS / SHIPPED[str(path)]
+    if not shipped.is_file():
+        raise CheckpointError(
+            f"the shipped checkpoint {str(path)!r} ({shipped}) is missing from this installation"
+        )
+    return shipped
+
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +180,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         CheckpointError: the file is missing, unreadable, not a checkpoint of this library, or
             of an incompatible format version.
     """
-    path = Path(path)
+    path = resolve_checkpoint(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
