@@ -68,6 +68,10 @@ def table(tmp_path_factory) -> Path:
     return path
 
 
+TINY_MODEL = ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
+"""Model flags for fast command-line runs."""
+
+
 def _train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
     return [
         "train",
@@ -79,14 +83,7 @@ def _train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
         "heavy_atoms",
         "--out",
         str(out),
-        "--num-layers",
-        "2",
-        "--hidden-dim",
-        "16",
-        "--ffn-dim",
-        "16",
-        "--num-heads",
-        "2",
+        *TINY_MODEL,
         "--batch-size",
         "8",
         "--epochs",

@@ -26,6 +26,7 @@ from graphormer_urpe.training.checkpoint import load_checkpoint
 from graphormer_urpe.training.config import make_config
 from graphormer_urpe.training.pretrained import init_from_checkpoint
 
+from .test_cli import TINY_MODEL
 from .test_resume import _assert_same_run, _loss_hook
 
 # 120 NCI molecules → a 98/1/1 split of 117/1/2 → 8 batches of 16 per epoch
@@ -49,14 +50,7 @@ def _pretrain_args(smi: Path, cache: Path, out: Path, *extra: str) -> list[str]:
         str(cache),
         "--out",
         str(out),
-        "--num-layers",
-        "2",
-        "--hidden-dim",
-        "16",
-        "--ffn-dim",
-        "16",
-        "--num-heads",
-        "2",
+        *TINY_MODEL,
         "--batch-size",
         "16",
         "--max-steps",
