@@ -265,7 +265,8 @@ def _path_hops(
     offsets = torch.cumsum(count, 0) - count  # [B*m*m], start of each cell's bag
     divisor = (spatial_pos.reshape(-1) - 1).clamp(min=1, max=max_dist)  # [P]
     inv = torch.ones(b * m * m, dtype=dtype, device=device)
-    inv[cell] = 1.0 / (fe * divisor).to(dtype)  # mean over F_e, / min(max(s,1), D_max)
+    # in float32 and then cast: CUDA autocast runs reciprocal in float32 whatever its input
+    inv[cell] = (1.0 / (fe * divisor).float()).to(dtype)  # mean over F_e, / min(max(s,1), D_max)
     return rows.reshape(-1), offsets, inv
 
 
