@@ -99,6 +99,7 @@ MODEL_HELP = {
     "urpe_num_buckets": "rows of each URPE C table (distances beyond share the last)",
     "urpe_share_layers": "one URPE C table for all layers instead of one per layer",
     "num_targets": "outputs of the head (set from the dataset when training)",
+    "num_mol_features": "per-molecule features joined before the head (set by --mol-features)",
     "pre_ln": "pre-LN layers (default; --no-pre-ln: post-LN as in Graphormer v2)",
     "embedding_norm": "LayerNorm on the input embeddings (Graphormer v2)",
     "final_norm": "LayerNorm after the last layer (default; Graphormer v2 has none)",
@@ -116,7 +117,7 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("model (override the preset's architecture)")
     for f in dataclasses.fields(GraphormerConfig):
-        if f.name == "num_targets":
+        if f.name in ("num_targets", "num_mol_features"):
             continue
         kw: dict = {"dest": f"model.{f.name}", "default": None, "help": MODEL_HELP[f.name]}
         if f.name == "attention":
@@ -246,6 +247,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--smiles-column", default=None, help="CSV: SMILES column (default smiles)")
     d.add_argument("--target-columns", nargs="+", default=None, help="CSV: target column(s)")
     d.add_argument("--split-column", default=None, help="CSV: column holding train/valid/test")
+    d.add_argument(
+        "--mol-features",
+        choices=["none", "rdkit2d"],
+        default=None,
+        help="CSV: rdkit2d joins each molecule's 202 RDKit 2D descriptors (normalised on the "
+        "training split, cached in the store) to the graph representation before the head, "
+        "as Chemprop's rdkit_2d_normalized features; predict computes them too; default none",
+    )
     d.add_argument(
         "--task",
         choices=["regression", "classification"],

@@ -18,7 +18,9 @@ counted. Every model reads those files:
   from scratch, from ``--init-from`` (default ``pretrained``, the shipped checkpoint) and from
   ``--graphormer-init`` (a plain-Graphormer checkpoint pretrained with the same recipe; ESOL
   and Lipophilicity only), each with the time budget that Chemprop took on the same split
-  (``--minutes`` when Chemprop did not run), best epoch chosen on the valid split.
+  (``--minutes`` when Chemprop did not run), best epoch chosen on the valid split;
+  ``urpe-pretrained-rdkit2d``: ``urpe-pretrained`` with ``--mol-features rdkit2d`` (the
+  molecules' normalised RDKit descriptors joined before the head).
 
 Every run gets one CPU thread (``--parallel`` runs at once) and writes its test predictions;
 the metric is computed here, the same way for every model. Finished runs are kept and skipped,
@@ -51,7 +53,7 @@ SHARED = REPO.parent / "shared" / "data" / "moleculenet"
 WORK = Path.home() / ".cache" / "graphormer-urpe" / "bench" / "small_data"
 TOX21 = "NR-AR NR-AR-LBD NR-AhR NR-Aromatase NR-ER NR-ER-LBD NR-PPAR-gamma SR-ARE SR-ATAD5 "
 TOX21 += "SR-HSE SR-MMP SR-p53"
-OURS = ("urpe-scratch", "urpe-pretrained", "graphormer-pretrained")
+OURS = ("urpe-scratch", "urpe-pretrained", "urpe-pretrained-rdkit2d", "graphormer-pretrained")
 MODELS = ("rf", "chemprop", *OURS)
 
 
@@ -229,8 +231,11 @@ def run_one(a: argparse.Namespace, name: str, seed: int, model: str) -> dict:
     elif model == "chemprop":
         pred = run_chemprop(task, split, out, seed, a.chemprop)
     else:
-        init = {"urpe-scratch": None, "urpe-pretrained": a.init_from}.get(model, a.graphormer_init)
-        extra = ["--attention", "graphormer"] if model == "graphormer-pretrained" else []
+        base = model.removesuffix("-rdkit2d")
+        init = {"urpe-scratch": None, "urpe-pretrained": a.init_from}.get(base, a.graphormer_init)
+        extra = ["--attention", "graphormer"] if base == "graphormer-pretrained" else []
+        if model.endswith("-rdkit2d"):
+            extra += ["--mol-features", "rdkit2d"]
         pred = run_ours(task, split, out, seed, budget(split, a), init, extra + a.train_args)
     wall = time.perf_counter() - start
     truth = pd.read_csv(split / "test.csv")

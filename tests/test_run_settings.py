@@ -174,6 +174,12 @@ def test_no_progress_bar_into_a_log_file_but_a_line_per_epoch(table, tmp_path, c
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
     assert [line.split()[1] for line in lines] == ["0", "1", "2"]
     assert "valid" not in lines[0] and "valid" in lines[1] and "valid" in lines[2]
+    # predict and evaluate draw no bar into a log file either
+    best = str(tmp_path / "run" / "best.pt")
+    assert cli.main(["predict", "--checkpoint", best, "--smiles", "CCO", "CCN"]) == 0
+    assert cli.main(["evaluate", "--checkpoint", best]) == 0
+    err = capfd.readouterr().err
+    assert "mol/s" not in err and "it/s" not in err and "\r" not in err
 
 
 # ---------------------------------------------------------------------------------------

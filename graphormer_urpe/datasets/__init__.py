@@ -8,8 +8,9 @@ with its RDKit 2D descriptors, :mod:`.descriptors`, as targets). Each reads its 
 2 bytes per atom pair, built once in parallel resumable chunks, kept in the cache folder of
 :mod:`.source`); batches decode the path features when they are read. The rest has a module
 each: featurisers (:mod:`.featurize`), splits (:mod:`.splitting`), the input policy
-(:mod:`.policy`), metrics (:mod:`.metrics`) and the name → splits registry
-(:mod:`.registry`).
+(:mod:`.policy`), metrics (:mod:`.metrics`), per-molecule descriptor features joined
+before the head (:mod:`.mol_features`, ``--mol-features rdkit2d``) and the name → splits
+registry (:mod:`.registry`).
 
 Example::
 

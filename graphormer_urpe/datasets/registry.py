@@ -38,6 +38,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from .metrics import classification_metrics, regression_metrics
+from .mol_features import needs_descriptors, with_mol_features
 from .nci import NCI5K_PATH, open_nci
 from .ogbg import OGBGEvaluator, open_ogbg
 from .pcqm import LSC_DATASETS, load_lsc_splits
@@ -107,6 +108,9 @@ class DatasetSplits:
         pretrain: for a pretraining set (``pretrain:PATH``, :mod:`.pretrain`), what its
             checkpoints record: source, split, the descriptor names, their normalisation and
             the RDKit version (JSON-friendly); ``None`` otherwise.
+        mol_features: with per-molecule features (:mod:`.mol_features`), what a run records
+            to reproduce them: ``{"kind", "descriptors"}`` (the training split's normaliser,
+            JSON-friendly); ``None`` otherwise.
     """
 
     name: str
@@ -126,6 +130,7 @@ class DatasetSplits:
     oversize_test: int = 0
     unreadable: dict[str, int] = field(default_factory=dict)
     pretrain: dict | None = None
+    mol_features: dict | None = None
 
     def __post_init__(self) -> None:
         if self.task_type not in ("regression", "binary"):
@@ -135,6 +140,11 @@ class DatasetSplits:
     def num_targets(self) -> int:
         """Number of regression targets ``T``."""
         return len(self.target_names)
+
+    @property
+    def num_mol_features(self) -> int:
+        """``K``, per-molecule features of each graph (``data.mol_x``); 0 without."""
+        return 0 if self.mol_features is None else len(self.mol_features["descriptors"]["names"])
 
     def input_report(self) -> dict[str, int | None]:
         """What :func:`apply_input_policy` left out or flagged, for a run's metrics.
@@ -369,6 +379,7 @@ def load_csv(
     cache_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     task: str = "regression",
+    descriptors: bool = False,
 ) -> DatasetSplits:
     """A SMILES CSV (``PATH``) or three per-split CSVs (``TRAIN,VALID,TEST``).
 
@@ -382,6 +393,8 @@ def load_csv(
         raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
     options = {"smiles_column": smiles_column, "featurizer": _check_featurizer(featurizer, "ogb")}
     store = {"cache_dir": cache_dir, "workers": workers, "strict": strict}
+    if descriptors:
+        store["descriptors"] = True
     paths = [spec] if os.path.exists(spec) else [p.strip() for p in spec.split(",")]
     if len(paths) == 1:
         if split_column is not None and split not in ("random", "column"):
@@ -474,6 +487,8 @@ def load_dataset(
     cache_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     task: str = "regression",
+    mol_features: str = "none",
+    mol_features_record: dict | None = None,
 ) -> DatasetSplits:
     """Load a dataset by name: ``nci5k``, ``zinc``, ``zinc-full``, ``csv:PATH``,
     ``csv:TRAIN,VALID,TEST``, ``pcqm4mv2``, ``pcqm4m``, an ``ogbg-mol*`` name or
@@ -500,6 +515,10 @@ def load_dataset(
         workers: processes that build a missing store.
         task: CSV: ``"regression"`` or ``"classification"`` (binary labels: BCE, ROC-AUC and
             PRC-AUC); the other sets have their own task.
+        mol_features: ``"none"`` or ``"rdkit2d"`` (CSV datasets): every graph carries its
+            normalised RDKit 2D descriptors as ``mol_x`` (:mod:`.mol_features`).
+        mol_features_record: a run's ``DatasetSplits.mol_features``: normalise with its
+            statistics instead of the training split's (evaluating a trained model).
 
     Returns:
         The :class:`DatasetSplits`, filtered by
@@ -515,6 +534,11 @@ def load_dataset(
     store = {"cache_dir": cache_dir, "workers": workers}
     if task != "regression" and not name.startswith("csv:"):
         raise ValueError(f"task={task!r} applies to csv: datasets; {name} has its own task")
+    descriptors = needs_descriptors(mol_features)
+    if descriptors and not name.startswith("csv:"):
+        raise ValueError(
+            f"molecule features ({mol_features}) are computed for csv: datasets, not {name}"
+        )
     splits: DatasetSplits
     if name == "nci5k":
         splits = load_nci5k(
@@ -556,8 +580,10 @@ def load_dataset(
             seed=seed,
             featurizer=featurizer,
             task=task,
+            descriptors=descriptors,
             **store,
         )
     else:
         raise ValueError(f"unknown dataset {name!r}; choose one of {list(DATASET_NAMES)}")
+    splits = with_mol_features(splits, mol_features, mol_features_record)
     return apply_input_policy(splits, max_nodes)

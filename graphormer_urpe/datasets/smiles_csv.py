@@ -214,6 +214,7 @@ def open_csv(
     cache_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     strict: bool = False,
+    descriptors: bool = False,
 ) -> MoleculeCache:
     """The store of a SMILES CSV, built on first use (see :func:`read_smiles_csv`).
 
@@ -226,6 +227,8 @@ def open_csv(
         cache_dir: the cache folder.
         workers: processes building the store.
         strict: raise :class:`~.featurize.InvalidMoleculeError` when any row is invalid.
+        descriptors: a store that also holds each molecule's RDKit 2D descriptors (its own
+            folder; a store without them is never reused for this).
     """
     targets = None if target_columns is None else [str(c) for c in target_columns]
     identity = {
@@ -234,6 +237,8 @@ def open_csv(
         "target_columns": targets,
         "split_column": split_column,
     }
+    if descriptors:  # only then, so that the folders of existing stores keep their names
+        identity["descriptors"] = True
     cache = open_store(
         csv_store_dir(path, identity, cache_dir),
         lambda: read_smiles_csv(path, smiles_column, targets, split_column),
@@ -241,6 +246,7 @@ def open_csv(
         description=str(path),
         workers=workers,
         extra_meta={"line_offset": 2, "split_column": split_column},
+        descriptors=descriptors,
     )
     if strict:
         check_strict(cache, str(path), describe_csv_row)

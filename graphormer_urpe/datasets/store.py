@@ -68,7 +68,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -79,6 +79,9 @@ from tqdm.auto import tqdm
 
 from ..graph.fast_features import _ranges, batched_graph_structure, index_dtype
 from ..graph.flat import FlatGraphs
+
+if TYPE_CHECKING:
+    from .descriptors import DescriptorNormalizer
 
 __all__ = [
     "CACHE_FORMAT",
@@ -1151,6 +1154,9 @@ class CachedGraphDataset(Dataset):
         positions: ``[N]`` cache positions of this split's graphs, in order.
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
         name: the split's name, for messages.
+        mol_features: a fitted :class:`~.descriptors.DescriptorNormalizer` of the store's
+            descriptors: each ``Data`` then carries ``mol_x`` ``[1, K]`` float32, its
+            normalised descriptors (the model joins them to the graph token); ``None``: none.
     """
 
     def __init__(
@@ -1159,18 +1165,32 @@ class CachedGraphDataset(Dataset):
         positions: np.ndarray,
         multi_hop_max_dist: int = 5,
         name: str = "",
+        *,
+        mol_features: DescriptorNormalizer | None = None,
     ) -> None:
         self.cache = cache
         self.positions = np.asarray(positions, dtype=np.int64)
         self.multi_hop_max_dist = int(multi_hop_max_dist)
         self.name = name
+        if mol_features is not None and list(mol_features.names) != cache.descriptor_names:
+            raise ValueError(
+                f"{cache.cache_dir}: its descriptors are not those of the molecule-feature "
+                "normaliser (a store built with descriptors=True of the same descriptor set)"
+            )
+        self.mol_features = mol_features
 
     def __len__(self) -> int:
         return int(self.positions.size)
 
     def with_positions(self, positions: np.ndarray) -> CachedGraphDataset:
         """The same kind of split over other store ``positions`` ``[n]``."""
-        return CachedGraphDataset(self.cache, positions, self.multi_hop_max_dist, self.name)
+        return CachedGraphDataset(
+            self.cache,
+            positions,
+            self.multi_hop_max_dist,
+            self.name,
+            mol_features=self.mol_features,
+        )
 
     def _pos(self, idx: int) -> int:
         n = len(self)
@@ -1179,10 +1199,17 @@ class CachedGraphDataset(Dataset):
         return int(self.positions[idx])
 
     def __getitem__(self, idx: int) -> Data:
-        return self.cache.graph(self._pos(int(idx)), self.multi_hop_max_dist)
+        return self.__getitems__([idx])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Data]:
-        return self.cache.graphs([self._pos(int(i)) for i in indices], self.multi_hop_max_dist)
+        pos = [self._pos(int(i)) for i in indices]
+        graphs = self.cache.graphs(pos, self.multi_hop_max_dist)
+        if self.mol_features is not None:
+            raw = self.cache.descriptors[np.asarray(pos, dtype=np.int64)]  # [n, K]
+            mol_x = torch.from_numpy(self.mol_features.transform(raw))
+            for g, row in zip(graphs, mol_x, strict=True):
+                g.mol_x = row.view(1, -1)
+        return graphs
 
     def target_matrix(self) -> Tensor:
         """``[N, T]`` float targets of the split, read without building any graph."""

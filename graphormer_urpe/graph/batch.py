@@ -134,6 +134,8 @@ class GraphormerBatch:
         node_mask: ``[B, n]`` bool, ``True`` on real nodes.
         num_nodes: ``[B]`` long, nodes per graph.
         y: ``[B, T]`` float targets, or ``None``.
+        mol_features: ``[B, K]`` float32 per-molecule features joined to the graph
+            representation before the head (``data.mol_x`` of each graph), or ``None``.
         total_nodes: ``num_nodes.sum()`` as a Python int, known where the batch was collated
             (on the host), so that the model sizes its real-token index without reading it
             back from the device; ``None`` when unknown (then it is counted on the device).
@@ -149,6 +151,7 @@ class GraphormerBatch:
     node_mask: Tensor
     num_nodes: Tensor
     y: Tensor | None = None
+    mol_features: Tensor | None = None
     total_nodes: int | None = None
 
     @property
@@ -259,6 +262,9 @@ def _flatten(data_list: Sequence[Data] | Batch, multi_hop_max_dist: int) -> Flat
     y = None
     if all(getattr(d, "y", None) is not None for d in graphs):
         y = torch.cat([d.y.reshape(1, -1).float() for d in graphs], dim=0).numpy()  # [B, T]
+    mol_x = None
+    if all(getattr(d, "mol_x", None) is not None for d in graphs):
+        mol_x = torch.cat([d.mol_x.reshape(1, -1).float() for d in graphs]).numpy()  # [B, K]
     return FlatGraphs(
         num_nodes=np.array([x.shape[0] for x in xs], dtype=np.int64),
         hops=torch.cat([d.edge_input_hops.view(-1) for d in graphs]).long().numpy(),
@@ -267,6 +273,7 @@ def _flatten(data_list: Sequence[Data] | Batch, multi_hop_max_dist: int) -> Flat
         spatial_pos=torch.cat([d.spatial_pos for d in graphs]).numpy(),
         edge_input=torch.cat(edge_flat).numpy(),
         y=y,
+        mol_x=mol_x,
     )
 
 
@@ -343,6 +350,7 @@ def _pad(
         node_mask=node_mask,
         num_nodes=sizes,
         y=None if flat.y is None else torch.from_numpy(flat.y).float(),
+        mol_features=None if flat.mol_x is None else torch.from_numpy(flat.mol_x).float(),
         total_nodes=int(sizes.sum()),
     )
 

@@ -16,6 +16,8 @@ array               shape                     content
 ``edge_input``      ``[sum N^2 D, F_e]``      row-major ``[N_g, N_g, D_g, F_e]`` path bond
                                               features (``raw + 2 + 512 f``, -1 = no hop)
 ``y``               ``[B, T]`` float32        targets, or ``None``
+``mol_x``           ``[B, K]`` float32        per-molecule features (e.g. normalised
+                                              descriptors), or ``None``
 ==================  ========================  ==========================================
 
 So the graphs ``a..b`` are one contiguous slice of every array (:meth:`FlatGraphs.slice`),
@@ -49,6 +51,7 @@ class FlatGraphs:
     spatial_pos: np.ndarray
     edge_input: np.ndarray
     y: np.ndarray | None = None
+    mol_x: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.num_nodes.size)
@@ -80,7 +83,8 @@ class FlatGraphs:
             self.degree[n0:n1],
             self.spatial_pos[p0:p1],
             self.edge_input[r0:r1],
-            None if self.y is None else self.y[start:stop],
+            _rows(self.y, slice(start, stop)),
+            _rows(self.mol_x, slice(start, stop)),
         )
 
     def take(self, indices: np.ndarray) -> FlatGraphs:
@@ -96,7 +100,8 @@ class FlatGraphs:
             self.degree[nodes],
             self.spatial_pos[_ranges(self.pair_ptr[g], n * n)],
             np.take(self.edge_input, rows, axis=0),
-            None if self.y is None else self.y[g],
+            _rows(self.y, g),
+            _rows(self.mol_x, g),
         )
 
     @classmethod
@@ -104,7 +109,6 @@ class FlatGraphs:
         """The graphs of ``parts``, one after the other (``parts`` itself when only one)."""
         if len(parts) == 1:
             return parts[0]
-        ys = [p.y for p in parts]
         fe = max(p.edge_input.shape[1] for p in parts)
         edges = [_pad_columns(p.edge_input, fe, -1) for p in parts]
         f = max(p.x.shape[1] for p in parts)
@@ -115,7 +119,8 @@ class FlatGraphs:
             np.concatenate([p.degree for p in parts]),
             np.concatenate([p.spatial_pos for p in parts]),
             np.concatenate(edges),
-            None if any(y is None for y in ys) else np.concatenate(ys),  # type: ignore[misc]
+            _joined([p.y for p in parts]),
+            _joined([p.mol_x for p in parts]),
         )
 
     @classmethod
@@ -141,6 +146,18 @@ class FlatGraphs:
             degree = degree[_ranges(s.node_start, n)]
         x = np.asarray(x).reshape(int(n.sum()), -1)
         return cls(n, s.hops, x, degree, spatial_pos, edge_input, y)
+
+
+def _rows(a: np.ndarray | None, sel: slice | np.ndarray) -> np.ndarray | None:
+    """The per-graph rows ``sel`` of an optional ``[B, *]`` array."""
+    return None if a is None else a[sel]
+
+
+def _joined(parts: list[np.ndarray | None]) -> np.ndarray | None:
+    """Optional per-graph arrays of consecutive parts, joined (``None`` if any is missing)."""
+    if any(a is None for a in parts):
+        return None
+    return np.concatenate(parts)  # type: ignore[arg-type]
 
 
 def _contiguous(starts: np.ndarray, lengths: np.ndarray) -> bool:

@@ -94,6 +94,9 @@ class GraphormerConfig:
     """Rows of each URPE ``C`` table: shifted distances ``0..K-1`` (larger ones share row K-1)."""
     urpe_share_layers: bool = False
     num_targets: int = 1
+    num_mol_features: int = 0
+    """``K``, per-molecule features (``batch.mol_features`` ``[B, K]``, e.g. normalised RDKit
+    descriptors) joined to the graph token before the head; 0: none."""
     pre_ln: bool = True
     """Pre-LN layers (Graphormer v1); ``False``: post-LN (Graphormer v2 / fairseq / Hugging
     Face)."""
@@ -376,12 +379,12 @@ class TransformHead(nn.Module):
     with ``W`` ``[T, d]`` (no bias) and one learned scalar ``b`` shared by all ``T`` outputs.
 
     Shapes:
-        ``[B, d]`` → ``[B, T]``.
+        ``[B, d_in]`` → ``[B, T]`` (``d_in = d`` unless per-molecule features are joined).
     """
 
-    def __init__(self, hidden_dim: int, num_targets: int) -> None:
+    def __init__(self, hidden_dim: int, num_targets: int, in_dim: int | None = None) -> None:
         super().__init__()
-        self.transform = nn.Linear(hidden_dim, hidden_dim)
+        self.transform = nn.Linear(in_dim or hidden_dim, hidden_dim)
         self.norm = nn.LayerNorm(hidden_dim)
         self.out = nn.Linear(hidden_dim, num_targets, bias=False)
         self.bias = nn.Parameter(torch.zeros(1))
@@ -393,7 +396,9 @@ class TransformHead(nn.Module):
 class Graphormer(nn.Module):
     r"""Graph-level predictor: :class:`GraphormerEncoder` + a head on the graph token.
 
-    The head is ``Linear(d, T)`` (``config.head == "linear"``) or :class:`TransformHead`.
+    The head is ``Linear(d, T)`` (``config.head == "linear"``) or :class:`TransformHead`. With
+    ``config.num_mol_features = K > 0`` it reads ``[h_0, m]``: the graph token joined to the
+    batch's per-molecule features ``m`` ``[B, K]`` (``data.mol_x`` of each graph).
 
     Shapes:
         graphs (``GraphormerBatch`` / PyG ``Batch`` / list of ``Data``) → ``[B, num_targets]``.
@@ -402,12 +407,13 @@ class Graphormer(nn.Module):
     def __init__(self, config: GraphormerConfig | None = None, **overrides) -> None:
         super().__init__()
         self.encoder = GraphormerEncoder(config, **overrides)
-        self.config = self.encoder.config
+        self.config = c = self.encoder.config
+        in_dim = c.hidden_dim + c.num_mol_features
         self.head: nn.Module
-        if self.config.head == "transform":
-            self.head = TransformHead(self.config.hidden_dim, self.config.num_targets)
+        if c.head == "transform":
+            self.head = TransformHead(c.hidden_dim, c.num_targets, in_dim)
         else:
-            self.head = nn.Linear(self.config.hidden_dim, self.config.num_targets)
+            self.head = nn.Linear(in_dim, c.num_targets)
         self.reset_head()
 
     def reset_head(self) -> None:
@@ -438,4 +444,14 @@ class Graphormer(nn.Module):
     def forward(self, data: GraphInput) -> Tensor:
         batch = self.encoder._dense(data)
         h, _ = self.encoder.forward_tokens(batch, graph_tokens_only=True)  # [B, d]
+        k = self.config.num_mol_features
+        if k:
+            m = batch.mol_features
+            if m is None or m.shape != (h.shape[0], k):
+                got = None if m is None else tuple(m.shape)
+                raise ValueError(
+                    f"the model joins {k} per-molecule features to each graph; the batch has "
+                    f"mol_features {got} (give every graph data.mol_x [1, {k}])"
+                )
+            h = torch.cat([h, m.to(h.dtype)], dim=1)  # [B, d + K]
         return self.head(h)  # [B, num_targets]

@@ -41,6 +41,9 @@ class LoadedModel:
     device: torch.device
     task_type: str = "regression"
     """``binary`` (the model outputs one logit per task) or ``regression``."""
+    mol_features: dict | None = None
+    """The run's per-molecule features and their normalisation (``--mol-features``), which
+    new molecules get too; ``None``: none."""
 
 
 def checkpoint_task_type(ckpt: dict) -> str:
@@ -67,6 +70,7 @@ def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
         metric=ckpt.get("metric", "mae"),
         device=dev,
         task_type=checkpoint_task_type(ckpt),
+        mol_features=ckpt.get("mol_features"),
     )
 
 
@@ -92,7 +96,7 @@ def evaluate_checkpoint(
     if cache_dir is not None:
         cfg = replace(cfg, cache_dir=cache_dir)
     cfg = replace(cfg, preprocess_workers=workers)
-    splits = load_splits(cfg)
+    splits = load_splits(cfg, lm.mol_features)
     dataset = getattr(splits, split)
     loader = make_loader(dataset, lm.model.config, batch_size or cfg.batch_size, shuffle=False)
     pred, y = predict(

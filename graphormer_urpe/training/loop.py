@@ -246,9 +246,13 @@ def make_optimizer(
     )
 
 
-def build_model(config: GraphormerConfig, featurizer: str, num_targets: int) -> Graphormer:
-    """The model for a dataset: tables grown to fit its featuriser, one output per target."""
-    return Graphormer(fit_tables(replace(config, num_targets=num_targets), featurizer))
+def build_model(
+    config: GraphormerConfig, featurizer: str, num_targets: int, num_mol_features: int = 0
+) -> Graphormer:
+    """The model for a dataset: tables grown to fit its featuriser, one output per target,
+    ``num_mol_features`` per-molecule features joined before the head."""
+    config = replace(config, num_targets=num_targets, num_mol_features=num_mol_features)
+    return Graphormer(fit_tables(config, featurizer))
 
 
 @torch.no_grad()
@@ -264,7 +268,7 @@ def predict(
     model.eval()
     preds, ys = [], []
     ctx = precision.autocast if precision is not None else contextlib.nullcontext
-    for batch in tqdm(loader, desc=desc, disable=not progress, leave=False):
+    for batch in tqdm(loader, desc=desc, disable=None if progress else True, leave=False):
         batch = batch.to(device, non_blocking=True)
         with ctx():
             out = model(batch)
@@ -395,8 +399,10 @@ class _History:
             self.tb.close()
 
 
-def load_splits(config: TrainConfig):
-    """The :class:`~graphormer_urpe.datasets.DatasetSplits` a run's config names."""
+def load_splits(config: TrainConfig, mol_features_record: dict | None = None):
+    """The :class:`~graphormer_urpe.datasets.DatasetSplits` a run's config names
+    (``mol_features_record``: a checkpoint's ``"mol_features"``, whose normalisation then
+    applies instead of the training split's own)."""
     from ..datasets import load_dataset
 
     return load_dataset(
@@ -414,6 +420,8 @@ def load_splits(config: TrainConfig):
         max_nodes=config.max_nodes,
         cache_dir=config.cache_dir,
         workers=config.preprocess_workers,
+        mol_features=config.mol_features,
+        mol_features_record=mol_features_record,
     )
 
 
@@ -620,10 +628,16 @@ class _Run:
             from .pretrained import init_from_checkpoint
 
             model, report = init_from_checkpoint(
-                config.init_from, config.model, splits.featurizer, splits.num_targets
+                config.init_from,
+                config.model,
+                splits.featurizer,
+                splits.num_targets,
+                splits.num_mol_features,
             )
             return model.to(self.device), report
-        model = build_model(config.model, splits.featurizer, splits.num_targets)
+        model = build_model(
+            config.model, splits.featurizer, splits.num_targets, splits.num_mol_features
+        )
         return model.to(self.device), None
 
     def _make_loaders(self) -> None:
@@ -859,6 +873,7 @@ class _Run:
             "task_type": splits.task_type,
             "train_mean": self.mean,
             **({"pretrain": splits.pretrain} if splits.pretrain is not None else {}),
+            **({"mol_features": splits.mol_features} if splits.mol_features else {}),
         }
 
     def checkpoint(self, epoch: int, batch: int) -> Path | None:

@@ -381,7 +381,11 @@ checkpoint (URPE's ``urpe_*`` too when the checkpoint has C tables)."""
 
 
 def init_from_checkpoint(
-    path: str | os.PathLike, run: GraphormerConfig, featurizer: str, num_targets: int
+    path: str | os.PathLike,
+    run: GraphormerConfig,
+    featurizer: str,
+    num_targets: int,
+    num_mol_features: int = 0,
 ) -> tuple[Graphormer, InitReport]:
     """A model for a fine-tuning run, initialised from the checkpoint at ``path`` (a
     checkpoint of this library, e.g. from :func:`convert_checkpoint`, or a Hugging Face folder).
@@ -391,7 +395,9 @@ def init_from_checkpoint(
     1, newly initialised); the number of outputs is the dataset's. Every tensor whose name and
     shape match is loaded; the head's output layer is re-initialised when the number of
     outputs differs, and always for a pretraining checkpoint (``graphormer-urpe pretrain``:
-    its outputs are descriptors, never the new task's targets).
+    its outputs are descriptors, never the new task's targets), whose head kind is then the
+    run's (``--head``). The whole head is re-initialised when its input changes
+    (``num_mol_features`` per-molecule features joined to the graph token, ``--mol-features``).
 
     Raises:
         CheckpointError: the file is not a readable checkpoint, or a tensor other than the
@@ -412,7 +418,9 @@ def init_from_checkpoint(
     take = {f: getattr(run, f) for f in _RUN_FIELDS}
     if saved.attention != "urpe":
         take.update(urpe_num_buckets=run.urpe_num_buckets, urpe_share_layers=run.urpe_share_layers)
-    config = replace(saved, num_targets=num_targets, **take)
+    if pretrained:  # its head is never kept: the run chooses one
+        take["head"] = run.head
+    config = replace(saved, num_targets=num_targets, num_mol_features=num_mol_features, **take)
     grown = fit_tables(config, featurizer)
     if grown != config:
         diff = [f.name for f in fields(config) if getattr(grown, f.name) != getattr(config, f.name)]
@@ -423,7 +431,10 @@ def init_from_checkpoint(
     model = Graphormer(config)
     own = model.state_dict()
     head_out = set(model.head_output_names())
-    new_outputs = saved.num_targets != num_targets or pretrained
+    new_input = saved.num_mol_features != num_mol_features or saved.head != config.head
+    if new_input:  # the whole head
+        head_out = {name for name in own if name.startswith("head.")}
+    new_outputs = saved.num_targets != num_targets or pretrained or new_input
     take_state: dict[str, Tensor] = {}
     loaded: list[str] = []
     initialised: list[str] = []
@@ -449,7 +460,8 @@ def init_from_checkpoint(
         len(initialised),
         len(ignored),
         f" (the head's output layer: {saved.num_targets} -> {num_targets} outputs"
-        f"{', a pretraining head' if pretrained else ''})"
+        f"{', a pretraining head' if pretrained else ''}"
+        f"{f', a {config.head} head on d + {num_mol_features} inputs' if new_input else ''})"
         if new_outputs
         else "",
     )

@@ -194,17 +194,26 @@ def _smiles_lines(lines: Iterable[str], column: str) -> Iterator[str]:
 # --------------------------------------------------------------------------------------
 
 
-def _featurize_part(part: list[str], first: int, featurizer: str, hops: int) -> _Chunk:
-    """One chunk's graphs with their Graphormer features (runs in a worker process)."""
+def _featurize_part(
+    part: list[str], first: int, featurizer: str, hops: int, mol_features: dict | None = None
+) -> _Chunk:
+    """One chunk's graphs with their Graphormer features (runs in a worker process), and
+    their molecule features where the model was trained with them (``mol_features``: the
+    checkpoint's record)."""
+    from ..datasets.mol_features import mol_features_of_smiles
     from ..datasets.store import featurize_chunk, flat_graphs, with_pointers
 
     arrays, failures, _ = featurize_chunk(part, np.zeros((len(part), 1)), first, featurizer)
+    errors = {f.index: f.reason for f in failures}
     valid = len(arrays["num_nodes"])
     flat = None
     if valid:
         flat, _ = flat_graphs(with_pointers(arrays), range(valid), hops)
         flat.y = None
-    return _Chunk(first, part, flat, {f.index: f.reason for f in failures})
+        if mol_features is not None:
+            kept = [s for i, s in enumerate(part, start=first) if i not in errors]
+            flat.mol_x = mol_features_of_smiles(kept, mol_features)  # [valid, K]
+    return _Chunk(first, part, flat, errors)
 
 
 def _chunks(smiles: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
@@ -222,7 +231,12 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
 
 def _featurized(
-    smiles: Iterable[str], featurizer: str, hops: int, workers: int, chunk_size: int
+    smiles: Iterable[str],
+    featurizer: str,
+    hops: int,
+    workers: int,
+    chunk_size: int,
+    mol_features: dict | None = None,
 ) -> Iterator[_Chunk]:
     """Every chunk of the input with its graphs, in input order.
 
@@ -235,12 +249,13 @@ def _featurized(
     chunks = _chain(head, chunks)
     if workers == 0 or len(head) < 2:  # a single chunk is featurised here, without a pool
         for first, part in chunks:
-            yield _featurize_part(part, first, featurizer, hops)
+            yield _featurize_part(part, first, featurizer, hops, mol_features)
         return
     with _mp_context().Pool(workers) as pool:
         pending: deque = deque()
         for first, part in chunks:
-            pending.append(pool.apply_async(_featurize_part, (part, first, featurizer, hops)))
+            task = (part, first, featurizer, hops, mol_features)
+            pending.append(pool.apply_async(_featurize_part, task))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
         while pending:
@@ -384,8 +399,13 @@ def iter_predictions(
     cfg = lm.model.config
     collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
     precision = Precision(lm.config.precision, lm.device)
-    chunks = _featurized(smiles, lm.featurizer, cfg.multi_hop_max_dist, workers, chunk_size)
-    with tqdm(desc="predict", unit="mol", disable=not progress, smoothing=0.1) as bar:
+    if any(m.mol_features != lm.mol_features for m in models):
+        raise ValueError("the ensemble's members were trained with different molecule features")
+    chunks = _featurized(
+        smiles, lm.featurizer, cfg.multi_hop_max_dist, workers, chunk_size, lm.mol_features
+    )
+    # disable=None: drawn on a terminal only, never into a log file
+    with tqdm(desc="predict", unit="mol", disable=None if progress else True, smoothing=0.1) as bar:
         for rows, graphs in _windows(chunks, SORT_WINDOW * batch_size):
             yield from _predict_window(models, collator, precision, rows, graphs, batch_size)
             bar.update(len(rows))
