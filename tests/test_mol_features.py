@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from graphormer_urpe.datasets import DescriptorNormalizer, load_dataset
 from graphormer_urpe.graph import Graphormer, collate
 from graphormer_urpe.graph.batch import _flatten
 from graphormer_urpe.graph.flat import FlatGraphs
+from graphormer_urpe.graph.interop import InteropError, config_to_hf
 from graphormer_urpe.graph.model import fit_tables, get_preset
 from graphormer_urpe.training import init_from_checkpoint, save_checkpoint
 from graphormer_urpe.training.config import TrainConfig
@@ -142,3 +144,5 @@ def test_init_from_resets_the_head_when_molecule_features_are_added(tmp_path):
     assert set(report.initialised) == {"head.weight", "head.bias"}
     for name, tensor in source.encoder.state_dict().items():
         torch.testing.assert_close(model.encoder.state_dict()[name], tensor)
+    with pytest.raises(InteropError, match="num_mol_features=7"):
+        config_to_hf(replace(model.config, final_norm=False, head="transform"))

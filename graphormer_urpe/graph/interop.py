@@ -324,7 +324,7 @@ def config_to_hf(config: GraphormerConfig) -> dict[str, Any]:
 
     Raises:
         InteropError: ``config`` uses a switch Hugging Face's model does not have (a final
-            LayerNorm, the ``linear`` head, URPE attention).
+            LayerNorm, the ``linear`` head, per-molecule features, URPE attention).
     """
     c = config
     if c.final_norm:
@@ -336,6 +336,11 @@ def config_to_hf(config: GraphormerConfig) -> dict[str, Any]:
         raise InteropError(
             f"head={c.head!r}: Hugging Face's Graphormer has the transform head "
             "(train with --head transform)"
+        )
+    if c.num_mol_features:
+        raise InteropError(
+            f"num_mol_features={c.num_mol_features}: Hugging Face's Graphormer reads graphs "
+            "only (the model was trained with --mol-features)"
         )
     if c.attention != "graphormer":
         raise InteropError(
