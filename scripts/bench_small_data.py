@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(a.out)
         out.write_text(text + "\n")
         out.with_suffix(".md").write_text(markdown(report))
-        figure(report, out.parent / "figures" / "small_data.png")
+        figure(report, out.parent / "figures" / f"{out.stem}.png")
 
 
 if __name__ == "__main__":
