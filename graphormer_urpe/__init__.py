@@ -14,6 +14,7 @@ The public API::
     )
 """
 
+from . import _clock  # noqa: F401 - first: the package's import time, before torch
 from .attention import URPEAttention, urpe_attention
 from .encoder import Encoder, EncoderLayer
 from .graph import (

@@ -16,6 +16,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from ._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
+
 __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("graphormer_urpe")
@@ -184,6 +186,11 @@ def _holds_run(out: str) -> bool:
     return any(os.path.exists(os.path.join(out, f)) for f in ("metrics.json", "last.pt"))
 
 
+def _started(args: argparse.Namespace) -> float | None:
+    """The moment ``--time-limit`` counts from (:func:`main` sets it)."""
+    return getattr(args, "started", None)
+
+
 def run_train(args: argparse.Namespace) -> int:
     """``graphormer-urpe train``."""
     from .training import train
@@ -194,7 +201,7 @@ def run_train(args: argparse.Namespace) -> int:
 
         metrics = train_ensemble(cfg, args.ensemble, args.resume, not args.no_progress)
     else:
-        metrics = train(cfg, resume=args.resume, progress=not args.no_progress)
+        metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
     print(json.dumps(metrics, indent=2))
     return 0
 
@@ -436,7 +443,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     if args.out is None:
         stem = os.path.basename(args.input).split(".")[0] or "smiles"
         args.out = os.path.join("runs", f"pretrain-{stem}-{args.preset or 'small'}")
-    metrics = train(train_config(args), resume=args.resume, progress=not args.no_progress)
+    metrics = train(train_config(args), args.resume, not args.no_progress, started=_started(args))
     print(json.dumps(metrics, indent=2))
     return 0
 
@@ -957,6 +964,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``graphormer-urpe`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # this process is the command (argv None): its start is the package's import, else now
+    args.started = IMPORTED_AT if argv is None else time.perf_counter()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",

@@ -211,3 +211,14 @@ def test_an_unfinished_build_with_the_other_option_is_discarded(tmp_path):
     )
     assert report.chunks_computed == 2  # nothing of the plain build was reused
     assert MoleculeCache(folder).has_descriptors
+
+
+def test_another_rdkit_version_warns_once_per_process(caplog, monkeypatch):
+    record = DescriptorNormalizer.fit(compute_descriptors(FIXTURE)).to_dict()
+    record["rdkit_version"] = "1999.01.1"
+    monkeypatch.setattr(desc, "_WARNED", set())
+    with caplog.at_level("WARNING", logger=desc.__name__):
+        for _ in range(3):  # e.g. one call per streamed chunk
+            DescriptorNormalizer.from_dict(record)
+    warned = [r for r in caplog.records if "RDKit 1999.01.1" in r.getMessage()]
+    assert len(warned) == 1

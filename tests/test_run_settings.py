@@ -6,6 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import sys
+import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -62,6 +65,16 @@ def test_a_long_enough_run_keeps_the_presets_warmup():
     assert plan_steps(cfg, 1000)[2] == 12_000  # 60k > 10% of 200k: 6% of the run
 
 
+def test_small_presets_warmup_is_a_tenth_of_a_run_planned_to_fill_a_time_limit():
+    filled = make_config("small", max_steps=525, epochs=None, fill_time_limit=True)
+    assert plan_steps(filled, 15) == (525, 35, round(525 / 10))
+    assert plan_steps(replace(filled, max_steps=6000), 15)[2] == 500  # a tenth or less: kept
+    typed = replace(filled, fit_warmup=False)  # --warmup-steps given: kept as typed
+    assert plan_steps(typed, 15)[2] == 500
+    counted = make_config("small", max_steps=525, epochs=None)  # steps not from a time limit
+    assert plan_steps(counted, 15)[2] == 500
+
+
 def test_epochs_with_a_step_preset_trains_that_many_epochs(table, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out, "--preset", "pcqm4mv2-small")
@@ -105,6 +118,25 @@ def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog): 
     assert [int(r["step"]) for r in rows] == [4, 8, 12]
 
 
+def test_the_command_line_counts_its_time_limit_from_its_own_start(
+    table,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """``graphormer-urpe train`` (no argv: this process is the command) counts --time-limit
+    from the package's import; an in-process call with argv counts from the call."""
+    args = _train_args(table, tmp_path / "data", tmp_path / "cmd", "--time-limit", "1")
+    monkeypatch.setattr(cli, "IMPORTED_AT", time.perf_counter() - 61)  # started 61 s ago
+    monkeypatch.setattr(sys, "argv", ["graphormer-urpe", *args])
+    assert cli.main() == 0
+    metrics = json.loads((tmp_path / "cmd" / "metrics.json").read_text())
+    assert metrics["stopped_on_time"] is True and metrics["steps"] == 1
+    args = _train_args(table, tmp_path / "data", tmp_path / "call", "--time-limit", "1")
+    assert cli.main(args) == 0  # the same, called with argv: a minute from now
+    metrics = json.loads((tmp_path / "call" / "metrics.json").read_text())
+    assert metrics["stopped_on_time"] is False and metrics["steps"] == metrics["steps_planned"]
+
+
 def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, caplog):  # noqa: F811
     """--time-limit alone: the steps are planned from measured step and validation times and
     recorded; the run equals the one given those steps with --max-steps (the measurement
@@ -143,7 +175,9 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     import math
     import types
 
-    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: 1000.0))
+    frozen = types.SimpleNamespace(perf_counter=lambda: 1000.0)
+    monkeypatch.setattr(loop, "time", frozen)
+    monkeypatch.setattr(cli, "time", frozen)  # the command's start, read by cli.main
     step_s, batch_s = 0.5, 0.25
     monkeypatch.setattr(
         loop._Run, "_seconds_per_batch", lambda self, ds, train: step_s if train else batch_s

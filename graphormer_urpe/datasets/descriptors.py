@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_WARNED: set[tuple[str, str]] = set()  # (recorded, current) RDKit versions warned about
 
 DESCRIPTOR_SET = "rdkit2d-v1"
 """Name of the list below; changing the list means a new name (stores and checkpoints
@@ -310,11 +311,14 @@ class DescriptorNormalizer:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DescriptorNormalizer:
-        """The normaliser :meth:`to_dict` recorded; warns when this RDKit differs."""
+        """The normaliser :meth:`to_dict` recorded; warns (once per process and version)
+        when this RDKit differs."""
         import rdkit
 
         norm = cls(**d)
-        if norm.rdkit_version and norm.rdkit_version != rdkit.__version__:
+        mismatch = (norm.rdkit_version, rdkit.__version__)
+        if norm.rdkit_version and mismatch[0] != mismatch[1] and mismatch not in _WARNED:
+            _WARNED.add(mismatch)
             logger.warning(
                 "descriptor statistics were computed with RDKit %s; this is RDKit %s (values "
                 "of some descriptors may differ)",

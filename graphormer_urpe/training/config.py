@@ -247,9 +247,10 @@ def plan_steps(config: TrainConfig, steps_per_epoch: int) -> tuple[int, int, int
     ``max_steps`` when set, else ``epochs`` (default 1) times ``steps_per_epoch``. The warm-up
     is ``warmup_steps``, except that with ``fit_warmup`` one longer than a tenth of the run is
     scaled to the fraction of the run it takes in the preset's published recipe
-    (``zinc-slim`` 40k of 400k steps: 10%; ``pcqm4mv2-*`` 60k of 1M: 6%; ``small`` has no
-    step recipe and is not scaled), and that one not shorter than the run becomes a tenth of
-    it. Either change is logged on one line.
+    (``zinc-slim`` 40k of 400k steps: 10%; ``pcqm4mv2-*`` 60k of 1M: 6%). ``small`` has no
+    step recipe: its warm-up is scaled to a tenth of a run planned to fill ``--time-limit``
+    (``fill_time_limit``) and kept otherwise. A warm-up not shorter than the run becomes a
+    tenth of it. Either change is logged on one line.
 
     Returns:
         ``(total_steps, epochs, warmup_steps)``.
@@ -258,22 +259,29 @@ def plan_steps(config: TrainConfig, steps_per_epoch: int) -> tuple[int, int, int
     epochs = math.ceil(total / steps_per_epoch)
     recipe = TRAIN_PRESETS.get(config.preset, TRAIN_PRESETS["small"])
     warmup = config.warmup_steps
-    if config.fit_warmup and recipe["max_steps"] and warmup > total / 10:
-        fraction = recipe["warmup_steps"] / recipe["max_steps"]
-        scaled = max(1, round(total * fraction))
-        log.info(
-            "warm-up: %d steps are longer than a tenth of this %d-step run; scaled to %.3g%% of "
-            "the run as in the %s preset's published recipe (%d of %d steps): %d steps "
-            "(--warmup-steps sets it)",
-            warmup,
-            total,
-            100 * fraction,
-            config.preset,
-            recipe["warmup_steps"],
-            recipe["max_steps"],
-            scaled,
-        )
-        warmup = scaled
+    if config.fit_warmup and warmup > total / 10:
+        if recipe["max_steps"]:
+            fraction = recipe["warmup_steps"] / recipe["max_steps"]
+            why = (
+                f"as in the {config.preset} preset's published recipe "
+                f"({recipe['warmup_steps']} of {recipe['max_steps']} steps)"
+            )
+        elif config.fill_time_limit:
+            fraction, why = 0.1, "planned to fill --time-limit"
+        else:
+            fraction, why = None, ""
+        if fraction is not None:
+            scaled = max(1, round(total * fraction))
+            log.info(
+                "warm-up: %d steps are longer than a tenth of this %d-step run; scaled to "
+                "%.3g%% of the run %s: %d steps (--warmup-steps sets it)",
+                warmup,
+                total,
+                100 * fraction,
+                why,
+                scaled,
+            )
+            warmup = scaled
     if warmup >= total:
         short = max(1, total // 10)
         log.warning(

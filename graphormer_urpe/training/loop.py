@@ -484,7 +484,9 @@ _PER_LAUNCH_FIELDS = (
 )
 
 
-def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+def train(
+    config: TrainConfig, resume: bool = False, progress: bool = True, started: float | None = None
+) -> dict[str, Any]:
     """Train, select on the validation split, test at the best checkpoint; see module doc.
 
     Under ``torchrun`` (``WORLD_SIZE > 1`` in the environment) this runs distributed data
@@ -496,6 +498,8 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
         resume: continue from the newest checkpoint in ``config.out`` when there is one (the
             saved config wins, except for ``out``, ``device`` and the checkpointing fields).
         progress: show a tqdm progress bar.
+        started: the ``time.perf_counter()`` from which ``config.time_limit`` counts (default:
+            now; the command line passes its own start).
 
     Returns:
         The ``metrics.json`` contents.
@@ -507,7 +511,7 @@ def train(config: TrainConfig, resume: bool = False, progress: bool = True) -> d
     ctx = init_distributed(resolve_device(config.device))
     try:
         with stop_requests() as stop:
-            return _train(config, ctx, resume, progress, stop)
+            return _train(config, ctx, resume, progress, stop, started)
     finally:
         ctx.close()
 
@@ -518,8 +522,9 @@ def _train(
     resume: bool,
     progress: bool,
     stop: dict[str, int],
+    started: float | None = None,
 ) -> dict[str, Any]:
-    run = _Run(config, ctx, resume, stop)
+    run = _Run(config, ctx, resume, stop, started)
     run.evaluate_starting_point()
     run.fit(progress)
     return run.finish()
@@ -533,9 +538,15 @@ class _Run:
     """
 
     def __init__(
-        self, config: TrainConfig, ctx: DistContext, resume: bool, stop: dict[str, int]
+        self,
+        config: TrainConfig,
+        ctx: DistContext,
+        resume: bool,
+        stop: dict[str, int],
+        started: float | None = None,
     ) -> None:
-        self.launch_start = time.perf_counter()
+        self.launch_start = time.perf_counter() if started is None else started
+        self.finish_s = 0.0  # seconds a stop on time keeps for the last validation and test
         self.ctx, self.stop, self.device = ctx, stop, ctx.device
         self.main = ctx.is_main
         self.out = Path(config.out)
@@ -670,6 +681,10 @@ class _Run:
             for name in ("valid", "test")
         }
 
+    def _out_of_time(self) -> bool:
+        """Whether ``--time-limit``, less the seconds kept for the finish, is spent."""
+        return _time_up(self.config.time_limit, self.launch_start - self.finish_s)
+
     def _steps_for_budget(self) -> int:
         """Optimizer steps that fill what is left of ``--time-limit`` (rank 0's plan).
 
@@ -691,6 +706,7 @@ class _Run:
         left = 60 * config.time_limit - (time.perf_counter() - self.launch_start)
         per_step = step_s + valid_s / (len(self.sampler) * config.eval_every)
         steps = max(1, int((0.95 * left - valid_s - test_s) / per_step))
+        self.finish_s = valid_s + test_s
         steps = int(self.ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
         log.info(
             "time limit %g min without --epochs/--max-steps: %.3g s per step and %.3g s per "
@@ -892,7 +908,7 @@ class _Run:
         up (``--time-limit``), the same on every process. A collective under DDP."""
         part, count, first_bad = self.totals.read()
         self.totals.reset()
-        time_up = self.main and _time_up(self.config.time_limit, self.launch_start)
+        time_up = self.main and self._out_of_time()
         flags = [part, float(first_bad >= 0), float(self.stop["signal"]), float(time_up)]
         shared = self.ctx.all_sum(torch.tensor(flags).double())
         self.loss_sum += float(shared[0]) / self.ctx.world_size
@@ -980,8 +996,7 @@ class _Run:
             # one process acts on its own stop request or time limit at once (the clock is read
             # on the host); several processes agree at read points
             asked = not ctx.enabled and (
-                bool(self.stop["signal"])
-                or (self.main and _time_up(config.time_limit, self.launch_start))
+                bool(self.stop["signal"]) or (self.main and self._out_of_time())
             )
             if not (self.step % self.read_every == 0 or (due and mid_epoch) or asked):
                 continue  # nothing read back from the device: the GPU stays ahead
