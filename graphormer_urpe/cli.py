@@ -110,6 +110,10 @@ MODEL_HELP = {
 }
 
 
+_SET_BY_THE_DATA = ("num_targets", "num_mol_features", "target_mean", "target_std")
+"""Model fields a run sets from its dataset (``--normalize-targets`` decides the scaling)."""
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -119,7 +123,7 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("model (override the preset's architecture)")
     for f in dataclasses.fields(GraphormerConfig):
-        if f.name in ("num_targets", "num_mol_features"):
+        if f.name in _SET_BY_THE_DATA:
             continue
         kw: dict = {"dest": f"model.{f.name}", "default": None, "help": MODEL_HELP[f.name]}
         if f.name == "attention":
@@ -368,7 +372,15 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
         "--loss",
         choices=["l1", "mse", "smooth_l1"],
         default=None,
-        help="regression loss (binary ogbg-mol* tasks always use BCE on logits)",
+        help="regression loss (default: mse for csv: datasets, selecting on RMSE, as Chemprop; "
+        "l1 for the benchmarks); binary tasks always use BCE on logits",
+    )
+    t.add_argument(
+        "--normalize-targets",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="regression: train on targets standardised with the training split's mean and "
+        "std, predict in their units (default: on for csv: datasets, off for the benchmarks)",
     )
     t.add_argument("--seed", type=int, default=None, help="random seed")
     t.add_argument("--eval-every", type=int, default=None, help="validate every N epochs")

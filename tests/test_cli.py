@@ -104,9 +104,11 @@ def test_train_evaluate_predict_plot(table, tmp_path, capsys):
     assert cli.main(_train_args(table, tmp_path / "data", out, "--attention", "urpe")) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in (
+        "best_valid_rmse",  # a CSV regression: MSE on standardised targets, selected on RMSE
         "best_valid_mae",
         "test_mae",
-        "baseline_valid_mae",
+        "test_rmse",
+        "baseline_valid_rmse",
         "parameters",
         "steps",
         "graphs_per_second",
@@ -114,10 +116,11 @@ def test_train_evaluate_predict_plot(table, tmp_path, capsys):
     ):
         assert key in metrics
     assert metrics["attention"] == "urpe" and metrics["steps"] == 3 * 4
+    assert metrics["loss"] == "mse" and metrics["normalized_targets"] is True
     assert (out / "config.json").exists() and (out / "best.pt").exists()
     with open(out / "history.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 3 and "valid_mae" in rows[0]
+    assert len(rows) == 3 and "valid_rmse" in rows[0]
     capsys.readouterr()
 
     assert cli.main(["evaluate", "--checkpoint", str(out / "best.pt"), "--no-progress"]) == 0

@@ -77,7 +77,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert a["global_batch"] == b["global_batch"] == 8
     assert a["steps"] == b["steps"] == 12
     assert (b["valid_graphs"], b["test_graphs"]) == (5, 7)  # every graph scored once
-    for key in ("best_valid_mae", "test_mae", "test_rmse", "baseline_test_mae"):
+    for key in ("best_valid_rmse", "best_valid_mae", "test_mae", "test_rmse", "baseline_test_rmse"):
         assert b[key] == pytest.approx(a[key], abs=1e-5), key
     assert a["best_epoch"] == b["best_epoch"]
     # the effective batch and learning rate are logged once, by rank 0 only

@@ -157,5 +157,5 @@ def test_fine_tuning_from_a_pretraining_checkpoint_resets_the_head(reference, tm
     args += ["--init-from", str(out / "best.pt"), "--epochs", "1", "--batch-size", "8"]
     assert cli.main([*args, "--threads", "1", "--device", "cpu", "--no-progress"]) == 0
     metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["init_from"] == str(out / "best.pt") and "init_valid_mae" in metrics
+    assert metrics["init_from"] == str(out / "best.pt") and "init_valid_rmse" in metrics
     assert load_checkpoint(run / "best.pt").get("pretrain") is None

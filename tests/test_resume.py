@@ -66,12 +66,12 @@ def _loss_hook(monkeypatch, at_call: int, action) -> None:
     real = loop.masked_loss
     calls = {"n": 0}
 
-    def hooked(pred, target, kind="l1"):
+    def hooked(pred, target, kind="l1", scale=None):
         if torch.is_grad_enabled():  # training steps only
             calls["n"] += 1
             if calls["n"] == at_call:
                 action()
-        return real(pred, target, kind)
+        return real(pred, target, kind, scale)
 
     monkeypatch.setattr(loop, "masked_loss", hooked)
 
@@ -100,12 +100,12 @@ from graphormer_urpe.training import loop
 
 real, calls = loop.masked_loss, [0]
 
-def hooked(pred, target, kind="l1"):
+def hooked(pred, target, kind="l1", scale=None):
     if torch.is_grad_enabled():
         calls[0] += 1
         if calls[0] == {at_call}:
             os.kill(os.getpid(), signal.SIGKILL)
-    return real(pred, target, kind)
+    return real(pred, target, kind, scale)
 
 loop.masked_loss = hooked
 sys.exit(cli.main({args!r}))

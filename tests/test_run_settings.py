@@ -104,7 +104,7 @@ def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog): 
     assert metrics["attention"] == "urpe"
     assert (out / "best.pt").exists() and "test_mae" in metrics
     best = load_checkpoint(out / "best.pt")
-    assert metrics["best_valid_mae"] == best["best"]
+    assert metrics["best_valid_rmse"] == best["best"]
     last = load_checkpoint(out / "last.pt")
     assert last["step"] == 1 and last["position"] == {"epoch": 0, "batch": 1}
     # a new launch without a budget continues from the exact position to the planned end
@@ -171,17 +171,19 @@ def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, capl
 def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  # noqa: F811
     """With the clock frozen and the measured times stubbed, the planned steps are exactly
     what the budget holds: 95% of it, less one validation and the test, over a step plus its
-    share of the per-epoch validation."""
+    share of the epoch's checkpoint and of the validation (with its best checkpoint) every
+    ``eval_every`` epochs."""
     import math
     import types
 
     frozen = types.SimpleNamespace(perf_counter=lambda: 1000.0)
     monkeypatch.setattr(loop, "time", frozen)
     monkeypatch.setattr(cli, "time", frozen)  # the command's start, read by cli.main
-    step_s, batch_s = 0.5, 0.25
-    monkeypatch.setattr(
-        loop._Run, "_seconds_per_batch", lambda self, ds, train: step_s if train else batch_s
-    )
+    step_s, batch_s, save_s = 0.5, 0.25, 0.125
+    # every batch one unit of padded size: the measured seconds per unit are per batch
+    monkeypatch.setattr(loop, "_work", lambda sizes, index: 1.0)
+    monkeypatch.setattr(loop._Run, "_seconds_per_step", lambda self, sizes: (step_s, save_s))
+    monkeypatch.setattr(loop._Run, "_seconds_per_eval", lambda self, ds, sizes: batch_s)
     args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
     i = args.index("--epochs")
     del args[i : i + 2]
@@ -191,7 +193,8 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     per_epoch = math.ceil(m["train_graphs"] / batch)
     valid_s = batch_s * math.ceil(m["valid_graphs"] / batch)
     test_s = batch_s * math.ceil(m["test_graphs"] / batch)
-    want = int((0.95 * 60 - valid_s - test_s) / (step_s + valid_s / (per_epoch * 2)))
+    epoch_s = save_s + (valid_s + save_s) / 2
+    want = int((0.95 * 60 - valid_s - test_s) / (step_s + epoch_s / per_epoch))
     assert m["steps_planned"] == m["steps"] == want
     assert json.loads((tmp_path / "run" / "config.json").read_text())["max_steps"] == want
 
@@ -319,3 +322,17 @@ def test_a_run_begun_with_one_optimizer_group_resumes_with_one(table, tmp_path, 
     assert "before URPE's C had its own weight-decay group" in caplog.text
     assert json.loads((out / "metrics.json").read_text())["steps"] == 12
     assert len(load_checkpoint(out / "last.pt")["optimizer"]["param_groups"]) == 1
+
+
+def test_a_batchs_work_is_its_padded_size():
+    """The time-limit plan weighs batches by ``B (n + 1)^2`` (``n``: the batch's largest
+    graph), checked against a plain loop."""
+    import numpy as np
+
+    sizes = np.array([3, 9, 4, 30, 1], dtype=np.int64)
+    for index in ([0], [0, 2, 4], [1, 3], [4, 3, 2, 1, 0]):
+        largest = 0
+        for i in index:
+            largest = max(largest, int(sizes[i]))
+        assert loop._work(sizes, index) == len(index) * (largest + 1) ** 2
+    assert loop._work(sizes, []) == 0.0

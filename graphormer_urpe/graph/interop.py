@@ -342,6 +342,11 @@ def config_to_hf(config: GraphormerConfig) -> dict[str, Any]:
             f"num_mol_features={c.num_mol_features}: Hugging Face's Graphormer reads graphs "
             "only (the model was trained with --mol-features)"
         )
+    if c.target_std is not None:
+        raise InteropError(
+            "target_mean / target_std: Hugging Face's Graphormer predicts the head's output "
+            "as it is (the model was trained on standardised targets; --no-normalize-targets)"
+        )
     if c.attention != "graphormer":
         raise InteropError(
             "attention='urpe': Hugging Face's Graphormer has no URPE C tables (export the "

@@ -97,6 +97,12 @@ class GraphormerConfig:
     num_mol_features: int = 0
     """``K``, per-molecule features (``batch.mol_features`` ``[B, K]``, e.g. normalised RDKit
     descriptors) joined to the graph token before the head; 0: none."""
+    target_mean: list[float] | None = None
+    """``[T]``: with ``target_std``, the head predicts standardised targets and the model
+    returns ``head * target_std + target_mean`` (in the targets' own units); ``None``: the
+    head's output as it is."""
+    target_std: list[float] | None = None
+    """``[T]``, see ``target_mean``."""
     pre_ln: bool = True
     """Pre-LN layers (Graphormer v1); ``False``: post-LN (Graphormer v2 / fairseq / Hugging
     Face)."""
@@ -115,6 +121,16 @@ class GraphormerConfig:
             raise ValueError(f"attention must be 'graphormer' or 'urpe', got {self.attention!r}")
         if self.head not in ("linear", "transform"):
             raise ValueError(f"head must be 'linear' or 'transform', got {self.head!r}")
+        if (self.target_mean is None) != (self.target_std is None):
+            raise ValueError("give target_mean and target_std together, or neither")
+        if self.target_std is not None and self.target_mean is not None:
+            if not len(self.target_mean) == len(self.target_std) == self.num_targets:
+                raise ValueError(
+                    f"target scaling needs num_targets={self.num_targets} values each, got "
+                    f"{len(self.target_mean)} and {len(self.target_std)}"
+                )
+            if not min(self.target_std) > 0:
+                raise ValueError(f"target_std must be positive, got {self.target_std}")
         if self.hidden_dim % self.num_heads:
             raise ValueError(
                 f"hidden_dim ({self.hidden_dim}) must be divisible by num_heads ({self.num_heads})"
@@ -398,7 +414,9 @@ class Graphormer(nn.Module):
 
     The head is ``Linear(d, T)`` (``config.head == "linear"``) or :class:`TransformHead`. With
     ``config.num_mol_features = K > 0`` it reads ``[h_0, m]``: the graph token joined to the
-    batch's per-molecule features ``m`` ``[B, K]`` (``data.mol_x`` of each graph).
+    batch's per-molecule features ``m`` ``[B, K]`` (``data.mol_x`` of each graph). With
+    ``config.target_mean`` / ``target_std`` (see :meth:`set_target_scaling`) the head predicts
+    standardised targets and :meth:`forward` returns them in the targets' own units.
 
     Shapes:
         graphs (``GraphormerBatch`` / PyG ``Batch`` / list of ``Data``) → ``[B, num_targets]``.
@@ -414,7 +432,24 @@ class Graphormer(nn.Module):
             self.head = TransformHead(c.hidden_dim, c.num_targets, in_dim)
         else:
             self.head = nn.Linear(in_dim, c.num_targets)
+        # [T] each; not in the state dict: the config carries them (checkpoints keep loading)
+        self.register_buffer("target_mean", torch.zeros(c.num_targets), persistent=False)
+        self.register_buffer("target_std", torch.ones(c.num_targets), persistent=False)
+        self.set_target_scaling(c.target_mean, c.target_std)
         self.reset_head()
+
+    def set_target_scaling(self, mean: Sequence[float] | None, std: Sequence[float] | None) -> None:
+        """Predict ``head * std + mean`` (``[T]`` each, e.g. the training targets' mean and
+        standard deviation), or the head's output as it is (``None``, ``None``); recorded in
+        ``config``."""
+        self.config = self.encoder.config = replace(
+            self.config,
+            target_mean=None if mean is None else [float(v) for v in mean],
+            target_std=None if std is None else [float(v) for v in std],
+        )
+        c = self.config
+        self.target_mean.copy_(torch.tensor(c.target_mean or [0.0] * c.num_targets))
+        self.target_std.copy_(torch.tensor(c.target_std or [1.0] * c.num_targets))
 
     def reset_head(self) -> None:
         """Initialise the head (Linear weights ~ N(0, 0.02/√L), zero biases, LN (1, 0))."""
@@ -454,4 +489,7 @@ class Graphormer(nn.Module):
                     f"mol_features {got} (give every graph data.mol_x [1, {k}])"
                 )
             h = torch.cat([h, m.to(h.dtype)], dim=1)  # [B, d + K]
-        return self.head(h)  # [B, num_targets]
+        out = self.head(h)  # [B, num_targets]
+        if self.config.target_std is not None:
+            out = out * self.target_std + self.target_mean
+        return out

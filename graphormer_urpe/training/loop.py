@@ -22,13 +22,18 @@ names, their normalisation and the RDKit version), and its test split writes no
 ``test_predictions.csv``.
 
 The dataset decides the loss and the selection rule: ``task_type == "binary"`` trains one
-logit per task with BCE (missing labels masked), otherwise ``config.loss``; the best checkpoint
-maximises the metric when ``higher_is_better`` (ROC-AUC, AP) and minimises it otherwise.
+logit per task with BCE (missing labels masked), otherwise ``config.loss`` (by default MSE for
+``csv:`` datasets, selected on RMSE, and L1 for the benchmarks, selected on their metric); the
+best checkpoint maximises the metric when ``higher_is_better`` (ROC-AUC, AP) and minimises it
+otherwise. A ``csv:`` regression also standardises its targets (``normalize_targets``): the
+model's head predicts ``(y - mean) / std`` of the training split, the loss is taken in those
+units, and the model returns predictions in the targets' own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import io
 import json
@@ -36,11 +41,12 @@ import logging
 import math
 import random
 import signal
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -65,6 +71,9 @@ from .checkpoint import (
 from .config import TrainConfig, plan_steps
 from .distributed import DistContext, gather_in_order, init_distributed
 from .sampler import EpochBatchSampler
+
+if TYPE_CHECKING:
+    from ..datasets import DatasetSplits
 
 __all__ = [
     "train",
@@ -148,12 +157,17 @@ def linear_schedule(step: int, warmup: int, total: int, peak: float, end: float)
     return end + (peak - end) * (1.0 - frac)
 
 
-def masked_loss(pred: Tensor, target: Tensor, kind: str = "l1") -> Tensor:
+def masked_loss(
+    pred: Tensor, target: Tensor, kind: str = "l1", scale: Tensor | None = None
+) -> Tensor:
     """Mean L1 (``l1``), squared error (``mse``), smooth L1 (``smooth_l1``: squared below 1,
     absolute above) or binary cross-entropy on logits (``bce``, targets 0/1) over the finite
-    entries of ``target`` (``[B, T]`` each)."""
+    entries of ``target`` (``[B, T]`` each); with ``scale`` ``[T]`` (regression), of
+    ``pred / scale`` against ``target / scale`` (standardised targets' units)."""
     mask = torch.isfinite(target)
     filled = torch.where(mask, target, torch.zeros_like(target)).float()
+    if scale is not None:
+        pred, filled = pred.float() / scale, filled / scale
     if kind == "bce":
         err = nn.functional.binary_cross_entropy_with_logits(pred.float(), filled, reduction="none")
     elif kind == "smooth_l1":
@@ -246,12 +260,42 @@ def make_optimizer(
     )
 
 
+def _default_loss(splits: DatasetSplits) -> str:
+    """The regression loss when none is given: squared error for ``csv:`` datasets (a user's
+    own data, as Chemprop), L1 for the benchmarks (whose metric is MAE)."""
+    return "mse" if splits.name.startswith("csv:") else "l1"
+
+
+def _selection_metric(splits: DatasetSplits, loss: str) -> str:
+    """The validation metric that picks the best checkpoint: the dataset's, except that a
+    regression trained with ``mse`` on the default metrics selects on RMSE (what it trains
+    for) instead of MAE."""
+    if splits.task_type == "regression" and splits.evaluator is None and loss == "mse":
+        return "rmse"
+    return splits.metric
+
+
+def _work(sizes: np.ndarray, index: Sequence[int]) -> float:
+    """A batch's padded size, ``B (n + 1)^2`` for its ``B`` graphs of at most ``n`` atoms
+    (``sizes``: every graph's atom count): what its time follows."""
+    index = np.asarray(index, dtype=np.int64)
+    return float(index.size * (int(sizes[index].max()) + 1) ** 2) if index.size else 0.0
+
+
+def _read(dataset: Dataset, index: list[int]) -> list:
+    """The graphs ``index`` of ``dataset``, read as a ``DataLoader`` reads a batch (through
+    ``__getitems__`` where the dataset has it: the stores decode a batch at once)."""
+    many = getattr(dataset, "__getitems__", None)
+    return list(many(index)) if many is not None else [dataset[i] for i in index]
+
+
 def build_model(
     config: GraphormerConfig, featurizer: str, num_targets: int, num_mol_features: int = 0
 ) -> Graphormer:
     """The model for a dataset: tables grown to fit its featuriser, one output per target,
     ``num_mol_features`` per-molecule features joined before the head."""
-    config = replace(config, num_targets=num_targets, num_mol_features=num_mol_features)
+    scaling = {} if config.num_targets == num_targets else {"target_mean": None, "target_std": None}
+    config = replace(config, num_targets=num_targets, num_mol_features=num_mol_features, **scaling)
     return Graphormer(fit_tables(config, featurizer))
 
 
@@ -327,6 +371,7 @@ def train_step(
     step: int,
     loss_kind: str = "l1",
     clip_norm: float | None = None,
+    loss_scale: Tensor | None = None,
 ) -> Tensor:
     """One optimizer step on ``batch`` (already on the device); returns the loss ``[]``.
 
@@ -337,7 +382,7 @@ def train_step(
     """
     with precision.autocast():
         pred = net(batch)
-    loss = masked_loss(pred, batch.y, loss_kind)
+    loss = masked_loss(pred, batch.y, loss_kind, loss_scale)
     totals.add(loss, step)
     optimizer.zero_grad(set_to_none=True)
     precision.scaler.scale(loss).backward()
@@ -560,9 +605,10 @@ class _Run:
         if self.main:  # only once the data loaded: a failed start leaves no empty run folder
             self.out.mkdir(parents=True, exist_ok=True)
         self.model, self.init_report = self._build_model(config, ckpt)
-        self.config = replace(config, model=self.model.config)
+        loss = config.loss or _default_loss(self.splits)
+        self.config = replace(config, model=self.model.config, loss=loss)  # config.json: both
         self.n_params = sum(p.numel() for p in self.model.parameters())
-        self.metric = self.splits.metric
+        self.metric = _selection_metric(self.splits, loss)
         if ctx.enabled:  # different dropout masks per process
             torch.manual_seed(self.config.seed * 1_000 + ctx.rank)
         self._make_loaders()
@@ -579,6 +625,7 @@ class _Run:
         # the position and what has been recorded so far (a checkpoint restores them)
         self.epoch, self.start_batch, self.step = 0, 0, 0
         self.best, self.best_epoch = (-math.inf if self.higher else math.inf), -1
+        self.best_metrics: dict[str, float] = {}  # every validation metric at the best epoch
         self.train_seconds, self.train_graphs = 0.0, 0
         self.loss_sum, self.loss_count = 0.0, 0  # the current epoch's training loss so far
         rows: list[dict[str, Any]] = []
@@ -645,11 +692,35 @@ class _Run:
                 splits.num_targets,
                 splits.num_mol_features,
             )
-            return model.to(self.device), report
-        model = build_model(
-            config.model, splits.featurizer, splits.num_targets, splits.num_mol_features
+        else:
+            model = build_model(
+                config.model, splits.featurizer, splits.num_targets, splits.num_mol_features
+            )
+            report = None
+        if ckpt is None:  # a resumed run keeps the scaling it started with (in its config)
+            model.set_target_scaling(*self._target_scaling(config))
+        return model.to(self.device), report
+
+    def _target_scaling(self, config: TrainConfig) -> tuple[list[float] | None, ...]:
+        """The training targets' mean and standard deviation ``[T]`` each when the run
+        standardises its targets (``normalize_targets``), else ``(None, None)``."""
+        splits = self.splits
+        on = config.normalize_targets
+        if on is None:
+            on = splits.name.startswith("csv:")
+        if not on or splits.task_type != "regression":
+            return None, None
+        y = dataset_targets(splits.train).double()  # [N, T], NaN: missing
+        mean = torch.nan_to_num(torch.nanmean(y, dim=0))
+        std = torch.sqrt(torch.nanmean((y - mean).square(), dim=0))
+        std = torch.where(torch.isfinite(std) & (std > 1e-8), std, torch.ones_like(std))
+        log.info(
+            "targets standardised with the training split's mean %s and std %s "
+            "(--no-normalize-targets turns this off)",
+            ", ".join(f"{v:.4g}" for v in mean.tolist()),
+            ", ".join(f"{v:.4g}" for v in std.tolist()),
         )
-        return model.to(self.device), None
+        return mean.tolist(), std.tolist()
 
     def _make_loaders(self) -> None:
         from ..datasets import graph_sizes
@@ -688,54 +759,107 @@ class _Run:
     def _steps_for_budget(self) -> int:
         """Optimizer steps that fill what is left of ``--time-limit`` (rank 0's plan).
 
-        A step's time (reading and collating a batch, forward, backward; no update; without
-        DDP's gradient exchange) and a validation batch's are measured on the first graphs of
-        each split, with the RNG state put back afterwards, so that the run is the one
-        ``--max-steps`` with the planned number gives. The budget left is shared between the
-        steps, a validation every ``eval_every`` epochs and the final test, with 5% kept in
-        reserve.
+        A few random batches of each split are timed (their own generator: the run's RNG is
+        left as it was, so the run is the one ``--max-steps`` with the planned number gives):
+        training steps (reading and collating a batch, forward, backward, clipping and the
+        AdamW update, on a copy of the model; without DDP's gradient exchange), validation
+        batches and a checkpoint write. A batch's time follows its padded size, ``B (n + 1)^2``
+        for ``B`` graphs of at most ``n`` atoms (a batch holding one large molecule takes
+        several times the median), so the seconds per unit of that size, measured, are
+        applied to the sizes of the first epoch's batches and of the validation and test
+        batches. The budget left is shared between the steps, each epoch's checkpoint, a
+        validation (and a best checkpoint) every ``eval_every`` epochs and the final test,
+        with 5% kept in reserve.
         """
-        config, splits = self.config, self.splits
+        from ..datasets import graph_sizes
+
+        config, splits, ctx = self.config, self.splits, self.ctx
         saved = rng_state(self.device)
-        step_s = self._seconds_per_batch(splits.train, train=True)
-        eval_s = self._seconds_per_batch(splits.valid, train=False)
+        train_sizes = graph_sizes(splits.train)
+        per_work, save_s = self._seconds_per_step(train_sizes)
+        epoch = [b[ctx.rank :: ctx.world_size] for b in self.sampler.global_batches(0)]
+        step_s = per_work * float(np.mean([_work(train_sizes, b) for b in epoch]))
+        eval_s = {}
+        for name in ("valid", "test"):
+            dataset = getattr(splits, name)
+            sizes = graph_sizes(dataset)
+            loader = self.eval_loaders[name][0]
+            work = sum(_work(sizes, b) for b in loader.batch_sampler)
+            eval_s[name] = self._seconds_per_eval(dataset, sizes) * work if work else 0.0
         set_rng_state(saved, self.device)
-        share = config.batch_size * self.ctx.world_size
-        valid_s = eval_s * math.ceil(len(splits.valid) / share)
-        test_s = eval_s * math.ceil(len(splits.test) / share)
+        valid_s, test_s = eval_s["valid"], eval_s["test"]
         left = 60 * config.time_limit - (time.perf_counter() - self.launch_start)
-        per_step = step_s + valid_s / (len(self.sampler) * config.eval_every)
+        per_epoch = save_s + (valid_s + save_s) / config.eval_every
+        per_step = step_s + per_epoch / len(self.sampler)
         steps = max(1, int((0.95 * left - valid_s - test_s) / per_step))
         self.finish_s = valid_s + test_s
-        steps = int(self.ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
+        steps = int(ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
         log.info(
-            "time limit %g min without --epochs/--max-steps: %.3g s per step and %.3g s per "
-            "validation measured; planned %d steps (%.1f epochs) to fill the %.3g min left",
-            config.time_limit, step_s, valid_s, steps, steps / len(self.sampler), left / 60,
+            "time limit %g min without --epochs/--max-steps: %.3g s per step, %.3g s per "
+            "validation and %.3g s per checkpoint measured; planned %d steps (%.1f epochs) "
+            "to fill the %.3g min left",
+            config.time_limit, step_s, valid_s, save_s, steps, steps / len(self.sampler),
+            left / 60,
         )  # fmt: skip
         return steps
 
-    def _seconds_per_batch(self, dataset: Dataset, train: bool, repeats: int = 3) -> float:
-        """Median seconds to read, collate and run one batch of the first graphs of
-        ``dataset``: forward and backward (``train``), or forward only; one untimed run
-        first."""
-        collate = _collator(self.model.config, self.device)
-        graphs = [dataset[i] for i in range(min(len(dataset), self.config.batch_size))]
-        self.model.train(train)
-        times = []
-        for _ in range(repeats + 1):
+    def _samples(self, dataset: Dataset, count: int) -> list[list[int]]:
+        """``count`` batches' worth of random indices of ``dataset`` (fixed by the run's
+        seed, apart from its RNG)."""
+        rng = np.random.default_rng(self.config.seed)
+        n = min(len(dataset), self.config.batch_size)
+        return [rng.choice(len(dataset), size=n, replace=False).tolist() for _ in range(count)]
+
+    def _seconds_per_step(self, sizes: np.ndarray, batches: int = 5) -> tuple[float, float]:
+        """Seconds of a training step per unit of padded batch size (:func:`_work`), over
+        ``batches`` random batches on a copy of the model (one untimed step first), and the
+        seconds of writing a checkpoint of the copy's weights and optimizer state."""
+        config, collate = self.config, _collator(self.model.config, self.device)
+        probe = copy.deepcopy(self.model).train()
+        groups = parameter_groups(probe, config.weight_decay, config.urpe_weight_decay)
+        opt = make_optimizer(groups, config.lr, config.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        precision, totals = Precision(self.precision.kind, self.device), StepTotals(self.device)
+        seconds = work = 0.0
+        for i, index in enumerate(self._samples(self.splits.train, batches + 1)):
             start = time.perf_counter()
-            batch = collate(graphs).to(self.device)
-            with torch.set_grad_enabled(train), self.precision.autocast():
-                pred = self.model(batch)
-            if train:
-                masked_loss(pred, batch.y, self.loss_kind).backward()
-                self.model.zero_grad(set_to_none=True)
+            batch = collate(_read(self.splits.train, index)).to(self.device)
+            train_step(
+                probe, batch, opt, sched, precision, totals, i, self.loss_kind,
+                config.clip_norm, self.loss_scale,
+            )  # fmt: skip
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            times.append(time.perf_counter() - start)
+            if i > 0:
+                seconds, work = seconds + time.perf_counter() - start, work + _work(sizes, index)
+        save_s = 0.0
+        if self.main:
+            with tempfile.TemporaryDirectory(dir=self.out) as tmp:
+                start = time.perf_counter()
+                state = {"model": probe.state_dict(), "optimizer": opt.state_dict()}
+                save_checkpoint(Path(tmp) / "probe.pt", state)
+                save_s = time.perf_counter() - start
+        return seconds / work, save_s
+
+    def _seconds_per_eval(self, dataset: Dataset, sizes: np.ndarray, batches: int = 3) -> float:
+        """Seconds per unit of padded batch size (:func:`_work`) to read, collate and run
+        (forward only) ``batches`` random batches of ``dataset``; one untimed batch first."""
+        if len(dataset) == 0:
+            return 0.0
+        collate = _collator(self.model.config, self.device)
+        self.model.eval()
+        seconds = work = 0.0
+        for i, index in enumerate(self._samples(dataset, batches + 1)):
+            start = time.perf_counter()
+            batch = collate(_read(dataset, index)).to(self.device)
+            with torch.no_grad(), self.precision.autocast():
+                self.model(batch)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            if i > 0:
+                seconds, work = seconds + time.perf_counter() - start, work + _work(sizes, index)
         self.model.train()
-        return float(np.median(times[1:]))
+        return seconds / work
 
     def _make_optimizer(
         self, ckpt: dict[str, Any] | None, ckpt_path: Path | None, warmup: int
@@ -763,6 +887,8 @@ class _Run:
         splits = self.splits
         # binary tasks: one logit per task and BCE; the metric's direction decides "best"
         self.loss_kind = "bce" if splits.task_type == "binary" else self.config.loss
+        scaled = self.model.config.target_std is not None
+        self.loss_scale = self.model.target_std if scaled else None  # [T]: standardised loss
         self.higher = splits.higher_is_better
         self.mean = torch.nanmean(dataset_targets(splits.train), dim=0, keepdim=True)  # [1, T]
         self.targets: dict[str, Tensor] = {}
@@ -837,6 +963,7 @@ class _Run:
         self.step = ckpt["step"]
         self.loss_sum, self.loss_count = ckpt.get("epoch_loss", (0.0, 0))
         self.best, self.best_epoch = ckpt["best"], ckpt["best_epoch"]
+        self.best_metrics = ckpt.get("best_metrics", {})
         self.train_seconds, self.train_graphs = ckpt["train_seconds"], ckpt["train_graphs"]
         if self.start_batch >= len(self.sampler):
             self.epoch, self.start_batch = self.epoch + 1, 0
@@ -878,6 +1005,7 @@ class _Run:
             "epoch_loss": (self.loss_sum, self.loss_count),
             "step": self.step,
             "best": self.best,
+            "best_metrics": self.best_metrics,
             "best_epoch": self.best_epoch,
             "history": json.dumps(self.history.rows),
             "train_seconds": self.train_seconds,
@@ -928,19 +1056,20 @@ class _Run:
     # Training
     # ----------------------------------------------------------------------------------
 
-    def validate(self) -> float:
-        """The validation metric of the current weights."""
+    def validate(self) -> dict[str, float]:
+        """Every validation metric of the current weights (the selection metric among them)."""
         loader, index = self.eval_loaders["valid"]
         n, t = len(self.splits.valid), self.splits.num_targets
         p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
-        return self.splits.evaluate(p, self.targets["valid"])[self.metric]
+        return self.splits.evaluate(p, self.targets["valid"])
 
     def evaluate_starting_point(self) -> None:
         """With ``--init-from``: the starting point's validation metric, before any step."""
         if self.init_report is None:
             return
-        value = self.validate()
-        self.best, self.best_epoch = value, -1
+        metrics = self.validate()
+        value = metrics[self.metric]
+        self.best, self.best_epoch, self.best_metrics = value, -1, metrics
         self.history.add(
             {
                 "epoch": -1,
@@ -985,7 +1114,7 @@ class _Run:
             batch = batch.to(self.device, non_blocking=True)
             train_step(
                 self.net, batch, self.optimizer, self.scheduler, self.precision, self.totals,
-                self.step, self.loss_kind, config.clip_norm,
+                self.step, self.loss_kind, config.clip_norm, self.loss_scale,
             )  # fmt: skip
             self.step += 1
             batch_index += 1
@@ -1030,9 +1159,10 @@ class _Run:
         }
         last_epoch = epoch == self.epochs - 1 or self.step >= self.total or self.timed_out
         if (epoch + 1) % config.eval_every == 0 or last_epoch:
-            value = row[f"valid_{self.metric}"] = self.validate()
+            metrics = self.validate()
+            value = row[f"valid_{self.metric}"] = metrics[self.metric]
             if (value > self.best) if self.higher else (value < self.best):
-                self.best, self.best_epoch = value, epoch
+                self.best, self.best_epoch, self.best_metrics = value, epoch, metrics
                 self.save_best(epoch + 1)
             log.info(
                 "epoch %d step %d: train %s %.4f, valid %s %.4f (best %.4f @ %d)",
@@ -1134,6 +1264,7 @@ class _Run:
             "epochs": sum(int(r["epoch"]) >= 0 for r in rows),
             "stopped_on_time": self.timed_out,
             "time_limit_minutes": config.time_limit,
+            **{f"best_valid_{k}": v for k, v in self.best_metrics.items() if "/" not in k},
             f"best_valid_{metric}": self.best,
             "best_epoch": self.best_epoch,
             **{f"test_{k}": v for k, v in test.items()},
@@ -1145,6 +1276,7 @@ class _Run:
             "task_type": splits.task_type,
             "higher_is_better": self.higher,
             "loss": self.loss_kind,
+            "normalized_targets": self.loss_scale is not None,
             "train_graphs": len(splits.train),
             "valid_graphs": len(splits.valid),
             "test_graphs": len(splits.test),

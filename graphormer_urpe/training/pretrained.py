@@ -420,6 +420,8 @@ def init_from_checkpoint(
         take.update(urpe_num_buckets=run.urpe_num_buckets, urpe_share_layers=run.urpe_share_layers)
     if pretrained:  # its head is never kept: the run chooses one
         take["head"] = run.head
+    if saved.num_targets != num_targets:  # another task: the run decides its own scaling
+        take.update(target_mean=None, target_std=None)
     config = replace(saved, num_targets=num_targets, num_mol_features=num_mol_features, **take)
     grown = fit_tables(config, featurizer)
     if grown != config:
