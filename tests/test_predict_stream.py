@@ -27,6 +27,7 @@ from graphormer_urpe.training import (
     predict_smiles,
     read_smiles,
     save_checkpoint,
+    stream,
 )
 from graphormer_urpe.training.loop import build_model
 from graphormer_urpe.training.stream import (
@@ -352,3 +353,28 @@ def test_interrupted_cli_run_leaves_a_prefix_of_the_output(ogb_ckpt, tmp_path, m
     text = part.read_text()
     assert full.read_text().startswith(text) and text.endswith("\n")
     assert 1 < len(text.splitlines()) < len(MIXED)
+
+
+def test_the_heap_is_trimmed_only_once_memory_grew_by_the_slack(monkeypatch):
+    resident = iter([1000, 1100, 1300, 1301, 900, 1200, 1500, 1200])  # bytes, read in turn
+    calls: list[int] = []
+    monkeypatch.setattr(stream, "_malloc_trim", lambda: calls.append)
+    monkeypatch.setattr(stream._HeapTrimmer, "_resident", staticmethod(lambda: next(resident)))
+    trim = stream._HeapTrimmer(slack=300)  # reads 1000: the limit is 1300
+    trim()  # 1100
+    trim()  # 1300, not above the limit
+    assert calls == []
+    trim()  # 1301: trims, then reads 900: the limit is 1200
+    assert calls == [0]
+    trim()  # 1200
+    trim()  # 1500: trims, reads 1200
+    assert calls == [0, 0]
+    assert trim.limit == 1500
+
+
+def test_without_malloc_trim_the_heap_is_left_alone(monkeypatch):
+    monkeypatch.setattr(stream, "_malloc_trim", lambda: None)
+    monkeypatch.setattr(stream._HeapTrimmer, "_resident", staticmethod(lambda: 10**12))
+    trim = stream._HeapTrimmer(slack=1)
+    trim()
+    assert trim.limit is None

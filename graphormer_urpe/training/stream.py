@@ -262,18 +262,39 @@ def _featurized(
             yield pending.popleft().get()
 
 
-def _trim_heap() -> None:
-    """Hand freed heap memory back to the operating system (glibc's ``malloc_trim``; nothing
-    elsewhere).
+class _HeapTrimmer:
+    """Hands freed heap memory back to the operating system (glibc's ``malloc_trim``) once the
+    resident memory has grown by ``slack`` bytes since the last time (nothing where there is
+    no glibc or no ``/proc``).
 
-    Batches of ever-different shapes leave glibc's heap fragmented, so without this the
+    Batches of ever-different shapes leave glibc's heap fragmented, so without trimming the
     resident memory of a long run creeps up (measured on 40,000 MOSES molecules: 534 MB to
-    762 MB); with one call per batch it stays flat (one call per window of 8 batches: the
-    main process grew from 846 MB at 100,000 molecules to 1,088 MB at 1,000,000).
+    762 MB). Trimming after every batch keeps it flat but costs a third of the main process's
+    time: each batch's tensors then come back as fresh pages, 56 page faults per molecule
+    (measured on 20,000 MOSES molecules: main process 0.60 CPU ms per molecule, 27% of it in
+    the kernel, against 0.39-0.48 without trimming). Trimming only when the memory has grown
+    bounds it at the level after a trim plus ``slack``, at almost no cost.
     """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+
+    def __init__(self, slack: int = 256 * 2**20) -> None:
+        self.slack = slack
+        self.trim = _malloc_trim()
+        self.limit = self._resident() + slack if self.trim is not None else None
+
+    @staticmethod
+    def _resident() -> int:
+        """Resident bytes of this process (0 where ``/proc`` is missing)."""
+        try:
+            with open("/proc/self/statm", "rb") as fh:
+                return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+            return 0
+
+    def __call__(self) -> None:
+        if self.limit is None or self._resident() <= self.limit:
+            return
+        self.trim(0)
+        self.limit = self._resident() + self.slack
 
 
 @lru_cache(maxsize=1)
@@ -333,6 +354,7 @@ def _predict_window(
     rows: list[_Row],
     graphs: FlatGraphs | None,
     batch_size: int,
+    trim_heap: _HeapTrimmer,
 ) -> Iterator[Prediction]:
     out = None  # [K, W, T], in window order
     if graphs is not None:
@@ -343,7 +365,7 @@ def _predict_window(
             if out is None:
                 out = part.new_empty(part.shape[0], len(graphs), part.shape[2])
             out[:, torch.from_numpy(take)] = part
-            _trim_heap()
+            trim_heap()
     k = 0
     for r in rows:
         if r.error is not None:
@@ -406,8 +428,11 @@ def iter_predictions(
     )
     # disable=None: drawn on a terminal only, never into a log file
     with tqdm(desc="predict", unit="mol", disable=None if progress else True, smoothing=0.1) as bar:
+        trim_heap = _HeapTrimmer()
         for rows, graphs in _windows(chunks, SORT_WINDOW * batch_size):
-            yield from _predict_window(models, collator, precision, rows, graphs, batch_size)
+            yield from _predict_window(
+                models, collator, precision, rows, graphs, batch_size, trim_heap
+            )
             bar.update(len(rows))
 
 
