@@ -378,3 +378,18 @@ def test_without_malloc_trim_the_heap_is_left_alone(monkeypatch):
     trim = stream._HeapTrimmer(slack=1)
     trim()
     assert trim.limit is None
+
+
+@pytest.mark.skipif(not hasattr(stream.fcntl, "F_GETPIPE_SZ"), reason="needs Linux pipes")
+def test_the_result_pipe_is_widened():
+    max_size = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    with stream._mp_context().Pool(1) as pool:
+        fd = pool._outqueue._reader.fileno()
+        before = stream.fcntl.fcntl(fd, stream.fcntl.F_GETPIPE_SZ)
+        stream._widen_result_pipe(pool)
+        after = stream.fcntl.fcntl(fd, stream.fcntl.F_GETPIPE_SZ)
+        assert pool.apply(len, ("abc",)) == 3  # results still come back
+    if max_size >= stream.PIPE_BYTES:
+        assert after == stream.PIPE_BYTES
+    else:  # refused, unless the process may exceed the system's limit (root)
+        assert after in (before, stream.PIPE_BYTES)
