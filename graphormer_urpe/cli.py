@@ -203,7 +203,9 @@ def run_train(args: argparse.Namespace) -> int:
     if args.ensemble > 1:
         from .training.ensemble import train_ensemble
 
-        metrics = train_ensemble(cfg, args.ensemble, args.resume, not args.no_progress)
+        metrics = train_ensemble(
+            cfg, args.ensemble, args.resume, not args.no_progress, started=_started(args)
+        )
     else:
         metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
     print(json.dumps(metrics, indent=2))
@@ -407,7 +409,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         metavar="MINUTES",
         help="stop cleanly when this wall-clock budget is spent (checkpoint, test at the best "
         "checkpoint); without --epochs or --max-steps the steps are planned to fill it (from "
-        "a measured step rate), else the schedule stays planned over the configured steps",
+        "a measured step rate), else the schedule stays planned over the configured steps; "
+        "with --ensemble K it is the whole ensemble's, each member getting an equal share of "
+        "what is left when it starts",
     )
     r.add_argument(
         "--resume",

@@ -51,3 +51,34 @@ def test_ensemble_trains_seeds_and_predicts_their_mean_and_std(table, tmp_path):
     np.testing.assert_allclose(ens["heavy_atoms_std"], np.abs(a - b) / 2, rtol=1e-4, atol=1e-5)
     assert ens["heavy_atoms"].isna().tolist() == [False, False, True, False]
     assert "cannot parse" in ens["error"][2]
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_time_limit_is_shared_by_the_members(monkeypatch, tmp_path):
+    from graphormer_urpe.training import ensemble, loop
+    from graphormer_urpe.training.config import TrainConfig
+
+    clock = [100.0]  # seconds
+    used = [1.0, 5.0, 2.0]  # minutes each member takes
+    shares: list[float] = []
+
+    def fake_train(cfg, resume=False, progress=True):
+        shares.append(cfg.time_limit)
+        clock[0] += 60 * used[len(shares) - 1]
+        return {}
+
+    def stop(_config):
+        raise _Stop
+
+    monkeypatch.setattr(ensemble.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(loop, "train", fake_train)
+    monkeypatch.setattr(loop, "load_splits", stop)
+    config = TrainConfig(out=str(tmp_path), time_limit=12.0)
+    with pytest.raises(_Stop):
+        ensemble.train_ensemble(config, 3, progress=False, started=40.0)  # 1 minute gone
+    # 11 minutes left for 3 members, then 10 for 2, then 5 for 1
+    assert shares == pytest.approx([11 / 3, 5.0, 5.0])
+    assert config.time_limit == 12.0  # the caller's config is left alone

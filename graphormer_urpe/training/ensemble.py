@@ -10,12 +10,16 @@ own metrics and their mean and standard deviation.
 batch; each row gets the members' mean and, in ``<target>_std`` columns, their standard
 deviation (population, ``ddof = 0``) as an uncertainty, both taken on what the CSV reports
 (probabilities for binary tasks unless ``--logits``).
+
+A ``time_limit`` is the budget of the whole ensemble: each member gets an equal share of
+what is left when it starts, so time a member leaves unused goes to the ones after it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,9 +40,21 @@ ENSEMBLE_FILE = "ensemble.json"
 
 
 def train_ensemble(
-    config: TrainConfig, members: int, resume: bool = False, progress: bool = True
+    config: TrainConfig,
+    members: int,
+    resume: bool = False,
+    progress: bool = True,
+    started: float | None = None,
 ) -> dict[str, Any]:
     """Train ``members`` seeds of ``config`` into ``config.out/member-<i>``; see module doc.
+
+    Args:
+        config: every member's run (``seed`` is the first member's).
+        members: ``K`` >= 2.
+        resume: continue each member from its newest checkpoint.
+        progress: show progress bars.
+        started: the ``time.perf_counter()`` from which ``config.time_limit`` counts (default:
+            now).
 
     Returns:
         The ensemble's ``metrics.json`` contents.
@@ -48,9 +64,16 @@ def train_ensemble(
     if members < 2:
         raise ValueError(f"an ensemble needs at least 2 members, got {members}")
     out = Path(config.out)
+    start = time.perf_counter() if started is None else started
     runs = []
     for i in range(members):
         member = replace(config, seed=config.seed + i, out=str(out / f"member-{i}"))
+        if config.time_limit is not None:
+            left = config.time_limit - (time.perf_counter() - start) / 60
+            member = replace(member, time_limit=max(left, 0.0) / (members - i))
+            log.info(
+                "ensemble member %d: %.2f of the %.2f minutes left", i + 1, member.time_limit, left
+            )
         log.info("ensemble member %d of %d: seed %d", i + 1, members, member.seed)
         runs.append(train(member, resume=resume, progress=progress))
     seeds = [config.seed + i for i in range(members)]
