@@ -23,9 +23,13 @@ def test_ensemble_trains_seeds_and_predicts_their_mean_and_std(table, tmp_path):
     members = [json.loads((out / f"member-{i}" / "metrics.json").read_text()) for i in (0, 1)]
     assert [m["seed"] for m in members] == [3, 4]
     assert members[0]["test_mae"] != members[1]["test_mae"]  # different seeds, different runs
-    assert metrics["member_test_mae_mean"] == pytest.approx(
-        np.mean([m["test_mae"] for m in members])
+    # members selected on RMSE (CSV regression trains with MSE): the summary reports it
+    assert metrics["member_test_rmse_mean"] == pytest.approx(
+        np.mean([m["test_rmse"] for m in members])
     )
+    assert [m["best_valid_rmse"] for m in metrics["members"]] == [
+        m["best_valid_rmse"] for m in members
+    ]
     # the ensemble's test MAE is the MAE of the members' mean test prediction
     tables = [pd.read_csv(out / f"member-{i}" / "test_predictions.csv") for i in (0, 1)]
     mean = (tables[0]["pred_heavy_atoms"] + tables[1]["pred_heavy_atoms"]) / 2

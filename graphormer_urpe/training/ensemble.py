@@ -59,7 +59,7 @@ def train_ensemble(
     Returns:
         The ensemble's ``metrics.json`` contents.
     """
-    from .loop import load_splits, train
+    from .loop import _selection_metric, load_splits, train
 
     if members < 2:
         raise ValueError(f"an ensemble needs at least 2 members, got {members}")
@@ -82,9 +82,10 @@ def train_ensemble(
         json.dumps({"members": [f"member-{i}" for i in range(members)], "seeds": seeds}).encode(),
     )
     splits = load_splits(config)
-    metrics = _ensemble_metrics(out, runs, splits)
+    # what the members selected on (RMSE for a regression trained with MSE)
+    metric = _selection_metric(splits, str(runs[0].get("loss")))
+    metrics = _ensemble_metrics(out, runs, splits, metric)
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
-    metric = splits.metric
     log.info(
         "ensemble of %d: test %s %s (members %s)",
         members,
@@ -99,10 +100,11 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _ensemble_metrics(out: Path, runs: list[dict[str, Any]], splits: Any) -> dict[str, Any]:
+def _ensemble_metrics(
+    out: Path, runs: list[dict[str, Any]], splits: Any, metric: str
+) -> dict[str, Any]:
     """The ensemble's test metrics from its members' ``test_predictions.csv`` (raw outputs:
-    logits for binary tasks), with the members' own."""
-    metric = splits.metric
+    logits for binary tasks), with the members' own ``metric`` (the one they selected on)."""
     names = list(splits.target_names)
     test: dict[str, float] = {}
     if all(r.get("test_has_labels") for r in runs):
