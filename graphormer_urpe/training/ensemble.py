@@ -59,7 +59,7 @@ def train_ensemble(
     Returns:
         The ensemble's ``metrics.json`` contents.
     """
-    from .loop import _selection_metric, load_splits, train
+    from .loop import load_splits, selection_metric, train
 
     if members < 2:
         raise ValueError(f"an ensemble needs at least 2 members, got {members}")
@@ -83,7 +83,7 @@ def train_ensemble(
     )
     splits = load_splits(config)
     # what the members selected on (RMSE for a regression trained with MSE)
-    metric = _selection_metric(splits, str(runs[0].get("loss")))
+    metric = selection_metric(splits, str(runs[0].get("loss")))
     metrics = _ensemble_metrics(out, runs, splits, metric)
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     log.info(

@@ -266,7 +266,7 @@ def _default_loss(splits: DatasetSplits) -> str:
     return "mse" if splits.name.startswith("csv:") else "l1"
 
 
-def _selection_metric(splits: DatasetSplits, loss: str) -> str:
+def selection_metric(splits: DatasetSplits, loss: str) -> str:
     """The validation metric that picks the best checkpoint: the dataset's, except that a
     regression trained with ``mse`` on the default metrics selects on RMSE (what it trains
     for) instead of MAE."""
@@ -608,7 +608,7 @@ class _Run:
         loss = config.loss or _default_loss(self.splits)
         self.config = replace(config, model=self.model.config, loss=loss)  # config.json: both
         self.n_params = sum(p.numel() for p in self.model.parameters())
-        self.metric = _selection_metric(self.splits, loss)
+        self.metric = selection_metric(self.splits, loss)
         if ctx.enabled:  # different dropout masks per process
             torch.manual_seed(self.config.seed * 1_000 + ctx.rank)
         self._make_loaders()
