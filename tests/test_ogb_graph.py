@@ -9,7 +9,7 @@ from ogb.utils import smiles2graph
 from rdkit import Chem, rdBase
 
 from graphormer_urpe.datasets import ogb_smiles_to_graph
-from graphormer_urpe.datasets.ogb_graph import ogb_mol_graph, ogb_smiles_graph
+from graphormer_urpe.datasets.ogb_graph import ogb_graphs, ogb_mol_graph, ogb_smiles_graph
 from tests.conftest import SHARED_DATA
 
 # every "misc" code and every unusual value OGB encodes: dummy atoms, charges beyond +-5,
@@ -50,6 +50,44 @@ def test_odd_molecules_equal_smiles2graph():
     edge = np.concatenate([smiles2graph(s)["edge_feat"] for s in ODD_SMILES])
     assert node.max(axis=0).tolist() == [118, 4, 11, 11, 6, 4, 5, 1, 1]
     assert edge.max(axis=0).tolist() == [4, 2, 1]
+
+
+def _atropisomer(smiles: str) -> Chem.Mol:
+    """A molecule whose first bond carries a stereo tag that OGB's list lacks."""
+    mol = Chem.MolFromSmiles(smiles)
+    mol.GetBondWithIdx(0).SetStereo(Chem.BondStereo.STEREOATROPCW)
+    return mol
+
+
+def test_many_molecules_at_once_equal_smiles2graph_one_by_one():
+    """``ogb_graphs`` of a list: each molecule's rows exactly as ``smiles2graph`` gives them,
+    concatenated, and only the molecule with an unknown bond stereo flagged."""
+    with rdBase.BlockLogs():
+        mols = [Chem.MolFromSmiles(s) for s in ODD_SMILES]
+        mols.insert(5, _atropisomer("CC(=O)Nc1ccccc1"))
+        graphs, bad = ogb_graphs(mols)
+        refs = [smiles2graph(s) for s in ODD_SMILES]
+    assert bad.tolist() == [k == 5 for k in range(len(mols))]
+    with pytest.raises(ValueError, match="bond stereo"):
+        ogb_mol_graph(mols[5])
+    num_nodes, num_edges = graphs["num_nodes"], graphs["num_edges"]
+    assert num_nodes[5] == mols[5].GetNumAtoms() and num_edges[5] == 2 * mols[5].GetNumBonds()
+    keep = np.arange(len(mols)) != 5
+    assert num_nodes[keep].tolist() == [r["num_nodes"] for r in refs]
+    assert num_edges[keep].tolist() == [r["edge_index"].shape[1] for r in refs]
+    node_at = np.concatenate([[0], np.cumsum(num_nodes)])
+    edge_at = np.concatenate([[0], np.cumsum(num_edges)])
+    for k, ref in zip(np.flatnonzero(keep), refs, strict=True):
+        got = {
+            "num_nodes": int(num_nodes[k]),
+            "node_feat": graphs["node_feat"][node_at[k] : node_at[k + 1]],
+            "edge_index": graphs["edge_index"][:, edge_at[k] : edge_at[k + 1]],
+            "edge_feat": graphs["edge_feat"][edge_at[k] : edge_at[k + 1]],
+        }
+        assert_same(got, ref)
+    empty, none_bad = ogb_graphs([])
+    assert empty["node_feat"].shape == (0, 9) and empty["edge_feat"].shape == (0, 3)
+    assert empty["edge_index"].shape == (2, 0) and none_bad.size == 0
 
 
 def test_unparsable_smiles_fails_like_smiles2graph():

@@ -176,3 +176,40 @@ def test_crafted_store_array_is_refused_without_running(tmp_path):
     with pytest.raises(ValueError, match=r"y\.npy cannot be read"):
         load_dataset(f"csv:{path}", target_columns=["y"])
     assert not marker.exists()
+
+
+def test_chunk_featurised_at_once_equals_one_molecule_at_a_time(monkeypatch):
+    """A chunk's arrays and failures: each kept molecule's rows exactly as ``smiles2graph``
+    gives them alone, and every failure (unparsable, empty, not a string, a bond stereo OGB
+    does not list) in its row with its reason."""
+    from ogb.utils import smiles2graph
+    from rdkit import Chem
+
+    parse = Chem.MolFromSmiles
+
+    def atropisomer_acetanilide(smiles, *args):
+        mol = parse(smiles, *args)
+        if smiles == "CC(=O)Nc1ccc(O)cc1":  # a bond stereo tag outside OGB's list
+            mol.GetBondWithIdx(0).SetStereo(Chem.BondStereo.STEREOATROPCW)
+        return mol
+
+    monkeypatch.setattr(Chem, "MolFromSmiles", atropisomer_acetanilide)
+    smiles = [*SMILES, None]
+    arrays, failures, _ = store_module.featurize_chunk(
+        smiles, np.arange(len(smiles), dtype=float), first_index=100
+    )
+    bad = {2, 4, 9, 12}
+    assert [f.index for f in failures] == [100 + k for k in sorted(bad)]
+    assert failures[0].reason.endswith("ValueError: a bond stereo value is not in OGB's list")
+    assert failures[1].reason == "RDKit cannot parse SMILES 'not a smiles'"
+    assert failures[2].reason == failures[3].reason == "empty SMILES ''"
+    kept = [k for k in range(len(smiles)) if k not in bad]
+    assert arrays["source_index"].tolist() == [100 + k for k in kept]
+    assert arrays["y"][:, 0].tolist() == [float(k) for k in kept]
+    refs = [smiles2graph(smiles[k]) for k in kept]
+    assert np.array_equal(arrays["x"], np.concatenate([r["node_feat"] for r in refs]))
+    assert np.array_equal(arrays["edge_attr"], np.concatenate([r["edge_feat"] for r in refs]))
+    ei = np.concatenate([r["edge_index"] for r in refs], axis=1)
+    assert np.array_equal(arrays["edge_index"], ei)
+    assert arrays["num_nodes"].tolist() == [r["num_nodes"] for r in refs]
+    assert arrays["num_edges"].tolist() == [r["edge_index"].shape[1] for r in refs]

@@ -218,16 +218,34 @@ GraphDict = dict[str, Any]
 """One molecule's graph as OGB's ``smiles2graph`` returns it: ``node_feat`` ``[N, F]``,
 ``edge_index`` ``[2, E]``, ``edge_feat`` ``[E, F_e]`` (or ``[E]``), ``num_nodes``."""
 
+Graphs = dict[str, np.ndarray]
+"""``G`` molecules' graphs concatenated: ``node_feat`` ``[sum N, F]``, ``edge_index``
+``[2, sum E]`` (each graph's own node numbers), ``edge_feat`` ``[sum E, F_e]``, ``num_nodes``
+``[G]`` and ``num_edges`` ``[G]``."""
+
+
+def concat_graphs(graphs: Sequence[GraphDict]) -> Graphs:
+    """One :data:`Graphs` of a list of :data:`GraphDict` (``[E]`` bond features become
+    ``[E, 1]``)."""
+    if not graphs:
+        return {
+            "node_feat": np.zeros((0, 9), dtype=np.int64),
+            "edge_index": np.zeros((2, 0), dtype=np.int64),
+            "edge_feat": np.zeros((0, 3), dtype=np.int64),
+            "num_nodes": np.zeros(0, dtype=np.int64),
+            "num_edges": np.zeros(0, dtype=np.int64),
+        }
+    return {
+        "node_feat": np.concatenate([_as_2d(g["node_feat"]) for g in graphs]),
+        "edge_index": np.concatenate([np.asarray(g["edge_index"]) for g in graphs], axis=1),
+        "edge_feat": np.concatenate([_as_2d(g["edge_feat"]) for g in graphs]),
+        "num_nodes": np.array([int(g["num_nodes"]) for g in graphs], dtype=np.int64),
+        "num_edges": np.array([np.shape(g["edge_index"])[1] for g in graphs], dtype=np.int64),
+    }
+
 
 def _featurize_one(text: str, featurizer: str) -> GraphDict:
-    """One SMILES through ``featurizer``; raises on failure."""
-    if featurizer == "ogb":
-        from .ogb_graph import ogb_smiles_graph
-
-        graph = ogb_smiles_graph(text.strip())
-        if int(graph["num_nodes"]) == 0:
-            raise ValueError("no atoms")
-        return graph
+    """One SMILES through a per-molecule ``featurizer`` (not ``"ogb"``); raises on failure."""
     from .featurize import featurize_smiles
 
     data = featurize_smiles(text, featurizer)
@@ -241,31 +259,66 @@ def _featurize_one(text: str, featurizer: str) -> GraphDict:
 
 def featurize_smiles_list(
     smiles: Sequence[str], rows: Sequence[int], featurizer: str = "ogb"
-) -> tuple[list[int], list[GraphDict], list[MoleculeFailure]]:
+) -> tuple[list[int], Graphs, list[MoleculeFailure]]:
     """Featurise every SMILES; failures are returned (with their source row), not raised.
 
     Returns:
-        ``(kept, graphs, failures)``: positions in ``smiles`` that gave a graph, their graphs.
+        ``(kept, graphs, failures)``: positions in ``smiles`` that gave a graph, and their
+        graphs in that order.
     """
     from rdkit import rdBase
 
     if featurizer not in FEATURIZER_NAMES:
         raise ValueError(f"unknown featurizer {featurizer!r}; choose one of {FEATURIZER_NAMES}")
-    kept, graphs, failures = [], [], []
+    texts = [smi if isinstance(smi, str) else "" for smi in smiles]
+    errors: dict[int, BaseException | None] = {}
     with rdBase.BlockLogs():
-        for offset, smi in enumerate(smiles):
-            text = smi if isinstance(smi, str) else ""
-            try:
-                graph, exc = _featurize_one(text, featurizer), None
-            except Exception as err:  # RDKit returns None for bad SMILES; OGB then fails
-                graph, exc = None, err
-            if graph is None:
-                reason = _failure_reason(text, exc, featurizer)
-                failures.append(MoleculeFailure(int(rows[offset]), str(smi), reason))
-                continue
-            kept.append(offset)
-            graphs.append(graph)
+        if featurizer == "ogb":
+            kept, graphs = _ogb_graphs(texts, errors)
+        else:
+            kept, one_by_one = [], []
+            for offset, text in enumerate(texts):
+                try:
+                    one_by_one.append(_featurize_one(text, featurizer))
+                    kept.append(offset)
+                except Exception as err:  # RDKit returns None for bad SMILES; OGB then fails
+                    errors[offset] = err
+            graphs = concat_graphs(one_by_one)
+        failures = [
+            MoleculeFailure(
+                int(rows[k]), str(smiles[k]), _failure_reason(texts[k], errors[k], featurizer)
+            )
+            for k in sorted(errors)
+        ]
     return kept, graphs, failures
+
+
+def _ogb_graphs(
+    texts: list[str], errors: dict[int, BaseException | None]
+) -> tuple[list[int], Graphs]:
+    """OGB's graphs of the SMILES that give one (positions, graphs); why the others do not
+    goes into ``errors`` (position -> exception)."""
+    from rdkit import Chem
+
+    from .ogb_graph import BAD_STEREO, ogb_graphs
+
+    kept, mols = [], []
+    for offset, text in enumerate(texts):
+        mol = Chem.MolFromSmiles(text.strip())
+        if mol is None:
+            errors[offset] = ValueError(f"RDKit cannot parse SMILES {text.strip()!r}")
+        elif mol.GetNumAtoms() == 0:
+            errors[offset] = ValueError("no atoms")
+        else:
+            kept.append(offset)
+            mols.append(mol)
+    graphs, bad = ogb_graphs(mols)
+    if bad.any():  # rare: featurise the others again rather than cut every array
+        for k in np.flatnonzero(bad):
+            errors[kept[k]] = ValueError(BAD_STEREO)
+        kept = [k for k, b in zip(kept, bad.tolist(), strict=True) if not b]
+        graphs, _ = ogb_graphs([m for m, b in zip(mols, bad.tolist(), strict=True) if not b])
+    return kept, graphs
 
 
 def _narrow(a: np.ndarray, what: str) -> np.ndarray:
@@ -288,7 +341,7 @@ def _as_2d(a: Any) -> np.ndarray:
 
 
 def graph_arrays(
-    graphs: Sequence[GraphDict],
+    graphs: Graphs,
     rows: Sequence[int],
     targets: np.ndarray,
     *,
@@ -298,7 +351,7 @@ def graph_arrays(
     """The chunk arrays of featurised graphs: features, targets, extras.
 
     Args:
-        graphs: ``[G]`` graphs (:data:`GraphDict`).
+        graphs: ``G`` graphs (:data:`Graphs`).
         rows: ``[G]`` source row of each graph.
         targets: ``[G, T]`` targets (``NaN`` = missing).
         smiles: ``[G]`` SMILES to keep with the graphs (``None``: none kept).
@@ -309,21 +362,13 @@ def graph_arrays(
         ``num_edges``, ``source_index`` and, when given,
         ``smiles_bytes`` / ``smiles_len`` and ``split``.
     """
-    num_nodes = np.array([int(g["num_nodes"]) for g in graphs], dtype=np.int64)
-    num_edges = np.array([np.shape(g["edge_index"])[1] for g in graphs], dtype=np.int64)
-    if graphs:
-        x = np.concatenate([_as_2d(g["node_feat"]) for g in graphs])
-        edge_index = np.concatenate([np.asarray(g["edge_index"]) for g in graphs], axis=1)
-        edge_attr = np.concatenate([_as_2d(g["edge_feat"]) for g in graphs])
-    else:
-        x = np.zeros((0, 9), dtype=np.int64)
-        edge_index = np.zeros((2, 0), dtype=np.int64)
-        edge_attr = np.zeros((0, 3), dtype=np.int64)
+    num_nodes, num_edges = graphs["num_nodes"], graphs["num_edges"]
+    x, edge_index, edge_attr = graphs["node_feat"], graphs["edge_index"], graphs["edge_feat"]
     arrays = {
         "x": _narrow(x, "atom feature"),
         "edge_index": edge_index.astype(index_dtype(max(int(num_nodes.max(initial=1)) - 1, 0))),
         "edge_attr": _narrow(edge_attr, "bond feature"),
-        "y": np.asarray(targets, dtype=np.float32).reshape(len(graphs), np.shape(targets)[-1]),
+        "y": np.asarray(targets, dtype=np.float32).reshape(num_nodes.size, np.shape(targets)[-1]),
         "num_nodes": num_nodes.astype(np.int32),
         "num_edges": num_edges.astype(np.int32),
         "source_index": np.asarray(rows, dtype=np.int64).reshape(-1),
@@ -429,7 +474,8 @@ def _build_chunk(task: ChunkTask) -> ChunkResult:
     if task.graphs is not None:  # a source of ready graphs (ZINC, ogbg-mol*)
         t0 = time.perf_counter()
         smiles = task.smiles if task.keep_smiles else None
-        arrays = graph_arrays(task.graphs, task.rows, task.targets, smiles=smiles, split=task.split)
+        graphs = concat_graphs(task.graphs)
+        arrays = graph_arrays(graphs, task.rows, task.targets, smiles=smiles, split=task.split)
         failures: list[MoleculeFailure] = []
         seconds = {"featurize": 0.0, "arrays": time.perf_counter() - t0}
     else:
