@@ -13,6 +13,7 @@ import gzip
 import io
 import itertools
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -393,3 +394,11 @@ def test_the_result_pipe_is_widened():
         assert after == stream.PIPE_BYTES
     else:  # refused, unless the process may exceed the system's limit (root)
         assert after in (before, stream.PIPE_BYTES)
+
+
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="needs Unix priorities")
+def test_featurising_workers_run_at_a_lower_priority():
+    with stream._pool(1) as pool:
+        niceness = pool.apply(os.nice, (0,))
+        assert pool.apply(len, ("abc",)) == 3
+    assert niceness == min(os.nice(0) + stream.WORKER_NICENESS, 19)
