@@ -17,7 +17,9 @@ an untrained checkpoint of that preset (speed does not depend on the weights):
   the throughput.
 
 ``--baseline REV`` runs the same measurement for the ``predict`` command of an earlier commit
-(``git worktree add`` into a temporary folder) on ``--baseline-sizes`` (it reads a CSV).
+(``git worktree add`` into a temporary folder) on ``--baseline-sizes`` (it reads a CSV);
+with ``--pairs K``, K alternating runs of this code and REV's at each of those sizes, with
+the medians of each and their ratio (the speed of a shared machine drifts between runs).
 ``--profile`` measures each stage alone, in this process, on one thread: featurising
 (``featurize_chunk``) and the Graphormer features (``flat_graphs``), which ``predict`` runs in
 its worker processes, then collating and the model's forward pass, which it runs in the main
@@ -27,6 +29,7 @@ process; in molecules/s and CPU ms per molecule. Run::
     python scripts/bench_predict.py --sizes 10000 100000 1000000 --presets small
     python scripts/bench_predict.py --sizes 10000 --presets pcqm4mv2-small
     python scripts/bench_predict.py --sizes --baseline 0251eef --baseline-sizes 10000 30000
+    python scripts/bench_predict.py --sizes --baseline 0251eef --baseline-sizes 40000 --pairs 3
     python scripts/bench_predict.py --smoke --smiles-file some.smi
 """
 
@@ -39,6 +42,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -187,6 +191,31 @@ def run_baseline(rev: str, ckpt: Path, smi: Path, n: int, work: Path) -> dict:
     return _rates(result, n)
 
 
+def run_pairs(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, work: Path) -> dict:
+    """``a.pairs`` alternating runs of this code and of commit ``a.baseline`` on the same
+    ``n`` molecules (which goes first alternates too), with the medians of each and their
+    ratio: a comparison that the drift of a shared machine's speed does not tilt."""
+    runs: dict[str, list[dict]] = {"this": [], "baseline": []}
+    for k in range(a.pairs):
+        order = ("this", "baseline") if k % 2 == 0 else ("baseline", "this")
+        for side in order:
+            if side == "this":
+                row = run_stream(a, ckpt, smi, n, work / "out.csv")
+            else:
+                row = run_baseline(a.baseline, ckpt, smi, n, work)
+            runs[side].append(row)
+            print(json.dumps({"pair": k, "side": side, **row}), file=sys.stderr)
+    median = {
+        side: {
+            key: statistics.median(r[key] for r in rows)
+            for key in ("molecules_per_s", "cpu_ms_per_molecule", "main_cpu_ms_per_molecule")
+        }
+        for side, rows in runs.items()
+    }
+    ratio = median["this"]["molecules_per_s"] / median["baseline"]["molecules_per_s"]
+    return {"molecules": n, "rev": a.baseline, "median": median, "ratio": round(ratio, 3), **runs}
+
+
 def profile(ckpts: dict[str, Path], smi: Path, n: int, batch_size: int) -> dict:
     """Each stage alone in this process on one thread: molecules/s (wall) and CPU ms per
     molecule (this process's CPU time, which other load on the machine barely changes).
@@ -268,6 +297,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default torch's)")
     p.add_argument("--baseline", default=None, metavar="REV", help="e.g. 0251eef")
     p.add_argument("--baseline-sizes", type=int, nargs="*", default=[10_000, 30_000])
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="with --baseline: at each --baseline-sizes, this many alternating runs of this "
+        "code and REV's, reported with their medians and ratio",
+    )
     p.add_argument("--profile", action="store_true", help="time each stage alone")
     p.add_argument("--profile-molecules", type=int, default=5000)
     p.add_argument(
@@ -299,7 +335,11 @@ def main() -> None:
                 row = run_stream(a, ckpts[preset], molecules(n), n, work / "out.csv")
                 results["stream"].append({"preset": preset, **models[preset], **row})
                 print(json.dumps(results["stream"][-1]), file=sys.stderr)
-        if a.baseline:
+        if a.baseline and a.pairs:
+            results["pairs"] = [
+                run_pairs(a, ckpts[a.presets[0]], molecules(n), n, work) for n in a.baseline_sizes
+            ]
+        elif a.baseline:
             for n in a.baseline_sizes:
                 row = run_baseline(a.baseline, ckpts[a.presets[0]], molecules(n), n, work)
                 results["baseline"].append({"preset": a.presets[0], **row})
