@@ -274,7 +274,7 @@ def featurize_smiles_list(
     errors: dict[int, BaseException | None] = {}
     with rdBase.BlockLogs():
         if featurizer == "ogb":
-            kept, graphs = _ogb_graphs(texts, errors)
+            kept, graphs = _parsed_ogb_graphs(texts, errors)
         else:
             kept, one_by_one = [], []
             for offset, text in enumerate(texts):
@@ -293,7 +293,7 @@ def featurize_smiles_list(
     return kept, graphs, failures
 
 
-def _ogb_graphs(
+def _parsed_ogb_graphs(
     texts: list[str], errors: dict[int, BaseException | None]
 ) -> tuple[list[int], Graphs]:
     """OGB's graphs of the SMILES that give one (positions, graphs); why the others do not
