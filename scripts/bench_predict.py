@@ -30,6 +30,7 @@ process; in molecules/s and CPU ms per molecule. Run::
     python scripts/bench_predict.py --sizes 10000 --presets pcqm4mv2-small
     python scripts/bench_predict.py --sizes --baseline 0251eef --baseline-sizes 10000 30000
     python scripts/bench_predict.py --sizes --baseline 0251eef --baseline-sizes 40000 --pairs 3
+    python scripts/bench_predict.py --sizes 100000 --device cuda --workers 12 --batch-size 1024
     python scripts/bench_predict.py --smoke --smiles-file some.smi
 """
 
@@ -155,7 +156,7 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dic
 
 def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) -> dict:
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
-    cmd += ["--input", str(smi), "--output", str(out), "--no-progress", "--device", "cpu"]
+    cmd += ["--input", str(smi), "--output", str(out), "--no-progress", "--device", a.device]
     cmd += ["--workers", str(a.workers), "--batch-size", str(a.batch_size)]
     cmd += ["--chunk-size", str(a.chunk_size)]
     if a.threads is not None:
@@ -295,6 +296,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default torch's)")
+    p.add_argument("--device", default="cpu", help="where predict runs the model (cpu, cuda)")
     p.add_argument("--baseline", default=None, metavar="REV", help="e.g. 0251eef")
     p.add_argument("--baseline-sizes", type=int, nargs="*", default=[10_000, 30_000])
     p.add_argument(
@@ -358,6 +360,8 @@ def main() -> None:
             "batch_size": a.batch_size,
             "chunk_size": a.chunk_size,
             "threads": a.threads,
+            "device": a.device,
+            "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else None,
             "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
             "load_average_1min_start_end": [round(x, 2) for x in load],
         },
