@@ -172,8 +172,9 @@ def _rates(result: dict, n: int) -> dict:
     return result
 
 
-def run_baseline(rev: str, ckpt: Path, smi: Path, n: int, work: Path) -> dict:
-    """The ``predict`` command of commit ``rev`` (reads a CSV with a ``smiles`` column)."""
+def run_baseline(rev: str, ckpt: Path, smi: Path, n: int, work: Path, device: str = "cpu") -> dict:
+    """The ``predict`` command of commit ``rev`` (reads a CSV with a ``smiles`` column), its
+    model on ``device``."""
     tree = work / f"rev-{rev}"
     if not tree.exists():
         subprocess.run(
@@ -188,7 +189,7 @@ def run_baseline(rev: str, ckpt: Path, smi: Path, n: int, work: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
     cmd += ["--input", str(table), "--output", str(work / "base.csv"), "--no-progress"]
-    result = {"molecules": n, "rev": rev, **measure(cmd + ["--device", "cpu"], tree, env)}
+    result = {"molecules": n, "rev": rev, **measure(cmd + ["--device", device], tree, env)}
     return _rates(result, n)
 
 
@@ -203,7 +204,7 @@ def run_pairs(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, work: Path) 
             if side == "this":
                 row = run_stream(a, ckpt, smi, n, work / "out.csv")
             else:
-                row = run_baseline(a.baseline, ckpt, smi, n, work)
+                row = run_baseline(a.baseline, ckpt, smi, n, work, a.device)
             runs[side].append(row)
             print(json.dumps({"pair": k, "side": side, **row}), file=sys.stderr)
     median = {
@@ -343,7 +344,7 @@ def main() -> None:
             ]
         elif a.baseline:
             for n in a.baseline_sizes:
-                row = run_baseline(a.baseline, ckpts[a.presets[0]], molecules(n), n, work)
+                row = run_baseline(a.baseline, ckpts[a.presets[0]], molecules(n), n, work, a.device)
                 results["baseline"].append({"preset": a.presets[0], **row})
                 print(json.dumps(results["baseline"][-1]), file=sys.stderr)
     finally:
