@@ -445,6 +445,14 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         default=None,
         help="run the model through torch.compile",
     )
+    r.add_argument(
+        "--no-capture",
+        dest="capture",
+        action="store_false",
+        default=None,
+        help="on a GPU, run every step eagerly instead of replaying it from a CUDA graph "
+        "captured per batch shape (the default on one GPU)",
+    )
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     return r
 

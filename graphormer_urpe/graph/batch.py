@@ -18,6 +18,12 @@ and ``-inf`` on padded keys and on pairs whose raw distance is ``>= spatial_pos_
 ``pad_to_multiple=m`` pads further so that the attention length ``n + 1`` (graph token
 included) is a multiple of ``m`` (e.g. 8 for GPU tensor cores); the extra positions are padding
 like any other (masked keys, ``node_mask`` ``False``).
+
+``static=StaticShapes(...)`` gives the batch one of a few fixed shapes (see
+:mod:`~graphormer_urpe.graph.shapes`): ``B`` graphs (empty ones added), ``n + 1`` and the
+path-hop rows rounded up to buckets, ``D`` fixed. Such a batch also carries the hop index of
+every path row (:attr:`GraphormerBatch.path_hop`), so that the model computes nothing whose
+size depends on the data: what a captured GPU step needs.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from torch_geometric.data import Batch, Data
 
 from .features import FEATURE_OFFSET, UNREACHABLE, GraphormerFeatures, has_graphormer_features
 from .flat import FlatGraphs
+from .shapes import StaticShapes
 
 __all__ = [
     "GraphormerBatch",
@@ -139,6 +146,13 @@ class GraphormerBatch:
         total_nodes: ``num_nodes.sum()`` as a Python int, known where the batch was collated
             (on the host), so that the model sizes its real-token index without reading it
             back from the device; ``None`` when unknown (then it is counted on the device).
+        path_hop: ``[M]`` long, the hop index (``0..D-1``) of every row of :attr:`path_input`
+            (rows past the real hops: feature 0 at hop 0), in static batches; ``None``: the
+            model derives it from ``spatial_pos``.
+        static_shape: ``(B, n, M)`` of a static batch (see :class:`~graphormer_urpe.graph.
+            shapes.StaticShapes`), whose first :attr:`num_graphs` graphs are real and the rest
+            empty; ``None`` for a batch sized to its graphs.
+        real_graphs: the real graphs of a static batch (``None``: all ``B``).
     """
 
     x: Tensor
@@ -153,10 +167,14 @@ class GraphormerBatch:
     y: Tensor | None = None
     mol_features: Tensor | None = None
     total_nodes: int | None = None
+    path_hop: Tensor | None = None
+    static_shape: tuple[int, int, int] | None = None
+    real_graphs: int | None = None
 
     @property
     def num_graphs(self) -> int:
-        return int(self.x.shape[0])
+        """Real graphs (the first ones of a static batch, whose tensors hold ``B``)."""
+        return int(self.x.shape[0]) if self.real_graphs is None else self.real_graphs
 
     @property
     def path_hops(self) -> int:
@@ -167,12 +185,16 @@ class GraphormerBatch:
     def edge_input(self) -> Tensor:
         """``[B, n, n, D, F_e]`` long: :attr:`path_input` laid out densely (0 = no hop), as
         Graphormer's reference code batches it; built on each access."""
-        return dense_edge_input(self.spatial_pos, self.path_input, self.max_hops)
+        path = self.path_input
+        if self.path_hop is not None:  # a static batch: its real rows only
+            path = path[: int(pair_hops(self.spatial_pos, self.max_hops).sum())]
+        return dense_edge_input(self.spatial_pos, path, self.max_hops)
 
     @property
     def token_mask(self) -> Tensor:
         """``[B, n + 1]`` bool, ``True`` on the graph token (position 0) and the real nodes."""
-        return torch.cat([self.node_mask.new_ones(self.num_graphs, 1), self.node_mask], dim=1)
+        b = self.node_mask.shape[0]
+        return torch.cat([self.node_mask.new_ones(b, 1), self.node_mask], dim=1)
 
     def __len__(self) -> int:
         return self.num_graphs
@@ -211,6 +233,7 @@ def collate(
     multi_hop_max_dist: int = 20,
     spatial_pos_max: int = 1024,
     pad_to_multiple: int = 1,
+    static: StaticShapes | None = None,
 ) -> GraphormerBatch:
     """Pad a list of graphs into one :class:`GraphormerBatch`.
 
@@ -223,18 +246,27 @@ def collate(
         spatial_pos_max: pairs at raw distance ``>= spatial_pos_max`` are masked (``-inf``).
         pad_to_multiple: pad the attention length ``n + 1`` (graph token included) up to a
             multiple of this (1 = to the largest graph only).
+        static: give the batch one of a few fixed shapes (see
+            :class:`~graphormer_urpe.graph.shapes.StaticShapes`, whose ``max_hops`` must be
+            ``multi_hop_max_dist``); ``pad_to_multiple`` is then ignored.
 
     Returns:
         The dense batch.
     """
     if pad_to_multiple < 1:
         raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
+    if static is not None and static.max_hops != multi_hop_max_dist:
+        raise ValueError(
+            f"static shapes keep {static.max_hops} path hops, the batch {multi_hop_max_dist}"
+        )
     flat = (
         data_list if isinstance(data_list, FlatGraphs) else _flatten(data_list, multi_hop_max_dist)
     )
     if len(flat) == 0:
         raise ValueError("cannot collate an empty list of graphs")
-    return _pad(flat, multi_hop_max_dist, spatial_pos_max, pad_to_multiple)
+    if static is not None and len(flat) > static.batch_size:
+        raise ValueError(f"{len(flat)} graphs do not fit a static batch of {static.batch_size}")
+    return _pad(flat, multi_hop_max_dist, spatial_pos_max, pad_to_multiple, static)
 
 
 def _flatten(data_list: Sequence[Data] | Batch, multi_hop_max_dist: int) -> FlatGraphs:
@@ -277,10 +309,10 @@ def _flatten(data_list: Sequence[Data] | Batch, multi_hop_max_dist: int) -> Flat
     )
 
 
-def _path_input(flat: FlatGraphs, dmax: int) -> Tensor:
+def _path_input(flat: FlatGraphs, dmax: int) -> tuple[Tensor, np.ndarray]:
     """``[M, F_e]`` the shifted features of every path hop with at most ``dmax`` hops per
     pair, in :attr:`GraphormerBatch.path_input` order (what :func:`path_input_from_dense`
-    gives for the dense layout)."""
+    gives for the dense layout), and ``[M]`` the hop index of each."""
     sp = flat.spatial_pos.astype(np.int64)  # [P] raw distances
     hops = np.where(sp < UNREACHABLE, np.minimum(sp, dmax), 0)  # [P]
     pairs = flat.num_nodes * flat.num_nodes  # [B]
@@ -298,18 +330,29 @@ def _path_input(flat: FlatGraphs, dmax: int) -> Tensor:
         out = np.full((pair.size, flat.edge_input.shape[1]), -1, dtype=np.int64)
         out[stored] = np.take(flat.edge_input, rows[stored], axis=0)
     out += 1  # raw + 2 + 512 f -> raw + 3 + 512 f; -1 (no feature) -> 0
-    return torch.from_numpy(out)
+    return torch.from_numpy(out), hop
 
 
 def _pad(
-    flat: FlatGraphs, multi_hop_max_dist: int, spatial_pos_max: int, pad_to_multiple: int
+    flat: FlatGraphs,
+    multi_hop_max_dist: int,
+    spatial_pos_max: int,
+    pad_to_multiple: int,
+    static: StaticShapes | None = None,
 ) -> GraphormerBatch:
-    """The dense batch of ``flat``: vectorised over the whole batch, one scatter per tensor."""
+    """The dense batch of ``flat``: vectorised over the whole batch, one scatter per tensor.
+    With ``static``, empty graphs follow the real ones up to ``static.batch_size``."""
+    real = len(flat)
     ks = flat.num_nodes.tolist()
-    sizes = torch.from_numpy(flat.num_nodes).long()  # [B]
-    b, n = len(ks), max(ks)
-    n = -(-(n + 1) // pad_to_multiple) * pad_to_multiple - 1  # n + 1 a multiple of it
-    dmax = int(min(int(flat.hops.max(initial=0)), multi_hop_max_dist))
+    if static is not None:
+        ks += [0] * (static.batch_size - real)
+        n = static.attention_length(max(ks) + 1) - 1
+        dmax = static.max_hops
+    else:
+        n = -(-(max(ks) + 1) // pad_to_multiple) * pad_to_multiple - 1  # n + 1 a multiple
+        dmax = int(min(int(flat.hops.max(initial=0)), multi_hop_max_dist))
+    b = len(ks)
+    sizes = torch.tensor(ks, dtype=torch.long)  # [B]
     x_all = torch.from_numpy(flat.x).long()
     f = x_all.shape[1]
 
@@ -339,20 +382,34 @@ def _pad(
         g, rest = lin // (n * n), lin % (n * n)
         attn_bias[g, rest // n + 1, rest % n + 1] = float("-inf")
 
-    return GraphormerBatch(
+    path_input, hop = _path_input(flat, dmax)
+    y = None if flat.y is None else torch.from_numpy(flat.y).float()
+    mol_x = None if flat.mol_x is None else torch.from_numpy(flat.mol_x).float()
+    batch = GraphormerBatch(
         x=x_out,
         in_degree=deg,
         out_degree=deg,
         spatial_pos=spatial,
-        path_input=_path_input(flat, dmax),
+        path_input=path_input,
         max_hops=dmax,
         attn_bias=attn_bias,
         node_mask=node_mask,
         num_nodes=sizes,
-        y=None if flat.y is None else torch.from_numpy(flat.y).float(),
-        mol_features=None if flat.mol_x is None else torch.from_numpy(flat.mol_x).float(),
+        y=y,
+        mol_features=mol_x,
         total_nodes=int(sizes.sum()),
     )
+    if static is None:
+        return batch
+    rows = static.path_rows(len(hop))
+    batch.path_input = F.pad(path_input, (0, 0, 0, rows - len(hop)))  # feature 0: no bond
+    batch.path_hop = F.pad(torch.from_numpy(hop).long(), (0, rows - len(hop)))
+    if y is not None:  # the empty graphs' targets are missing: no loss, no metric
+        batch.y = F.pad(y, (0, 0, 0, b - real), value=float("nan"))
+    if mol_x is not None:
+        batch.mol_features = F.pad(mol_x, (0, 0, 0, b - real))
+    batch.static_shape, batch.real_graphs = (b, n, rows), real
+    return batch
 
 
 @lru_cache(maxsize=8192)
@@ -384,24 +441,35 @@ class GraphormerCollator:
         multi_hop_max_dist: see :func:`collate`.
         spatial_pos_max: see :func:`collate`.
         pad_to_multiple: see :func:`collate` (e.g. 8 on GPUs with tensor cores).
+        static: see :func:`collate` (static shapes for a captured GPU step).
     """
 
     def __init__(
-        self, multi_hop_max_dist: int = 20, spatial_pos_max: int = 1024, pad_to_multiple: int = 1
+        self,
+        multi_hop_max_dist: int = 20,
+        spatial_pos_max: int = 1024,
+        pad_to_multiple: int = 1,
+        static: StaticShapes | None = None,
     ) -> None:
         if pad_to_multiple < 1:
             raise ValueError(f"pad_to_multiple must be >= 1, got {pad_to_multiple}")
         self.multi_hop_max_dist = multi_hop_max_dist
         self.spatial_pos_max = spatial_pos_max
         self.pad_to_multiple = pad_to_multiple
+        self.static = static
 
     def __call__(self, data_list: Sequence[Data] | FlatGraphs) -> GraphormerBatch:
         return collate(
-            data_list, self.multi_hop_max_dist, self.spatial_pos_max, self.pad_to_multiple
+            data_list,
+            self.multi_hop_max_dist,
+            self.spatial_pos_max,
+            self.pad_to_multiple,
+            self.static,
         )
 
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}(multi_hop_max_dist={self.multi_hop_max_dist}, "
-            f"spatial_pos_max={self.spatial_pos_max}, pad_to_multiple={self.pad_to_multiple})"
+            f"spatial_pos_max={self.spatial_pos_max}, pad_to_multiple={self.pad_to_multiple}, "
+            f"static={self.static})"
         )

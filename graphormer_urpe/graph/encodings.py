@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import TokenLayout, true_positions
-from .batch import GraphormerBatch, hop_positions, path_input_from_dense
+from .batch import GraphormerBatch, hop_positions, pair_hops, path_input_from_dense
 
 __all__ = [
     "head_major_index",
@@ -177,11 +177,19 @@ class AttentionBias(nn.Module):
         path_input = path_input_from_dense(spatial_pos, edge_input)
         return self._edge_sum(spatial_pos, path_input, d, n).permute(0, 2, 3, 1)
 
-    def _edge_sum(self, spatial_pos: Tensor, path_input: Tensor, d: int, m: int) -> Tensor:
+    def _edge_sum(
+        self,
+        spatial_pos: Tensor,
+        path_input: Tensor,
+        d: int,
+        m: int,
+        path_hop: Tensor | None = None,
+    ) -> Tensor:
         """Multi-hop edge encoding on a ``[B, m, m]`` grid whose last ``n`` rows and columns
         are the nodes (``m = n``, or ``n + 1`` with the graph token first), from
         ``spatial_pos`` ``[B, n, n]`` and the ``[M, F_e]`` features of the ``d``-hop paths
-        (see :class:`~graphormer_urpe.graph.batch.GraphormerBatch`).
+        (see :class:`~graphormer_urpe.graph.batch.GraphormerBatch`), whose hop indices
+        ``path_hop`` ``[M]`` a static batch gives.
 
         Returns:
             ``[B, H, m, m]`` (contiguous), 0 outside node pairs.
@@ -196,7 +204,7 @@ class AttentionBias(nn.Module):
         # feature 0 (none) reads a zero row at every hop
         table = torch.cat([table.new_zeros(d, 1, h), table[:, 1:]], dim=1).view(d * v, h)
         rows, offsets, inv = _path_hops(
-            spatial_pos, path_input, d, m, v, self.multi_hop_max_dist, table.dtype
+            spatial_pos, path_input, d, m, v, self.multi_hop_max_dist, table.dtype, path_hop
         )
         out = _HopSum.apply(table, rows, offsets, inv, b)  # [B, H, m*m]
         return out.view(b, h, m, m)
@@ -221,7 +229,9 @@ class AttentionBias(nn.Module):
             ]
         )  # [S + 3, H]
         bias = table.view(-1).index_select(0, head_major_index(idx, h)).view(b, h, m, m)
-        edge = self._edge_sum(batch.spatial_pos, batch.path_input, batch.max_hops, m)
+        edge = self._edge_sum(
+            batch.spatial_pos, batch.path_input, batch.max_hops, m, batch.path_hop
+        )
         return bias + edge  # [B, H, m, m]
 
 
@@ -234,6 +244,7 @@ def _path_hops(
     num_edges: int,
     max_dist: int,
     dtype: torch.dtype,
+    path_hop: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The path hops of a batch as bags of table rows, one bag per grid cell.
 
@@ -248,6 +259,9 @@ def _path_hops(
             feature ``e``; rows ``t * V`` are zero).
         max_dist: ``D_max``, the divisor cap.
         dtype: dtype of the returned scales.
+        path_hop: ``[M]`` the hop index of every row (a static batch's, whose rows past the
+            real hops are feature 0 at hop 0 and fall into the last cell's bag, adding zero
+            rows); ``None``: derived from ``spatial_pos``.
 
     Returns:
         ``(rows [M * F_e], offsets [B*m*m], inv [B*m*m])``: table rows, start of each
@@ -256,7 +270,10 @@ def _path_hops(
     b, n, _ = spatial_pos.shape
     fe = path_input.shape[1]
     device = spatial_pos.device
-    hops, _, hop = hop_positions(spatial_pos, d, path_input.shape[0])  # [P], [M]
+    if path_hop is None:
+        hops, _, hop = hop_positions(spatial_pos, d, path_input.shape[0])  # [P], [M]
+    else:  # nothing sized by the data: a captured step replays it for any batch of its shape
+        hops, hop = pair_hops(spatial_pos.reshape(-1), d), path_hop
     rows = path_input + (hop * num_edges).unsqueeze(1)  # [M, F_e]
     cell = torch.arange(b * m * m, device=device).view(b, m, m)[:, m - n :, m - n :]
     cell = cell.reshape(-1)  # [P], grid cell of each node pair

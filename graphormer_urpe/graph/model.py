@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
-from ..attention import Dropout, prepare_bias
+from ..attention import Dropout, PreparedBias, prepare_bias
 from ..encoder import Encoder
 from .batch import GraphormerBatch, collate
 from .encodings import (
@@ -351,20 +351,8 @@ class GraphormerEncoder(nn.Module):
             node is.
         """
         tokens = GraphTokens(batch)
-        h = self.node_embedding.forward_tokens(batch, tokens)  # [T, d]
-        if self.config.embed_scale is not None:
-            h = h * self.config.embed_scale
-        if self.embedding_norm is not None:
-            h = self.embedding_norm(h)
-        h = self.input_dropout(h)
-        # B forbids padded keys (-inf from the batch's mask), so it is prepared once, here;
-        # every row keeps its graph-token key, so no row is fully masked.
-        bias = prepare_bias(self.attention_bias(batch), live_rows=True)  # [B, H, n+1, n+1]
-        scales = None
-        if self.spatial_scale is not None:
-            scales = LayerSpatialScales(
-                self.spatial_scale, batch.spatial_pos, batch.node_mask, self.config.num_layers
-            )
+        h = self._inputs(self.node_embedding.forward_tokens(batch, tokens))  # [T, d]
+        bias, scales = self._bias_and_scales(batch)
         h = self.encoder(
             h,
             attn_bias=bias,
@@ -374,13 +362,68 @@ class GraphormerEncoder(nn.Module):
         )
         return h, tokens
 
+    def forward_padded(self, batch: GraphormerBatch, graph_tokens_only: bool = False) -> Tensor:
+        """The encoder on the whole padded grid: every position is a token, padding included.
+
+        Nothing in it is sized by the data (unlike the real-token index of
+        :meth:`forward_tokens`), so for a static batch (see
+        :class:`~graphormer_urpe.graph.shapes.StaticShapes`) the same operations run on
+        tensors of the same shapes for every batch: a captured GPU step replays it. Padded
+        keys are masked, so the values at real positions equal :meth:`forward_tokens`'.
+
+        Returns:
+            ``[B, n + 1, d]`` (any values on padding), or ``[B, d]`` with
+            ``graph_tokens_only``.
+        """
+        h = self._inputs(self.node_embedding(batch))  # [B, n + 1, d]
+        bias, scales = self._bias_and_scales(batch)
+        return self.encoder(
+            h, attn_bias=bias, attn_scale=scales, first_token_only=graph_tokens_only
+        )
+
+    def forward_graphs(self, batch: GraphormerBatch) -> Tensor:
+        """Graph-token representations ``[B, d]``: through :meth:`forward_padded` for a
+        static batch (all its ``B`` graphs, the empty ones included), else through
+        :meth:`forward_tokens`."""
+        if batch.static_shape is not None:
+            return self.forward_padded(batch, graph_tokens_only=True)
+        return self.forward_tokens(batch, graph_tokens_only=True)[0]
+
+    def _inputs(self, h: Tensor) -> Tensor:
+        """Scaled, normalised and dropped-out input embeddings (any shape ``[*, d]``)."""
+        if self.config.embed_scale is not None:
+            h = h * self.config.embed_scale
+        if self.embedding_norm is not None:
+            h = self.embedding_norm(h)
+        return self.input_dropout(h)
+
+    def _bias_and_scales(
+        self, batch: GraphormerBatch
+    ) -> tuple[PreparedBias, LayerSpatialScales | None]:
+        """``B`` for every layer and the lazy per-layer ``C`` (``None`` without URPE)."""
+        # B forbids padded keys (-inf from the batch's mask), so it is prepared once, here;
+        # every row keeps its graph-token key, so no row is fully masked.
+        bias = prepare_bias(self.attention_bias(batch), live_rows=True)  # [B, H, n+1, n+1]
+        if self.spatial_scale is None:
+            return bias, None
+        scales = LayerSpatialScales(
+            self.spatial_scale, batch.spatial_pos, batch.node_mask, self.config.num_layers
+        )
+        return bias, scales
+
     def forward_dense(self, batch: GraphormerBatch) -> Tensor:
         """Token representations ``[B, n + 1, d]`` after the last layer (0 on padding)."""
+        if batch.static_shape is not None:
+            h = self.forward_padded(batch)
+            return h * batch.token_mask.unsqueeze(-1).to(h.dtype)
         h, tokens = self.forward_tokens(batch)
         return tokens.layout.pad(h)
 
     def forward(self, data: GraphInput) -> tuple[Tensor, Tensor]:
         batch = self._dense(data)
+        if batch.static_shape is not None:  # the real graphs' nodes and tokens
+            h = self.forward_padded(batch)[: batch.num_graphs]  # [B_real, n + 1, d]
+            return h[:, 1:][batch.node_mask[: batch.num_graphs]], h[:, 0]
         h, tokens = self.forward_tokens(batch)  # [T, d]
         node_emb = h.index_select(0, tokens.node_index)  # [num_nodes, d]
         return node_emb, h.index_select(0, tokens.graph_index)
@@ -419,7 +462,8 @@ class Graphormer(nn.Module):
     standardised targets and :meth:`forward` returns them in the targets' own units.
 
     Shapes:
-        graphs (``GraphormerBatch`` / PyG ``Batch`` / list of ``Data``) → ``[B, num_targets]``.
+        graphs (``GraphormerBatch`` / PyG ``Batch`` / list of ``Data``) → ``[B, num_targets]``;
+        for a static batch all its ``B`` rows, the real graphs first.
     """
 
     def __init__(self, config: GraphormerConfig | None = None, **overrides) -> None:
@@ -478,7 +522,7 @@ class Graphormer(nn.Module):
 
     def forward(self, data: GraphInput) -> Tensor:
         batch = self.encoder._dense(data)
-        h, _ = self.encoder.forward_tokens(batch, graph_tokens_only=True)  # [B, d]
+        h = self.encoder.forward_graphs(batch)  # [B, d]
         k = self.config.num_mol_features
         if k:
             m = batch.mol_features

@@ -91,7 +91,12 @@ class TrainConfig:
     bucket_size: int = 0
     """Size-bucketed batches: sort chunks of this many batches by graph size (``0``: off)."""
     compile: bool = False
-    """Run the model through ``torch.compile`` (dynamic shapes)."""
+    """Run the model through ``torch.compile`` (dynamic shapes); steps are then not captured."""
+    capture: bool = True
+    """On one CUDA GPU, batches in a few static shapes and the whole training step (and every
+    evaluation pass) captured as a CUDA graph per shape and replayed
+    (:mod:`~graphormer_urpe.training.capture`). Eager on the CPU, under several processes,
+    with ``compile`` and with ``fp16`` (whose grad scaler decides on the host)."""
     time_limit: float | None = None
     """Wall-clock budget of one launch in minutes (``None``: none). The learning-rate schedule
     stays planned over the configured steps (see ``fill_time_limit``); the run stops cleanly

@@ -57,6 +57,15 @@ from tqdm.auto import tqdm
 
 from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
+from ..graph.shapes import StaticShapes
+from .capture import (
+    CaptureBackend,
+    CapturedForward,
+    CapturedStep,
+    default_backend,
+    learning_rate,
+    portable_optimizer_state,
+)
 from .checkpoint import (
     CheckpointKeeper,
     TrainingInterrupted,
@@ -92,6 +101,7 @@ __all__ = [
     "dataset_targets",
     "seed_everything",
     "train_step",
+    "step_body",
     "StepTotals",
 ]
 
@@ -138,10 +148,12 @@ class Precision:
         self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[kind]
         self.scaler = torch.amp.GradScaler(device.type, enabled=kind == "fp16")
 
-    def autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
+        """The autocast region (nothing for ``fp32``); ``cache=False`` for captured steps,
+        whose weight casts must be recomputed at every replay."""
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=cache)
 
 
 def linear_schedule(step: int, warmup: int, total: int, peak: float, end: float) -> float:
@@ -307,18 +319,22 @@ def predict(
     precision: Precision | None = None,
     progress: bool = False,
     desc: str = "predict",
+    forward: CapturedForward | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Predictions ``[N, T]`` (float32, CPU) and targets ``[N, T]`` (or ``None``)."""
+    """Predictions ``[N, T]`` (float32, CPU) and targets ``[N, T]`` (or ``None``); with
+    ``forward`` (static batches), its captured passes of ``model``."""
     model.eval()
     preds, ys = [], []
     ctx = precision.autocast if precision is not None else contextlib.nullcontext
     for batch in tqdm(loader, desc=desc, disable=None if progress else True, leave=False):
-        batch = batch.to(device, non_blocking=True)
-        with ctx():
-            out = model(batch)
+        if forward is not None:
+            out = forward(batch)
+        else:
+            with ctx():
+                out = model(batch.to(device, non_blocking=True))[: batch.num_graphs]
         preds.append(out.float().cpu())
         if batch.y is not None:
-            ys.append(batch.y.cpu())
+            ys.append(batch.y[: batch.num_graphs].cpu())
     y = torch.cat(ys) if len(ys) == len(preds) and ys else None
     return torch.cat(preds), y
 
@@ -341,8 +357,9 @@ class StepTotals:
         self.first_bad = torch.tensor(-1.0, dtype=torch.float64, device=device)
         self.skip = torch.zeros((), dtype=torch.float32, device=device)
 
-    def add(self, loss: Tensor, step: int) -> None:
-        """Account for one step's loss ``[]`` (no host-device synchronisation)."""
+    def add(self, loss: Tensor, step: int | Tensor) -> None:
+        """Account for one step's loss ``[]`` (no host-device synchronisation); ``step`` is
+        the step's index, a number or a ``[]`` float64 tensor on the device."""
         loss = loss.detach().double()
         bad = ~torch.isfinite(loss)
         self.loss_sum += torch.where(bad, torch.zeros_like(loss), loss)
@@ -380,11 +397,34 @@ def train_step(
     later update (``totals.skip`` as its ``found_inf``), until the loop reads ``totals``.
     With float16 the grad scaler skips steps whose gradients overflow instead.
     """
-    with precision.autocast():
+    loss = step_body(
+        net, batch, optimizer, precision, totals, step, loss_kind, clip_norm, loss_scale
+    )
+    scheduler.step()
+    return loss
+
+
+def step_body(
+    net: nn.Module,
+    batch: GraphormerBatch,
+    optimizer: torch.optim.Optimizer,
+    precision: Precision,
+    totals: StepTotals,
+    step: int | Tensor,
+    loss_kind: str = "l1",
+    clip_norm: float | None = None,
+    loss_scale: Tensor | None = None,
+    set_to_none: bool = True,
+    autocast_cache: bool = True,
+) -> Tensor:
+    """:func:`train_step` without the scheduler: what a captured step records
+    (:class:`~graphormer_urpe.training.capture.CapturedStep`), with ``step`` a ``[]`` device
+    tensor, gradients zeroed in place (``set_to_none=False``) and no autocast cache."""
+    with precision.autocast(autocast_cache):
         pred = net(batch)
     loss = masked_loss(pred, batch.y, loss_kind, loss_scale)
     totals.add(loss, step)
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=set_to_none)
     precision.scaler.scale(loss).backward()
     if clip_norm:
         precision.scaler.unscale_(optimizer)
@@ -394,7 +434,6 @@ def train_step(
         optimizer.found_inf = totals.skip  # read by the fused kernel on the device
     precision.scaler.step(optimizer)
     precision.scaler.update()
-    scheduler.step()
     return loss
 
 
@@ -475,14 +514,25 @@ def _time_up(limit_minutes: float | None, start: float) -> bool:
     return limit_minutes is not None and time.perf_counter() - start >= 60 * limit_minutes
 
 
-def _collator(config: GraphormerConfig, device: torch.device) -> GraphormerCollator:
-    # on GPUs, attention lengths padded to a multiple of 8 suit tensor cores
+def _collator(
+    config: GraphormerConfig, device: torch.device, static_batch: int | None = None
+) -> GraphormerCollator:
+    """The run's collate function: static shapes of ``static_batch`` graphs for captured
+    steps; else, on GPUs, attention lengths padded to a multiple of 8 (tensor cores)."""
     pad = 8 if device.type == "cuda" else 1
-    return GraphormerCollator(config.multi_hop_max_dist, config.spatial_pos_max, pad)
+    static = None
+    if static_batch is not None:
+        static = StaticShapes(static_batch, config.multi_hop_max_dist)
+    return GraphormerCollator(config.multi_hop_max_dist, config.spatial_pos_max, pad, static)
 
 
 def _eval_loader(
-    dataset: Dataset, config: GraphormerConfig, batch_size: int, ctx: DistContext, workers: int
+    dataset: Dataset,
+    config: GraphormerConfig,
+    batch_size: int,
+    ctx: DistContext,
+    workers: int,
+    static: bool = False,
 ) -> tuple[DataLoader, Tensor]:
     """This process's share of an evaluation split (graphs ``rank::world``, none twice) and
     their positions ``[n_r]``."""
@@ -491,7 +541,7 @@ def _eval_loader(
     loader = DataLoader(
         dataset,
         batch_sampler=batches,
-        collate_fn=_collator(config, ctx.device),
+        collate_fn=_collator(config, ctx.device, batch_size if static else None),
         num_workers=workers,
         pin_memory=ctx.device.type == "cuda",
         persistent_workers=workers > 0 and len(batches) > 0,
@@ -508,10 +558,11 @@ def _evaluate(
     num_targets: int,
     ctx: DistContext,
     precision: Precision,
+    forward: CapturedForward | None = None,
 ) -> Tensor:
     """Predictions ``[total, T]`` for a whole split, each graph computed by one process."""
     if len(index):
-        pred, _ = predict(model, loader, ctx.device, precision)
+        pred, _ = predict(model, loader, ctx.device, precision, forward=forward)
     else:
         pred = torch.empty(0, num_targets)
     return gather_in_order(ctx, index, pred, total)
@@ -526,6 +577,7 @@ _PER_LAUNCH_FIELDS = (
     "num_workers",
     "threads",
     "time_limit",
+    "capture",
 )
 
 
@@ -611,6 +663,12 @@ class _Run:
         self.metric = selection_metric(self.splits, loss)
         if ctx.enabled:  # different dropout masks per process
             torch.manual_seed(self.config.seed * 1_000 + ctx.rank)
+        self.backend = self._capture_backend()  # None: steps run eagerly
+        self.forward = None  # captured evaluation passes
+        if self.backend is not None:
+            self.forward = CapturedForward(
+                self.model, lambda: self.precision.autocast(False), self.device, self.backend
+            )
         self._make_loaders()
         self._targets_and_baselines()
         if self.config.fill_time_limit and self.config.max_steps is None:
@@ -643,6 +701,7 @@ class _Run:
         if ctx.enabled and self.config.time_limit:  # all processes must stop at the same step
             self.read_every = 1
         self.totals = StepTotals(self.device)
+        self.stepper = self._stepper(self.net, self.optimizer, self.scheduler, self.totals)
         self.timed_out = False
 
     # ----------------------------------------------------------------------------------
@@ -722,10 +781,49 @@ class _Run:
         )
         return mean.tolist(), std.tolist()
 
+    def _capture_backend(self) -> CaptureBackend | None:
+        """How steps are captured (``config.capture``), or ``None``: eagerly."""
+        config = self.config
+        if not config.capture or self.device.type != "cuda":
+            return None
+        reason = (
+            "several processes"
+            if self.ctx.enabled
+            else "--compile"
+            if config.compile
+            else "fp16, whose grad scaler decides on the host"
+            if self.precision.kind == "fp16"
+            else None
+        )
+        if reason is not None:
+            log.info("training steps run eagerly (not captured as CUDA graphs): %s", reason)
+            return None
+        return default_backend(self.device)
+
+    def _stepper(
+        self,
+        net: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        totals: StepTotals,
+        precision: Precision | None = None,
+    ) -> CapturedStep:
+        """A training step of ``net`` (captured per batch shape when the run captures)."""
+        config, precision = self.config, precision or self.precision
+
+        def body(batch: GraphormerBatch, set_to_none: bool, step: int | Tensor) -> Tensor:
+            return step_body(
+                net, batch, optimizer, precision, totals, step, self.loss_kind,
+                config.clip_norm, self.loss_scale, set_to_none, autocast_cache=set_to_none,
+            )  # fmt: skip
+
+        return CapturedStep(optimizer, scheduler, body, self.device, self.backend)
+
     def _make_loaders(self) -> None:
         from ..datasets import graph_sizes
 
         config, splits, ctx = self.config, self.splits, self.ctx
+        static = self.backend is not None
         self.sampler = EpochBatchSampler(
             len(splits.train),
             config.batch_size,
@@ -739,7 +837,9 @@ class _Run:
         self.train_loader = DataLoader(
             splits.train,
             batch_sampler=self.sampler,
-            collate_fn=_collator(self.model.config, self.device),
+            collate_fn=_collator(
+                self.model.config, self.device, config.batch_size if static else None
+            ),
             num_workers=config.num_workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=False,  # a new epoch may start mid-way (resume)
@@ -747,7 +847,12 @@ class _Run:
         )
         self.eval_loaders = {
             name: _eval_loader(
-                getattr(splits, name), self.model.config, config.batch_size, ctx, config.num_workers
+                getattr(splits, name),
+                self.model.config,
+                config.batch_size,
+                ctx,
+                config.num_workers,
+                static,
             )
             for name in ("valid", "test")
         }
@@ -812,26 +917,30 @@ class _Run:
 
     def _seconds_per_step(self, sizes: np.ndarray, batches: int = 5) -> tuple[float, float]:
         """Seconds of a training step per unit of padded batch size (:func:`_work`), over
-        ``batches`` random batches on a copy of the model (one untimed step first), and the
+        ``batches`` random batches on a copy of the model (one untimed step first; when the
+        run captures its steps, every batch's shape is warmed up and captured first), and the
         seconds of writing a checkpoint of the copy's weights and optimizer state."""
-        config, collate = self.config, _collator(self.model.config, self.device)
+        config, static = self.config, self.backend is not None
+        collate = _collator(self.model.config, self.device, config.batch_size if static else None)
         probe = copy.deepcopy(self.model).train()
         groups = parameter_groups(probe, config.weight_decay, config.urpe_weight_decay)
         opt = make_optimizer(groups, config.lr, config.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         precision, totals = Precision(self.precision.kind, self.device), StepTotals(self.device)
+        step = self._stepper(probe, opt, sched, totals, precision)
+        samples = self._samples(self.splits.train, batches + 1)
+        warm = samples[:1]
+        if static:  # each shape warmed up and captured, as the run will have it
+            warm = [i for i in samples for _ in range(step.cycle.warmup + 1)]
+        for i, index in enumerate(warm):
+            step(collate(_read(self.splits.train, index)), i)
         seconds = work = 0.0
-        for i, index in enumerate(self._samples(self.splits.train, batches + 1)):
+        for i, index in enumerate(samples[1:]):
             start = time.perf_counter()
-            batch = collate(_read(self.splits.train, index)).to(self.device)
-            train_step(
-                probe, batch, opt, sched, precision, totals, i, self.loss_kind,
-                config.clip_norm, self.loss_scale,
-            )  # fmt: skip
+            step(collate(_read(self.splits.train, index)), i)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            if i > 0:
-                seconds, work = seconds + time.perf_counter() - start, work + _work(sizes, index)
+            seconds, work = seconds + time.perf_counter() - start, work + _work(sizes, index)
         save_s = 0.0
         if self.main:
             with tempfile.TemporaryDirectory(dir=self.out) as tmp:
@@ -843,20 +952,31 @@ class _Run:
 
     def _seconds_per_eval(self, dataset: Dataset, sizes: np.ndarray, batches: int = 3) -> float:
         """Seconds per unit of padded batch size (:func:`_work`) to read, collate and run
-        (forward only) ``batches`` random batches of ``dataset``; one untimed batch first."""
+        (forward only) ``batches`` random batches of ``dataset``; one untimed batch first
+        (every batch warmed up and captured first, when the run captures)."""
         if len(dataset) == 0:
             return 0.0
-        collate = _collator(self.model.config, self.device)
+        static = self.forward is not None
+        collate = _collator(
+            self.model.config, self.device, self.config.batch_size if static else None
+        )
         self.model.eval()
+        samples = self._samples(dataset, batches + 1)
+        warm = samples[:1]
+        if self.forward is not None:
+            warm = [i for i in samples for _ in range(self.forward.cycle.warmup + 1)]
         seconds = work = 0.0
-        for i, index in enumerate(self._samples(dataset, batches + 1)):
+        for i, index in enumerate(warm + samples[1:]):
             start = time.perf_counter()
-            batch = collate(_read(dataset, index)).to(self.device)
-            with torch.no_grad(), self.precision.autocast():
-                self.model(batch)
+            batch = collate(_read(dataset, index))
+            if self.forward is not None:
+                self.forward(batch)
+            else:
+                with torch.no_grad(), self.precision.autocast():
+                    self.model(batch.to(self.device))
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            if i > 0:
+            if i >= len(warm):
                 seconds, work = seconds + time.perf_counter() - start, work + _work(sizes, index)
         self.model.train()
         return seconds / work
@@ -995,8 +1115,8 @@ class _Run:
         return {
             "config": self.config.to_json(),
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "optimizer": portable_optimizer_state(self.optimizer),
+            "scheduler": _portable(self.scheduler.state_dict()),
             "scaler": self.precision.scaler.state_dict(),
             "rng": rng_state(self.device),
             "rng_ranks": ranks,
@@ -1060,7 +1180,7 @@ class _Run:
         """Every validation metric of the current weights (the selection metric among them)."""
         loader, index = self.eval_loaders["valid"]
         n, t = len(self.splits.valid), self.splits.num_targets
-        p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
+        p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
         return self.splits.evaluate(p, self.targets["valid"])
 
     def evaluate_starting_point(self) -> None:
@@ -1074,7 +1194,7 @@ class _Run:
             {
                 "epoch": -1,
                 "step": 0,
-                "lr": self.optimizer.param_groups[0]["lr"],
+                "lr": learning_rate(self.optimizer),
                 "train_loss": math.nan,
                 f"valid_{self.metric}": value,
                 "seconds": 0.0,
@@ -1111,11 +1231,7 @@ class _Run:
         for batch in self.train_loader:
             if self.step >= self.total:
                 break
-            batch = batch.to(self.device, non_blocking=True)
-            train_step(
-                self.net, batch, self.optimizer, self.scheduler, self.precision, self.totals,
-                self.step, self.loss_kind, config.clip_norm, self.loss_scale,
-            )  # fmt: skip
+            self.stepper(batch, self.step)  # copies the batch to the device
             self.step += 1
             batch_index += 1
             self.train_graphs += batch.num_graphs * ctx.world_size
@@ -1154,7 +1270,7 @@ class _Run:
         row: dict[str, Any] = {
             "epoch": epoch,
             "step": self.step,
-            "lr": self.optimizer.param_groups[0]["lr"],
+            "lr": learning_rate(self.optimizer),
             "train_loss": self.loss_sum / self.loss_count if self.loss_count else math.nan,
         }
         last_epoch = epoch == self.epochs - 1 or self.step >= self.total or self.timed_out
@@ -1208,7 +1324,7 @@ class _Run:
         if self.test_labelled:
             loader, index = self.eval_loaders["test"]
             n, t = len(self.splits.test), self.splits.num_targets
-            p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision)
+            p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
             test = self.splits.evaluate(p, y)
             if main and self.splits.pretrain is None:  # not hundreds of descriptor columns
                 _write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
@@ -1291,6 +1407,18 @@ class _Run:
             "precision": self.precision.kind,
             "seed": config.seed,
         }
+
+
+def _portable(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict with its 0-d tensors (a captured run's learning rates) as floats."""
+    out = {}
+    for k, v in state.items():
+        if isinstance(v, Tensor) and v.dim() == 0:
+            v = float(v)
+        elif isinstance(v, list) and any(isinstance(x, Tensor) for x in v):
+            v = [float(x) if isinstance(x, Tensor) else x for x in v]
+        out[k] = v
+    return out
 
 
 def _write_test_predictions(path: Path, splits: Any, y_true: Tensor, y_pred: Tensor) -> None:
