@@ -44,6 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention_kernel import IndexedScale, fused_kernel_for
+
 __all__ = [
     "URPEAttention",
     "urpe_attention",
@@ -55,6 +57,8 @@ __all__ = [
     "dropout",
     "dropout_mask",
 ]
+
+Scale = Tensor | IndexedScale  # URPE's C, dense or as a table and an index
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,12 +503,29 @@ def _composite_attention(
     return torch.matmul(probs.to(v.dtype), v)
 
 
+def _fused(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: Scale | None, p: float
+) -> Tensor:
+    """The product in the fused kernel; a dense ``C`` becomes a table with a row per entry."""
+    from .fused_attention import fused_urpe_attention
+
+    table = index = None
+    if isinstance(scale, IndexedScale):
+        table, index = scale
+    elif scale is not None:  # [B|1, H|1, N_q, N_k]: one table row per (b, i, j)
+        c = scale.expand(scale.shape[0], scale.shape[1], q.shape[2], k.shape[2])
+        table = c.permute(0, 2, 3, 1).reshape(-1, c.shape[1])  # [B * N_q * N_k, H]
+        index = torch.arange(table.shape[0], device=q.device, dtype=torch.int32)
+        index = index.view(c.shape[0], c.shape[2], c.shape[3])
+    return fused_urpe_attention(q, k, v, bias, table, index, p)
+
+
 def urpe_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     attn_bias: Tensor | PreparedBias | None = None,
-    attn_scale: Tensor | None = None,
+    attn_scale: Scale | None = None,
     key_padding_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     training: bool = False,
@@ -521,13 +542,18 @@ def urpe_attention(
         v: ``[B, H, N_k, d_h]`` values.
         attn_bias: additive bias ``B``, broadcastable to ``[B, H, N_q, N_k]``; may hold ``-inf``;
             or a :class:`PreparedBias` (then ``key_padding_mask`` must be ``None``).
-        attn_scale: multiplicative ``C``, broadcastable to ``[B, H, N_q, N_k]``, or ``None``.
+        attn_scale: multiplicative ``C``, broadcastable to ``[B, H, N_q, N_k]``, or an
+            :class:`~graphormer_urpe.attention_kernel.IndexedScale` (a table and an index),
+            or ``None``.
         key_padding_mask: ``[B, N_k]`` bool, ``True`` for padded keys.
         dropout_p: attention dropout probability (applied after ``C``).
         training: apply dropout only when ``True``.
 
     Returns:
         ``[B, H, N_q, d_h]`` attention output, zero on fully masked query rows.
+
+    The kernel is chosen by :func:`~graphormer_urpe.attention_kernel.attention_kernel`: by
+    default the fused Triton kernel on CUDA GPUs when there is a ``C``.
     """
     if isinstance(attn_bias, PreparedBias):
         if key_padding_mask is not None:
@@ -537,6 +563,11 @@ def urpe_attention(
         bias, dead_rows = prepare_bias(attn_bias, key_padding_mask)
     p = dropout_p if training else 0.0
 
+    if p < 1.0 and fused_kernel_for(q.device, attn_scale is not None):
+        out = _fused(q, k, v, bias, attn_scale, p)
+        return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
+    if isinstance(attn_scale, IndexedScale):
+        attn_scale = attn_scale.materialize()
     fused_gpu = attn_scale is None and q.device.type != "cpu"
     if torch.compiler.is_compiling() or fused_gpu or p >= 1.0:
         out = _composite_attention(q, k, v, bias, attn_scale, p)
@@ -551,8 +582,10 @@ def urpe_attention(
     return out
 
 
-def _row0(t: Tensor | None) -> Tensor | None:
+def _row0(t: Scale | None) -> Scale | None:
     """The first query row of a ``[..., N_q, N_k]`` matrix (kept when it broadcasts)."""
+    if isinstance(t, IndexedScale):
+        return t if t.index.shape[-2] == 1 else t.first_rows()
     return t if t is None or t.shape[-2] == 1 else t[..., :1, :]
 
 

@@ -400,7 +400,12 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         default=None,
         help="auto: bf16 autocast on CUDA, fp32 on CPU",
     )
-    r.add_argument("--num-workers", type=int, default=None, help="data-loader worker processes")
+    r.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="data-loader worker processes (default: 0 on the CPU, min(8, cores - 2) on a GPU)",
+    )
     r.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     r.add_argument(
         "--time-limit",
@@ -444,6 +449,13 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         action="store_true",
         default=None,
         help="run the model through torch.compile",
+    )
+    r.add_argument(
+        "--attention-kernel",
+        choices=["auto", "fused", "eager"],
+        default=None,
+        help="attention product: auto (default: the fused Triton kernel for URPE on CUDA "
+        "GPUs), fused (wherever Triton runs) or eager (PyTorch operators)",
     )
     r.add_argument(
         "--no-capture",

@@ -11,8 +11,16 @@ size on the same pre-collated batches. Run::
     python scripts/bench_train.py --device cuda --precision bf16 --preset pcqm4mv2-base \
         --batch-size 256 --pad-to-multiple 8
     python scripts/bench_train.py --compile
+    python scripts/bench_train.py --device cuda --precision bf16 --modes eager captured fused
     python scripts/bench_train.py --smoke
     python scripts/bench_train.py --disconnected --peer hf --peer-max-gib 4  # salts alone
+
+Modes (``--modes``, ours only): ``eager`` runs every step's operators from Python on batches
+sized to their graphs (``--pad-to-multiple``); ``captured`` collates the same molecules into
+static shapes and replays the whole step (forward, loss, backward, AdamW) from a CUDA graph per
+shape, as ``graphormer-urpe train`` does on one GPU (on the CPU a stand-in replays it by calling
+the step again, which only checks the path); ``fused`` is ``captured`` with the fused attention
+kernel. Captured modes warm up and capture every batch shape before timing.
 
 Connected molecules only unless ``--disconnected``; the peer is skipped with a message when its
 padded tensors are estimated above ``--peer-max-gib`` (a salt pads them to 510 hops).
@@ -52,10 +60,13 @@ from _bench import (
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphormer_urpe import Graphormer, collate, get_preset
+from graphormer_urpe.attention_kernel import attention_kernel
 from graphormer_urpe.graph.interop import config_to_hf, hf_inputs
 from graphormer_urpe.graph.model import fit_tables
+from graphormer_urpe.graph.shapes import StaticShapes
 from graphormer_urpe.training import Precision
-from graphormer_urpe.training.loop import make_optimizer
+from graphormer_urpe.training.capture import CapturedStep, EagerGraphs, default_backend
+from graphormer_urpe.training.loop import StepTotals, make_optimizer, step_body
 
 MIB = 2**20
 
@@ -205,14 +216,31 @@ def gpu_activity(step: Callable, batch, device: torch.device, step_s: float) -> 
     }
 
 
-def measure(model, loss_fn, batches, a, precision: Precision, device: torch.device) -> dict:
+def captured_step(model, opt, precision: Precision, device: torch.device) -> CapturedStep:
+    """``graphormer-urpe train``'s captured step (L1 loss, no clipping, constant rate)."""
+    totals = StepTotals(device)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+    def body(batch, set_to_none: bool, step):
+        return step_body(
+            model, batch, opt, precision, totals, step, "l1", None, None, set_to_none, set_to_none
+        )
+
+    return CapturedStep(opt, sched, body, device, default_backend(device) or EagerGraphs())
+
+
+def measure(
+    model, loss_fn, batches, a, precision: Precision, device: torch.device, mode: str = "eager"
+) -> dict:
     """Median graphs/s of AdamW training steps of ``model`` on ``batches``, and memory.
 
     Every model, the peer's included, gets the optimizer ``graphormer-urpe train`` uses
     (PyTorch's fused AdamW; also the default of Hugging Face's Trainer with torch >= 2.8).
+    ``mode`` ``captured``/``fused``: static ``batches`` and :func:`captured_step`.
     """
     opt = make_optimizer(model.parameters(), 1e-4, 0.01)
     run = torch.compile(model, dynamic=True) if a.compile else model
+    warmup = a.warmup
 
     def step(batch) -> None:
         opt.zero_grad(set_to_none=True)
@@ -222,8 +250,18 @@ def measure(model, loss_fn, batches, a, precision: Precision, device: torch.devi
         precision.scaler.step(opt)
         precision.scaler.update()
 
-    times = time_steps(step, batches, a.steps, a.warmup, device)
-    timed = times[a.warmup :]
+    if mode != "eager":
+        stepper = captured_step(model, opt, precision, device)
+        count = iter(range(1 << 62))
+
+        def step(batch) -> None:  # noqa: F811 - the captured step replaces the eager one
+            stepper(batch, next(count))
+
+        # every shape warmed up and captured before the timed steps
+        warmup = max(warmup, (stepper.cycle.warmup + 1) * len(batches))
+
+    times = time_steps(step, batches, a.steps, warmup, device)
+    timed = times[warmup:]
     med = statistics.median(timed)
     entry = {
         "graphs_per_s": round(a.batch_size / med, 1),
@@ -233,6 +271,9 @@ def measure(model, loss_fn, batches, a, precision: Precision, device: torch.devi
     }
     if a.compile:
         entry["first_step_s"] = round(times[0], 1)  # includes compilation
+    if mode != "eager":
+        entry["captured_shapes"] = stepper.cycle.shapes
+        entry["capture_failed"] = stepper.cycle.failed
     if not a.no_flops:
         flops = count_flops(model, loss_fn, batches[0], precision)
         entry["flops_per_step"] = flops
@@ -240,7 +281,13 @@ def measure(model, loss_fn, batches, a, precision: Precision, device: torch.devi
         if a.peak_flops:
             entry["mfu"] = round(flops / med / a.peak_flops, 4)
     if not a.no_ops:
-        if not a.compile:  # a compiled step runs fused kernels, not these operators
+        if mode != "eager":  # a replay dispatches nothing: count the step it recorded
+            body = stepper.step_fn
+            entry["ops_per_step"] = count_ops(
+                lambda b: body(b, False, stepper.step_index), batches[0]
+            )
+            entry["host_calls_per_step"] = 1  # one graph replay
+        elif not a.compile:  # a compiled step runs fused kernels, not these operators
             entry["ops_per_step"] = count_ops(step, batches[0])
         if device.type == "cuda":
             try:  # a profiler problem must not cost the figures above
@@ -278,6 +325,13 @@ def main() -> None:
     p.add_argument("--attention", nargs="+", default=["graphormer", "urpe"])
     p.add_argument("--pad-to-multiple", type=int, default=1, help="collate option (ours)")
     p.add_argument("--compile", action="store_true", help="torch.compile(dynamic=True) models")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["eager", "captured", "fused"],
+        default=["eager"],
+        help="how our steps run (see the module docstring; default eager)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the memory step")
     p.add_argument("--peer", choices=["hf"], default=None)
     p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
@@ -302,16 +356,29 @@ def main() -> None:
         collate(graphs[i : i + bs], mh, pad_to_multiple=a.pad_to_multiple).to(device)
         for i in range(0, len(graphs) - bs + 1, bs)
     ]
+    static = [
+        collate(graphs[i : i + bs], mh, static=StaticShapes(bs, mh)).to(device)
+        for i in range(0, len(graphs) - bs + 1, bs)
+    ]
     real = sum(int(b.num_nodes.sum()) + b.num_graphs for b in batches)
     grid = sum(b.attn_bias.shape[0] * b.attn_bias.shape[1] for b in batches)
     results: dict = {}
     for attention in a.attention:
-        torch.manual_seed(0)
-        model = Graphormer(cfg, attention=attention).to(device).train()
-        results[f"ours_{attention}"] = measure(
-            model, lambda m, b: (m(b).float() - b.y).abs().mean(), batches, a, precision, device
-        )
-        del model
+        for mode in a.modes:
+            torch.manual_seed(0)
+            model = Graphormer(cfg, attention=attention).to(device).train()
+            key = f"ours_{attention}" + ("" if mode == "eager" else f"_{mode}")
+            with attention_kernel("fused" if mode == "fused" else "eager"):
+                results[key] = measure(
+                    model,
+                    lambda m, b: (m(b).float() - b.y).abs().mean(),
+                    batches if mode == "eager" else static,
+                    a,
+                    precision,
+                    device,
+                    mode,
+                )
+            del model
 
     skipped = peer_skipped(a, items, bs, keep_batches=True)
     if skipped:
@@ -366,6 +433,11 @@ def main() -> None:
         "device": str(device),
         "precision": precision.kind,
         "compile": a.compile,
+        "modes": a.modes,
+        "static_shapes": sorted({b.static_shape for b in static}),
+        "static_token_fraction": round(
+            real / sum(b.attn_bias.shape[0] * b.attn_bias.shape[1] for b in static), 3
+        ),
         "pad_to_multiple": a.pad_to_multiple,
         "molecules": len(graphs),
         "source": source,

@@ -370,6 +370,48 @@ def test_training_with_captured_steps_matches_eager_training(table, tmp_path, mo
     assert "tensor" not in history
 
 
+def test_streamed_predictions_through_captured_passes_equal_the_eager_ones(monkeypatch, tmp_path):
+    from graphormer_urpe.training import stream
+
+    from .test_predict_stream import MIXED, _checkpoint, reference
+
+    ckpt = _checkpoint(tmp_path / "best.pt", "ogb")
+    ref = reference(ckpt, MIXED, batch_size=5)
+    backends: list[EagerGraphs] = []
+
+    def backend(device):
+        backends.append(EagerGraphs())
+        return backends[-1]
+
+    monkeypatch.setattr(stream, "default_backend", backend)
+    results = list(stream.iter_predictions(ckpt, iter(MIXED), batch_size=5, workers=0))
+    assert backends and backends[0].replayed >= 1
+    values, errors = ref
+    for p, v in zip(results, values, strict=True):  # static batches: equal to rounding
+        if v is not None:
+            torch.testing.assert_close(p.values, v, atol=1e-5, rtol=1e-5)
+    assert [p.error is None for p in results] == [e is None for e in errors]
+
+
+def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
+    from torch.utils.data import DataLoader
+
+    graphs = _graphs(23)
+    model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
+    cpu = torch.device("cpu")
+    want, y_want = loop.predict(
+        model, DataLoader(graphs, batch_size=8, collate_fn=loop._collator(model.config, cpu)), cpu
+    )
+    backends: list[EagerGraphs] = []
+    monkeypatch.setattr(
+        loop, "default_backend", lambda d: backends.append(EagerGraphs()) or backends[-1]
+    )
+    got, y = loop.predict_dataset(model, graphs, 8, cpu, Precision("fp32", cpu))
+    assert backends[0].captured >= 1 and got.shape == (23, 1)  # the last batch: 7 + 1 empty
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(y, y_want)
+
+
 # ---------------------------------------------------------------------------------------------
 # On a GPU
 
@@ -440,3 +482,19 @@ def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):  # noqa
     assert "captured batch shape" in caplog.text and "continuing eagerly" not in caplog.text
     metrics = json.loads((out / "metrics.json").read_text())
     assert math.isfinite(metrics["test_mae"])
+
+
+@CUDA
+@pytest.mark.cuda
+def test_cuda_streamed_predictions_equal_the_cpus(tmp_path):
+    from graphormer_urpe.training import iter_predictions, load_model
+
+    from .test_predict_stream import MIXED, _checkpoint
+
+    ckpt = _checkpoint(tmp_path / "best.pt", "ogb")
+    cpu = list(iter_predictions(load_model(ckpt, "cpu"), MIXED, batch_size=5, workers=0))
+    gpu = list(iter_predictions(load_model(ckpt, "cuda"), MIXED, batch_size=5, workers=0))
+    for a, b in zip(cpu, gpu, strict=True):
+        assert (a.values is None) == (b.values is None) and a.error == b.error
+        if a.values is not None:  # bf16 autocast on the GPU
+            torch.testing.assert_close(b.values, a.values, atol=0.05, rtol=0.05)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import TokenLayout, true_positions
+from ..attention_kernel import IndexedScale, fused_kernel_for
 from .batch import GraphormerBatch, hop_positions, pair_hops, path_input_from_dense
 
 __all__ = [
@@ -396,11 +397,16 @@ class SpatialScale(nn.Module):
         """
         return head_major_index(index, self.num_heads)
 
+    def rows(self, table: int = 0) -> Tensor:
+        """``[K + 3, H]``: table ``table``'s buckets, the graph token's row and column
+        scalars, and a zero row (the extended table that :meth:`index` points into)."""
+        zero = self.graph_token_scale.new_zeros(1, self.num_heads)
+        return torch.cat([self.scale[table], self.graph_token_scale, zero])
+
     def _gather(
         self, flat: Tensor, table: int, b: int, m: int, onehot: Tensor | None = None
     ) -> Tensor:
-        zero = self.graph_token_scale.new_zeros(1, self.num_heads)
-        rows = torch.cat([self.scale[table], self.graph_token_scale, zero])  # [K + 3, H]
+        rows = self.rows(table)  # [K + 3, H]
         if onehot is None:
             return rows.view(-1).index_select(0, flat).view(b, self.num_heads, m, m)
         return _ScaleGather.apply(rows, flat, onehot).view(b, self.num_heads, m, m)
@@ -415,7 +421,11 @@ class SpatialScale(nn.Module):
 
 
 class LayerSpatialScales:
-    """Lazy per-layer ``C``: item ``i`` is layer ``i``'s ``[B, H, n + 1, n + 1]`` matrix.
+    """Lazy per-layer ``C``: item ``i`` is layer ``i``'s ``[B, H, n + 1, n + 1]`` matrix, or,
+    where the fused attention kernel runs (see
+    :func:`~graphormer_urpe.attention_kernel.attention_kernel`), its
+    :class:`~graphormer_urpe.attention_kernel.IndexedScale`: the ``[K + 3, H]`` table and the
+    ``[B, n + 1, n + 1]`` index, never materialised.
 
     Built once per forward pass and handed to :class:`~graphormer_urpe.encoder.Encoder`, so
     that only one layer's ``C`` is alive at a time; the gather index is shared by the layers.
@@ -426,20 +436,27 @@ class LayerSpatialScales:
     ):
         self.module = module
         self.index = module.index(spatial_pos, node_mask)  # [B, n+1, n+1], shared by layers
+        self.num_layers = num_layers
+        self.fused = fused_kernel_for(self.index.device, has_scale=True)
+        self._shared: Tensor | None = None
+        if self.fused:
+            self.index = self.index.to(torch.int32)
+            return
         self.flat = module.head_index(self.index)  # [B * H * (n+1)^2]
         b, m, _ = self.index.shape
         rows = module.num_buckets + 3
         dtype = module.scale.dtype
         self.onehot = torch.zeros(b, m * m, rows, dtype=dtype, device=self.index.device)
         self.onehot.scatter_(2, self.index.view(b, m * m, 1), 1.0)  # [B, (n+1)^2, K + 3]
-        self.num_layers = num_layers
-        self._shared: Tensor | None = None
 
     def __len__(self) -> int:
         return self.num_layers
 
-    def __getitem__(self, layer: int) -> Tensor:
+    def __getitem__(self, layer: int) -> Tensor | IndexedScale:
         b, m, _ = self.index.shape
+        if self.fused:
+            table = min(layer, self.module.scale.shape[0] - 1)  # 0 when shared by all layers
+            return IndexedScale(self.module.rows(table), self.index)
         if self.module.scale.shape[0] == 1:
             if self._shared is None:
                 self._shared = self.module._gather(self.flat, 0, b, m, self.onehot)

@@ -79,7 +79,9 @@ class TrainConfig:
     """``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, ..."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     """``auto``: bfloat16 autocast on CUDA GPUs that support it, float32 elsewhere."""
-    num_workers: int = 0
+    num_workers: int | None = None
+    """Data-loader worker processes; ``None``: none on the CPU (the model uses every core),
+    on a GPU ``min(8, cores - 2)`` (at least 1), so that collating keeps up with the step."""
     threads: int | None = None
     """CPU threads for torch (``None``: torch's default, one per core)."""
     eval_every: int = 1
@@ -92,6 +94,9 @@ class TrainConfig:
     """Size-bucketed batches: sort chunks of this many batches by graph size (``0``: off)."""
     compile: bool = False
     """Run the model through ``torch.compile`` (dynamic shapes); steps are then not captured."""
+    attention_kernel: Literal["auto", "fused", "eager"] = "auto"
+    """The attention product's kernel (:func:`~graphormer_urpe.attention_kernel.
+    attention_kernel`): ``auto``, the fused Triton kernel for URPE on CUDA GPUs."""
     capture: bool = True
     """On one CUDA GPU, batches in a few static shapes and the whole training step (and every
     evaluation pass) captured as a CUDA graph per shape and replayed

@@ -16,7 +16,7 @@ import torch
 from ..graph.model import Graphormer
 from .checkpoint import incompatible_checkpoint, load_checkpoint
 from .config import TrainConfig
-from .loop import Precision, load_splits, make_loader, predict, resolve_device
+from .loop import Precision, load_splits, predict_dataset, resolve_device
 
 __all__ = [
     "LoadedModel",
@@ -98,9 +98,14 @@ def evaluate_checkpoint(
     cfg = replace(cfg, preprocess_workers=workers)
     splits = load_splits(cfg, lm.mol_features)
     dataset = getattr(splits, split)
-    loader = make_loader(dataset, lm.model.config, batch_size or cfg.batch_size, shuffle=False)
-    pred, y = predict(
-        lm.model, loader, lm.device, Precision(cfg.precision, lm.device), progress, split
+    pred, y = predict_dataset(
+        lm.model,
+        dataset,
+        batch_size or cfg.batch_size,
+        lm.device,
+        Precision(cfg.precision, lm.device),
+        progress,
+        split,
     )
     if y is None or not bool(torch.isfinite(y).any()):
         hint = " (write a submission with graphormer-urpe submit)" if y is not None else ""

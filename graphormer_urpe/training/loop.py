@@ -39,6 +39,7 @@ import io
 import json
 import logging
 import math
+import os
 import random
 import signal
 import tempfile
@@ -55,6 +56,7 @@ from torch.optim import AdamW
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
+from ..attention_kernel import attention_kernel
 from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from ..graph.shapes import StaticShapes
@@ -102,6 +104,7 @@ __all__ = [
     "seed_everything",
     "train_step",
     "step_body",
+    "predict_dataset",
     "StepTotals",
 ]
 
@@ -339,6 +342,32 @@ def predict(
     return torch.cat(preds), y
 
 
+def predict_dataset(
+    model: Graphormer,
+    dataset: Dataset,
+    batch_size: int,
+    device: torch.device,
+    precision: Precision,
+    progress: bool = False,
+    desc: str = "predict",
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`predict` over ``dataset`` in order; on one CUDA GPU through static batches and
+    forward passes captured per batch shape (:class:`~graphormer_urpe.training.capture.
+    CapturedForward`)."""
+    backend = default_backend(device)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        collate_fn=_collator(model.config, device, batch_size if backend else None),
+        pin_memory=device.type == "cuda",
+    )
+    forward = None
+    if backend is not None:
+        forward = CapturedForward(model, lambda: precision.autocast(False), device, backend)
+    return predict(model, loader, device, precision, progress, desc, forward)
+
+
 class StepTotals:
     """Running totals of the training steps, kept on the device so that a step reads nothing
     back to the host; :meth:`read` fetches them (one synchronisation) when the loop needs them.
@@ -514,6 +543,16 @@ def _time_up(limit_minutes: float | None, start: float) -> bool:
     return limit_minutes is not None and time.perf_counter() - start >= 60 * limit_minutes
 
 
+def loader_workers(requested: int | None, device: torch.device) -> int:
+    """Data-loader processes: ``requested``, or by default none on the CPU and
+    ``min(8, cores - 2)`` (at least 1) beside a GPU."""
+    if requested is not None:
+        return requested
+    if device.type != "cuda":
+        return 0
+    return min(8, max(1, (os.cpu_count() or 2) - 2))
+
+
 def _collator(
     config: GraphormerConfig, device: torch.device, static_batch: int | None = None
 ) -> GraphormerCollator:
@@ -578,6 +617,7 @@ _PER_LAUNCH_FIELDS = (
     "threads",
     "time_limit",
     "capture",
+    "attention_kernel",
 )
 
 
@@ -621,10 +661,11 @@ def _train(
     stop: dict[str, int],
     started: float | None = None,
 ) -> dict[str, Any]:
-    run = _Run(config, ctx, resume, stop, started)
-    run.evaluate_starting_point()
-    run.fit(progress)
-    return run.finish()
+    with attention_kernel(config.attention_kernel):
+        run = _Run(config, ctx, resume, stop, started)
+        run.evaluate_starting_point()
+        run.fit(progress)
+        return run.finish()
 
 
 class _Run:
@@ -824,6 +865,7 @@ class _Run:
 
         config, splits, ctx = self.config, self.splits, self.ctx
         static = self.backend is not None
+        self.workers = loader_workers(config.num_workers, self.device)
         self.sampler = EpochBatchSampler(
             len(splits.train),
             config.batch_size,
@@ -840,7 +882,7 @@ class _Run:
             collate_fn=_collator(
                 self.model.config, self.device, config.batch_size if static else None
             ),
-            num_workers=config.num_workers,
+            num_workers=self.workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=False,  # a new epoch may start mid-way (resume)
             generator=torch.Generator(),  # the loader never draws from the global RNG
@@ -851,7 +893,7 @@ class _Run:
                 self.model.config,
                 config.batch_size,
                 ctx,
-                config.num_workers,
+                self.workers,
                 static,
             )
             for name in ("valid", "test")

@@ -56,6 +56,8 @@ except ImportError:  # pragma: no cover - not on Unix
 
 from ..graph.batch import GraphormerCollator
 from ..graph.flat import FlatGraphs
+from ..graph.shapes import StaticShapes
+from .capture import CapturedForward, default_backend
 from .ensemble import load_models, mean_and_std
 from .inference import LoadedModel
 from .loop import Precision
@@ -411,9 +413,8 @@ def size_order(num_nodes: np.ndarray, batch_size: int) -> list[np.ndarray]:
 
 @torch.no_grad()
 def _predict_window(
-    models: list[LoadedModel],
+    forwards: list[CapturedForward],
     collator: GraphormerCollator,
-    precision: Precision,
     rows: list[_Row],
     graphs: FlatGraphs | None,
     batch_size: int,
@@ -422,9 +423,10 @@ def _predict_window(
     out = None  # [K, W, T], in window order
     if graphs is not None:
         for take in size_order(graphs.num_nodes, batch_size):
-            batch = collator(graphs.take(take)).to(models[0].device, non_blocking=True)
-            with precision.autocast():
-                part = torch.stack([lm.model(batch).float().cpu() for lm in models])
+            batch = collator(graphs.take(take))
+            if forwards[0].cycle.backend is None:  # eager: one copy for every member
+                batch = batch.to(forwards[0].cycle.device, non_blocking=True)
+            part = torch.stack([forward(batch).cpu() for forward in forwards])
             if out is None:
                 out = part.new_empty(part.shape[0], len(graphs), part.shape[2])
             out[:, torch.from_numpy(take)] = part
@@ -435,7 +437,7 @@ def _predict_window(
             yield Prediction(r.index, r.smiles, None, r.error)
             continue
         assert out is not None
-        if len(models) == 1:
+        if len(forwards) == 1:
             yield Prediction(r.index, r.smiles, out[0, k], None)
         else:
             yield Prediction(r.index, r.smiles, out[:, k].mean(dim=0), None, out[:, k])
@@ -482,8 +484,13 @@ def iter_predictions(
     for m in models:
         m.model.eval()
     cfg = lm.model.config
-    collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
     precision = Precision(lm.config.precision, lm.device)
+    # on one GPU, static batches and forward passes captured per batch shape
+    backend = default_backend(lm.device)
+    static = StaticShapes(batch_size, cfg.multi_hop_max_dist) if backend else None
+    collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max, static=static)
+    autocast = lambda: precision.autocast(backend is None)  # noqa: E731
+    forwards = [CapturedForward(m.model, autocast, lm.device, backend) for m in models]
     if any(m.mol_features != lm.mol_features for m in models):
         raise ValueError("the ensemble's members were trained with different molecule features")
     chunks = _featurized(
@@ -493,9 +500,7 @@ def iter_predictions(
     with tqdm(desc="predict", unit="mol", disable=None if progress else True, smoothing=0.1) as bar:
         trim_heap = _HeapTrimmer()
         for rows, graphs in _windows(chunks, SORT_WINDOW * batch_size):
-            yield from _predict_window(
-                models, collator, precision, rows, graphs, batch_size, trim_heap
-            )
+            yield from _predict_window(forwards, collator, rows, graphs, batch_size, trim_heap)
             bar.update(len(rows))
 
 

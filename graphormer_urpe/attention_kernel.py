@@ -1,0 +1,82 @@
+r"""Which kernel computes the attention product, and URPE's ``C`` as a table and an index.
+
+:class:`IndexedScale` gives :math:`C` the way every caller builds it: a small table of
+per-head values and, per query-key pair, the row to read,
+
+.. math::
+    C_{b,h,i,j} = \text{table}[\text{index}_{b,i,j},\, h],
+
+so that the fused kernel (:mod:`graphormer_urpe.fused_attention`) reads :math:`C` where it
+needs it instead of a materialised ``[B, H, N_q, N_k]`` tensor per layer; the other kernels
+materialise it (:meth:`IndexedScale.materialize`).
+
+:func:`attention_kernel` chooses, for the code run inside it (a whole training run, say):
+
+* ``"auto"`` (default): on CUDA GPUs the fused Triton kernel for attention with :math:`C`
+  (where Triton is installed), PyTorch's ``scaled_dot_product_attention`` without it; the
+  library's own autograd kernel on the CPU;
+* ``"fused"``: the fused kernel wherever it can run (a CUDA GPU, or the CPU under Triton's
+  interpreter, ``TRITON_INTERPRET=1``), with or without :math:`C`;
+* ``"eager"``: never the fused kernel (what ran before it existed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["IndexedScale", "KERNELS", "attention_kernel", "fused_kernel_for"]
+
+KERNELS = ("auto", "fused", "eager")
+_choice = ["auto"]
+
+
+class IndexedScale(NamedTuple):
+    """URPE's ``C`` as ``table[index[b, i, j], h]``.
+
+    Attributes:
+        table: ``[R, H]`` float (differentiable).
+        index: ``[B|1, N_q, N_k]`` integer rows of ``table``, in ``[0, R)``.
+    """
+
+    table: Tensor
+    index: Tensor
+
+    def materialize(self) -> Tensor:
+        """``C`` as ``[B|1, H, N_q, N_k]``."""
+        return self.table.t()[:, self.index].transpose(0, 1)
+
+    def first_rows(self) -> IndexedScale:
+        """The ``C`` of the first query of every sequence: ``index [B|1, 1, N_k]``."""
+        return IndexedScale(self.table, self.index[:, :1, :])
+
+
+@contextlib.contextmanager
+def attention_kernel(kind: str) -> Iterator[None]:
+    """Use kernel ``kind`` (one of :data:`KERNELS`) for the attention products computed
+    inside the ``with`` block (a captured step keeps the kernel it was captured with)."""
+    if kind not in KERNELS:
+        raise ValueError(f"attention kernel must be one of {KERNELS}, got {kind!r}")
+    before = _choice[0]
+    _choice[0] = kind
+    try:
+        yield
+    finally:
+        _choice[0] = before
+
+
+def fused_kernel_for(device: torch.device, has_scale: bool) -> bool:
+    """Whether the fused kernel computes an attention product on ``device`` (with or
+    without ``C``) under the current :func:`attention_kernel` choice."""
+    kind = _choice[0]
+    if kind == "eager" or torch.compiler.is_compiling():
+        return False
+    if kind == "auto" and (device.type != "cuda" or not has_scale):
+        return False
+    from .fused_attention import fused_available
+
+    return fused_available(device)
