@@ -75,6 +75,17 @@ def _scores(
     return tl.where(valid, s, float("-inf"))
 
 
+def _tile(base, rows, cols, s_row, s_col, mask):
+    """The ``[len(rows), len(cols)]`` tile ``base[rows * s_row + cols * s_col]``, 0 off
+    ``mask``."""
+    return tl.load(base + rows[:, None] * s_row + cols[None, :] * s_col, mask=mask, other=0.0)
+
+
+def _batch_head(bh, H):
+    """Batch and head (int64) of program row ``bh`` of a ``(B * H, ...)`` grid."""
+    return (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+
+
 def _scale(table_h, stride_tr, index_ptrs, valid):
     """The ``C`` tile (float32, 0 off range) gathered through the index, and the index tile."""
     idx = tl.load(index_ptrs, mask=valid, other=0)
@@ -143,17 +154,12 @@ def _fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    b, h = _batch_head(bh, H)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     m_ok = offs_m < n_q
     d_ok = offs_d < d
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-        mask=m_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
+    q = _tile(Q + b * sqb + h * sqh, offs_m, offs_d, sqm, sqd, m_ok[:, None] & d_ok[None, :])
     k_bh = K + b * skb + h * skh
     v_bh = V + b * svb + h * svh
     bias_bh = Bias + b * sbb + h * sbh
@@ -166,8 +172,8 @@ def _fwd_kernel(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_ok = offs_n < n_k
         kv_mask = n_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_bh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-        v = tl.load(v_bh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+        k = _tile(k_bh, offs_n, offs_d, skn, skd, kv_mask)
+        v = _tile(v_bh, offs_n, offs_d, svn, svd, kv_mask)
         valid = m_ok[:, None] & n_ok[None, :]
         bias_ptrs = bias_bh + offs_m[:, None] * sbm + offs_n[None, :] * sbn
         s = _scores(q, k, bias_ptrs, valid, sm_scale, HAS_BIAS, PRECISION, UPCAST)
@@ -211,23 +217,14 @@ def _bwd_kv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    b, h = _batch_head(bh, H)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     n_ok = offs_n < n_k
     d_ok = offs_d < d
     kv_mask = n_ok[:, None] & d_ok[None, :]
-    k = tl.load(
-        K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
-        mask=kv_mask,
-        other=0.0,
-    )
-    v = tl.load(
-        V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
-        mask=kv_mask,
-        other=0.0,
-    )
+    k = _tile(K + b * skb + h * skh, offs_n, offs_d, skn, skd, kv_mask)
+    v = _tile(V + b * svb + h * svh, offs_n, offs_d, svn, svd, kv_mask)
     q_bh = Q + b * sqb + h * sqh
     do_bh = DO + b * sdob + h * sdoh
     row_bh = bh.to(tl.int64) * n_q
@@ -240,10 +237,8 @@ def _bwd_kv_kernel(
         offs_m = start_m + tl.arange(0, BLOCK_M)
         m_ok = offs_m < n_q
         qd_mask = m_ok[:, None] & d_ok[None, :]
-        q = tl.load(q_bh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
-        do = tl.load(
-            do_bh + offs_m[:, None] * sdom + offs_d[None, :] * sdod, mask=qd_mask, other=0.0
-        )
+        q = _tile(q_bh, offs_m, offs_d, sqm, sqd, qd_mask)
+        do = _tile(do_bh, offs_m, offs_d, sdom, sdod, qd_mask)
         lse = tl.load(Lse + row_bh + offs_m, mask=m_ok, other=0.0)
         delta = tl.load(Delta + row_bh + offs_m, mask=m_ok, other=0.0)
         valid = m_ok[:, None] & n_ok[None, :]
@@ -287,23 +282,14 @@ def _bwd_q_kernel(
 ):  # fmt: skip
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    b, h = _batch_head(bh, H)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     m_ok = offs_m < n_q
     d_ok = offs_d < d
     qd_mask = m_ok[:, None] & d_ok[None, :]
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-        mask=qd_mask,
-        other=0.0,
-    )
-    do = tl.load(
-        DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :] * sdod,
-        mask=qd_mask,
-        other=0.0,
-    )
+    q = _tile(Q + b * sqb + h * sqh, offs_m, offs_d, sqm, sqd, qd_mask)
+    do = _tile(DO + b * sdob + h * sdoh, offs_m, offs_d, sdom, sdod, qd_mask)
     row_bh = bh.to(tl.int64) * n_q
     lse = tl.load(Lse + row_bh + offs_m, mask=m_ok, other=0.0)
     delta = tl.load(Delta + row_bh + offs_m, mask=m_ok, other=0.0)
@@ -320,8 +306,8 @@ def _bwd_q_kernel(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_ok = offs_n < n_k
         kv_mask = n_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_bh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-        v = tl.load(v_bh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+        k = _tile(k_bh, offs_n, offs_d, skn, skd, kv_mask)
+        v = _tile(v_bh, offs_n, offs_d, svn, svd, kv_mask)
         valid = m_ok[:, None] & n_ok[None, :]
         bias_ptrs = bias_bh + offs_m[:, None] * sbm + offs_n[None, :] * sbn
         s = _scores(q, k, bias_ptrs, valid, sm_scale, HAS_BIAS, PRECISION, UPCAST)
@@ -359,6 +345,8 @@ def _mask_kernel(
 
 _KERNEL_FUNCTIONS = (
     _dot,
+    _tile,
+    _batch_head,
     _max_combine,
     _add_combine,
     _uniform,

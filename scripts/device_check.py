@@ -84,6 +84,12 @@ GPU_BUDGETS = {"environment": 15, "correctness": 200, "speed": 250}
 SMOKE_BUDGETS = {"environment": 10, "correctness": 30, "speed": 40}
 GPU_TOTAL, SMOKE_TOTAL = 480, 115
 CUDA_TEST_PROCESSES = 4  # pytest-xdist workers sharing the GPU, where xdist is installed
+CUDA_TEST_FILES = (  # the files holding tests marked cuda
+    "tests/test_cuda.py",
+    "tests/test_capture.py",
+    "tests/test_fused_attention.py",
+    "tests/test_attention_kernel.py",
+)
 PACK_RESERVE = 8  # seconds kept for writing the report and packing the files
 
 # Dense bf16 tensor-core peaks (FLOP/s), from the vendors' data sheets, by device-name match.
@@ -571,7 +577,7 @@ def section_correctness(check: Check, res: dict) -> None:
         "-v",
         "--durations=0",
         f"--junitxml={junit}",
-        "tests/test_cuda.py",
+        *CUDA_TEST_FILES,
     ]
     if importlib.util.find_spec("xdist") is not None:  # compiling dominates: use the CPU cores
         cmd[-1:-1] = ["-n", str(CUDA_TEST_PROCESSES)]

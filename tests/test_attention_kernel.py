@@ -27,11 +27,25 @@ needs_fused = pytest.mark.skipif(
 )
 
 
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
+
+
 @pytest.fixture(autouse=True)
-def interpreter(monkeypatch):
-    """Triton's interpreter on CPU tensors when there is no GPU (read when the kernels are
-    first built, so set before the first call)."""
-    if not torch.cuda.is_available():
+def interpreter(request, monkeypatch):
+    """Triton's interpreter for CPU tensors (read when the kernels are first built, so set
+    before the first call): on tests without a GPU, and on a test's ``cpu`` case."""
+    params = getattr(request.node, "callspec", None)
+    device = params.params.get("device") if params is not None else None
+    if device == "cpu" or (device is None and not torch.cuda.is_available()):
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
@@ -103,10 +117,11 @@ def _outputs_and_grads(model, batch, kind: str):
 
 
 @needs_fused
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
-def test_models_give_the_same_values_and_gradients_with_the_fused_kernel(attention):
+def test_models_give_the_same_values_and_gradients_with_the_fused_kernel(attention, device):
     model, batch = _model_and_batch(attention)
-    model.train()  # dropout off in tiny_config: deterministic
+    model, batch = model.to(device).train(), batch.to(device)  # no dropout: deterministic
     want, want_grads = _outputs_and_grads(model, batch, "eager")
     got, grads = _outputs_and_grads(model, batch, "fused")
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
@@ -136,17 +151,20 @@ def test_urpe_scales_reach_the_fused_kernel_as_table_and_index():
 
 
 @needs_fused
-def test_the_sequence_models_dense_scales_run_in_the_fused_kernel():
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_sequence_models_dense_scales_run_in_the_fused_kernel(device):
     from graphormer_urpe.sequence.model import SequenceModelConfig, SequenceTransformer
 
     torch.manual_seed(0)
     cfg = SequenceModelConfig(vocab=30, max_len=12, layers=2, width=16, heads=2, ffn=32, pe="urpe")
-    model = SequenceTransformer(cfg).double()
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    model = SequenceTransformer(cfg).to(device, dtype)
     with torch.no_grad():
         for t in model.rel_scales:
             for p in t.parameters():
                 p.uniform_(0.5, 1.5)
     tokens = torch.randint(11, 35, (3, 12), generator=torch.Generator().manual_seed(1))
+    tokens = tokens.to(device)
     outs = {}
     for kind in ("eager", "fused"):
         model.zero_grad(set_to_none=True)
@@ -154,6 +172,7 @@ def test_the_sequence_models_dense_scales_run_in_the_fused_kernel():
             out = model.features(tokens)
             out.square().sum().backward()
         outs[kind] = (out.detach(), [p.grad.clone() for p in model.rel_scales.parameters()])
-    torch.testing.assert_close(outs["fused"][0], outs["eager"][0], atol=1e-8, rtol=1e-6)
+    tol = dict(atol=1e-8, rtol=1e-6) if dtype == torch.float64 else dict(atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(outs["fused"][0], outs["eager"][0], **tol)
     for a, b in zip(outs["fused"][1], outs["eager"][1], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-8, rtol=1e-6)
+        torch.testing.assert_close(a, b, **tol)

@@ -71,6 +71,32 @@ def test_lm_benchmark_smoke_mode_emits_json():
     assert all(s["median_tokens_per_s"] > 0 for s in schemes.values())
 
 
+def test_train_benchmark_measures_captured_steps():
+    report, _ = _bench("bench_train", "--modes", "eager", "captured", "--attention", "urpe")
+    results, config = report["results"], report["config"]
+    assert set(results) == {"ours_urpe", "ours_urpe_captured"}
+    captured = results["ours_urpe_captured"]
+    assert captured["graphs_per_s"] > 0 and captured["capture_failed"] is None
+    assert captured["captured_shapes"] == len(config["static_shapes"]) >= 1
+    assert captured["ops_per_step"] > 10 and captured["host_calls_per_step"] == 1
+    assert 0 < config["static_token_fraction"] <= config["real_token_fraction"] <= 1
+
+
+def test_interleaved_comparison_with_a_commit_emits_json():
+    import shutil
+
+    if shutil.which("git") is None or not (SCRIPTS.parent / ".git").exists():
+        pytest.skip("needs the project's git history")
+    report, _ = _bench("bench_ab", "--baseline", "HEAD")
+    assert report["benchmark"] == "train_ab" and len(report["config"]["baseline"]) >= 7
+    for att in ("graphormer", "urpe"):
+        r = report["results"][att]
+        assert r["this"]["median_ms"] > 0 and r["baseline"]["median_ms"] > 0
+        assert r["ratio_of_medians"] == pytest.approx(
+            r["baseline"]["median_ms"] / r["this"]["median_ms"], abs=1e-3
+        )
+
+
 def test_busy_time_is_the_union_of_the_device_intervals():
     import random
 

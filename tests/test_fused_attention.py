@@ -677,3 +677,63 @@ def test_cuda_graph_capture_replays_forward_backward_with_fresh_masks():
 def test_cuda_dropout_uniforms_are_those_of_tl_rand(tmp_path):
     """The same check, compiled for the GPU."""
     _run_philox_check(tmp_path, "cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiler (the interpreter accepts code that the compiler may refuse)
+
+_POINTERS_16 = {"Q", "K", "V", "DO", "Out", "DQ", "DK", "DV"}  # in the inputs' dtype
+_FLAGS = ("HAS_BIAS", "HAS_SCALE", "HAS_DROPOUT", "NEED_DBIAS", "NEED_DTABLE")
+
+
+def _signature(fn, dtype: str, flags: bool) -> tuple[dict, dict]:
+    """Triton signature and constants of kernel ``fn`` as the host side launches it."""
+    signature: dict[str, str] = {}
+    constants: dict[str, object] = {}
+    blocks = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_D": 32}
+    for name in fn.arg_names:
+        if name in _FLAGS:
+            constants[name] = flags
+        elif name == "PRECISION":
+            constants[name] = "ieee" if dtype == "fp32" else "tf32"
+        elif name == "UPCAST":
+            constants[name] = False
+        elif name in blocks:
+            constants[name] = blocks[name]
+        elif name in _POINTERS_16:
+            signature[name] = f"*{dtype}"
+        elif name == "Seed":
+            signature[name] = "*i64"
+        elif name == "Index":
+            signature[name] = "*i32"
+        elif name[0].isupper() and name != "H":  # Lse, Delta, Bias, Table, DBias, DTable
+            signature[name] = "*fp32"
+        elif name in ("sm_scale", "p_drop", "inv_keep"):
+            signature[name] = "fp32"
+        else:  # strides and sizes
+            signature[name] = "i64" if name.startswith("s") else "i32"
+    for name in constants:
+        signature[name] = "constexpr"
+    return signature, constants
+
+
+@pytest.mark.parametrize("arch, dtype", [(90, "bf16"), (80, "fp32")])
+def test_kernels_compile_for_hopper_and_ampere(arch, dtype, monkeypatch):
+    """Every kernel, with every optional input on and off, compiles to machine code."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    kernels = fk.kernels()
+    for name in ("fwd_kernel", "bwd_kv_kernel", "bwd_q_kernel", "mask_kernel"):
+        fn = getattr(kernels, name)
+        for flags in (True, False):
+            signature, constants = _signature(fn, dtype, flags)
+            source = ASTSource(
+                fn=fn,
+                signature=signature,
+                constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()},
+            )
+            compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32))
+            assert compiled.asm.get("cubin"), (name, flags)

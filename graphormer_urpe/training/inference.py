@@ -45,6 +45,17 @@ class LoadedModel:
     """The run's per-molecule features and their normalisation (``--mol-features``), which
     new molecules get too; ``None``: none."""
 
+    def predict_dataset(
+        self, dataset, batch_size: int | None = None, progress: bool = False, desc: str = ""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Predictions ``[N, T]`` and targets (or ``None``) of a whole dataset, in order
+        (:func:`~graphormer_urpe.training.loop.predict_dataset`, with the run's batch size
+        and precision by default)."""
+        cfg = self.config
+        precision = Precision(cfg.precision, self.device)
+        size = batch_size or cfg.batch_size
+        return predict_dataset(self.model, dataset, size, self.device, precision, progress, desc)
+
 
 def checkpoint_task_type(ckpt: dict) -> str:
     """``binary`` or ``regression`` for a loaded checkpoint (older checkpoints, which do not
@@ -98,15 +109,7 @@ def evaluate_checkpoint(
     cfg = replace(cfg, preprocess_workers=workers)
     splits = load_splits(cfg, lm.mol_features)
     dataset = getattr(splits, split)
-    pred, y = predict_dataset(
-        lm.model,
-        dataset,
-        batch_size or cfg.batch_size,
-        lm.device,
-        Precision(cfg.precision, lm.device),
-        progress,
-        split,
-    )
+    pred, y = lm.predict_dataset(dataset, batch_size, progress, split)
     if y is None or not bool(torch.isfinite(y).any()):
         hint = " (write a submission with graphormer-urpe submit)" if y is not None else ""
         raise ValueError(

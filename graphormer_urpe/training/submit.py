@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from .inference import load_model
-from .loop import Precision, predict_dataset
 
 __all__ = ["SubmissionError", "write_submission", "submit_checkpoint"]
 
@@ -177,15 +176,7 @@ def submit_checkpoint(
             "needs a prediction for every molecule, so no submission is written"
         )
     dataset = data.split(split, lm.model.config.multi_hop_max_dist)
-    pred, _ = predict_dataset(
-        lm.model,
-        dataset,
-        batch_size or cfg.batch_size,
-        lm.device,
-        Precision(cfg.precision, lm.device),
-        progress,
-        split,
-    )
+    pred, _ = lm.predict_dataset(dataset, batch_size, progress, split)
     pred = pred[:, 0]
     path = write_submission(pred, split, out_dir, info.name, allow_partial=allow_partial)
     return {
