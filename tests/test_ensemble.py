@@ -69,7 +69,7 @@ def test_a_time_limit_is_shared_by_the_members(monkeypatch, tmp_path):
     used = [1.0, 5.0, 2.0]  # minutes each member takes
     shares: list[float] = []
 
-    def fake_train(cfg, resume=False, progress=True):
+    def fake_train(cfg, resume=False, progress=True, started=None, costs=None, check=None):
         shares.append(cfg.time_limit)
         clock[0] += 60 * used[len(shares) - 1]
         return {}
@@ -83,6 +83,8 @@ def test_a_time_limit_is_shared_by_the_members(monkeypatch, tmp_path):
     config = TrainConfig(out=str(tmp_path), time_limit=12.0)
     with pytest.raises(_Stop):
         ensemble.train_ensemble(config, 3, progress=False, started=40.0)  # 1 minute gone
-    # 11 minutes left for 3 members, then 10 for 2, then 5 for 1
-    assert shares == pytest.approx([11 / 3, 5.0, 5.0])
+    # the ensemble keeps 1% and 2 s for itself: 11 - t minutes left for 3 members, then
+    # 10 - t for 2, then 5 - t for 1
+    t = (ensemble.TAIL_SECONDS + 0.01 * 12 * 60) / 60
+    assert shares == pytest.approx([(11 - t) / 3, (10 - t) / 2, 5.0 - t])
     assert config.time_limit == 12.0  # the caller's config is left alone

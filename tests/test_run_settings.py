@@ -170,9 +170,10 @@ def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, capl
 
 def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  # noqa: F811
     """With the clock frozen and the measured times stubbed, the planned steps are exactly
-    what the budget holds: 95% of it, less one validation and the test, over a step plus its
-    share of the epoch's checkpoint and of the validation (with its best checkpoint) every
-    ``eval_every`` epochs."""
+    what the budget holds: all of it less a reserve (1% and a second) and the finish (one
+    validation, the test, the best and last checkpoints), over a step plus its share of the
+    epoch's checkpoint and of the validation (with its best checkpoint) every ``eval_every``
+    epochs."""
     import math
     import types
 
@@ -194,7 +195,8 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     valid_s = batch_s * math.ceil(m["valid_graphs"] / batch)
     test_s = batch_s * math.ceil(m["test_graphs"] / batch)
     epoch_s = save_s + (valid_s + save_s) / 2
-    want = int((0.95 * 60 - valid_s - test_s) / (step_s + epoch_s / per_epoch))
+    reserve, finish = 0.01 * 60 + 1.0, valid_s + test_s + 2 * save_s
+    want = int((60 - reserve - finish) / (step_s + epoch_s / per_epoch))
     assert m["steps_planned"] == m["steps"] == want
     assert json.loads((tmp_path / "run" / "config.json").read_text())["max_steps"] == want
 

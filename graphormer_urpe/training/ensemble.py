@@ -12,13 +12,19 @@ deviation (population, ``ddof = 0``) as an uncertainty, both taken on what the C
 (probabilities for binary tasks unless ``--logits``).
 
 A ``time_limit`` is the budget of the whole ensemble: each member gets an equal share of
-what is left when it starts, so time a member leaves unused goes to the ones after it.
+what is left when it starts, so time a member leaves unused goes to the ones after it. The
+first member measures what steps, evaluations and checkpoints cost here; the others reuse
+that measurement. An ensemble whose members would train fewer than
+:data:`~graphormer_urpe.training.budget.MIN_USEFUL_EPOCHS` epochs is refused before any
+training, with the budget that would give each of them that many.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,15 +34,23 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .budget import MIN_USEFUL_EPOCHS, RunCosts
 from .checkpoint import write_atomic
 from .config import TrainConfig
 from .inference import LoadedModel, load_model
 
-__all__ = ["ENSEMBLE_FILE", "train_ensemble", "load_models", "mean_and_std"]
+__all__ = ["ENSEMBLE_FILE", "EnsembleBudgetError", "train_ensemble", "load_models", "mean_and_std"]
 
 log = logging.getLogger(__name__)
 
 ENSEMBLE_FILE = "ensemble.json"
+
+TAIL_SECONDS = 2.0
+"""Seconds an ensemble keeps, beside 1% of its budget, for its own metrics after the members."""
+
+
+class EnsembleBudgetError(ValueError):
+    """``--time-limit`` is too short for every member of an ensemble to train a few epochs."""
 
 
 def train_ensemble(
@@ -65,17 +79,24 @@ def train_ensemble(
         raise ValueError(f"an ensemble needs at least 2 members, got {members}")
     out = Path(config.out)
     start = time.perf_counter() if started is None else started
-    runs = []
+    runs: list[dict[str, Any]] = []
+    costs: RunCosts | None = None
     for i in range(members):
         member = replace(config, seed=config.seed + i, out=str(out / f"member-{i}"))
+        member_start, check = time.perf_counter(), None
         if config.time_limit is not None:
-            left = config.time_limit - (time.perf_counter() - start) / 60
+            tail = (TAIL_SECONDS + 0.6 * config.time_limit) / 60  # minutes: 1% of the budget
+            left = config.time_limit - tail - (member_start - start) / 60
             member = replace(member, time_limit=max(left, 0.0) / (members - i))
             log.info(
                 "ensemble member %d: %.2f of the %.2f minutes left", i + 1, member.time_limit, left
             )
+            if i == 0 and not resume:
+                check = _refuse_short_members(config, members, start, out)
         log.info("ensemble member %d of %d: seed %d", i + 1, members, member.seed)
-        runs.append(train(member, resume=resume, progress=progress))
+        runs.append(train(member, resume, progress, member_start, costs, check))
+        if costs is None and runs[-1].get("measured_costs"):  # measured once, by the first
+            costs = RunCosts(**runs[-1]["measured_costs"])
     seeds = [config.seed + i for i in range(members)]
     write_atomic(
         out / ENSEMBLE_FILE,
@@ -94,6 +115,32 @@ def train_ensemble(
         ", ".join(_fmt(r.get(f"test_{metric}")) for r in runs),
     )
     return metrics
+
+
+def _refuse_short_members(config: TrainConfig, members: int, start: float, out: Path):
+    """The first member's check: refuse (before any step) an ensemble whose members would
+    train fewer than :data:`MIN_USEFUL_EPOCHS` epochs, naming the budget that gives each
+    that many; the folders made for it are removed."""
+    existed = out.exists()
+
+    def check(run: Any) -> None:
+        epochs = run.total / len(run.sampler)
+        if epochs >= MIN_USEFUL_EPOCHS or run.costs is None:
+            return
+        c = run.costs
+        steps = MIN_USEFUL_EPOCHS * len(run.sampler)
+        member = c.setup + c.seconds_for(steps)  # its set-up and its steps
+        need = (members * member + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
+        shutil.rmtree(out if not existed else Path(run.out), ignore_errors=True)
+        raise EnsembleBudgetError(
+            f"--ensemble {members} --time-limit {config.time_limit:g}: each member would "
+            f"train {epochs:.2g} epochs ({run.total} steps of {len(run.sampler)} per epoch; "
+            f"{c.step:.3g} s per step measured here); a useful schedule needs at least "
+            f"{MIN_USEFUL_EPOCHS} epochs per member: give --time-limit "
+            f"{math.ceil(10 * need) / 10:g} or more, or fewer members"
+        )
+
+    return check
 
 
 def _fmt(value: float | None) -> str:

@@ -44,7 +44,7 @@ import random
 import signal
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +60,7 @@ from ..attention_kernel import attention_kernel
 from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from ..graph.shapes import StaticShapes
+from .budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, Schedule, epochs_of
 from .capture import (
     CaptureBackend,
     CapturedForward,
@@ -109,6 +110,13 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+PACE_WINDOW = 5.0
+"""Seconds of steps over which a time-limited run measures its pace."""
+
+TIMED_STEPS = 5
+"""A run without measured costs logs its plan, with the duration it expects, once this many
+of its own steps (after the first) are timed."""
 
 READ_EVERY = 100
 """Training steps between two reads of the running loss by the host (see :func:`train_step`)."""
@@ -622,7 +630,12 @@ _PER_LAUNCH_FIELDS = (
 
 
 def train(
-    config: TrainConfig, resume: bool = False, progress: bool = True, started: float | None = None
+    config: TrainConfig,
+    resume: bool = False,
+    progress: bool = True,
+    started: float | None = None,
+    costs: RunCosts | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     """Train, select on the validation split, test at the best checkpoint; see module doc.
 
@@ -637,9 +650,13 @@ def train(
         progress: show a tqdm progress bar.
         started: the ``time.perf_counter()`` from which ``config.time_limit`` counts (default:
             now; the command line passes its own start).
+        costs: the run's costs measured earlier (an ensemble measures once); ``None``:
+            measured here where needed (:class:`~graphormer_urpe.training.budget.RunCosts`).
+        check: called with the set-up run before its first step (it may refuse the plan by
+            raising).
 
     Returns:
-        The ``metrics.json`` contents.
+        The ``metrics.json`` contents (``measured_costs`` among them).
 
     Raises:
         TrainingInterrupted: SIGTERM or SIGINT arrived; a checkpoint was saved first.
@@ -648,7 +665,7 @@ def train(
     ctx = init_distributed(resolve_device(config.device))
     try:
         with stop_requests() as stop:
-            return _train(config, ctx, resume, progress, stop, started)
+            return _train(config, ctx, resume, progress, stop, started, costs, check)
     finally:
         ctx.close()
 
@@ -660,9 +677,13 @@ def _train(
     progress: bool,
     stop: dict[str, int],
     started: float | None = None,
+    costs: RunCosts | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     with attention_kernel(config.attention_kernel):
-        run = _Run(config, ctx, resume, stop, started)
+        run = _Run(config, ctx, resume, stop, started, costs)
+        if check is not None:
+            check(run)
         run.evaluate_starting_point()
         run.fit(progress)
         return run.finish()
@@ -682,9 +703,9 @@ class _Run:
         resume: bool,
         stop: dict[str, int],
         started: float | None = None,
+        costs: RunCosts | None = None,
     ) -> None:
         self.launch_start = time.perf_counter() if started is None else started
-        self.finish_s = 0.0  # seconds a stop on time keeps for the last validation and test
         self.ctx, self.stop, self.device = ctx, stop, ctx.device
         self.main = ctx.is_main
         self.out = Path(config.out)
@@ -712,11 +733,13 @@ class _Run:
             )
         self._make_loaders()
         self._targets_and_baselines()
+        self.costs = self._costs(costs)  # None: not measured (no time limit, a large model)
         if self.config.fill_time_limit and self.config.max_steps is None:
             steps = self._steps_for_budget()
             self.config = replace(self.config, max_steps=steps, epochs=None)
         self.total, self.epochs, warmup = plan_steps(self.config, len(self.sampler))
         self.config = replace(self.config, warmup_steps=warmup)  # config.json records it
+        self.pacer = self._pacer()
         if self.main:
             write_atomic(self.out / "config.json", self.config.to_json())
         self._make_optimizer(ckpt, ckpt_path, warmup)
@@ -900,11 +923,22 @@ class _Run:
         }
 
     def _out_of_time(self) -> bool:
-        """Whether ``--time-limit``, less the seconds kept for the finish, is spent."""
-        return _time_up(self.config.time_limit, self.launch_start - self.finish_s)
+        """Whether ``--time-limit`` leaves just the time to finish (the last validation, the
+        best and last checkpoints, the test), at the pace the steps now run."""
+        return self.pacer is not None and self.pacer.time_up(time.perf_counter())
 
-    def _steps_for_budget(self) -> int:
-        """Optimizer steps that fill what is left of ``--time-limit`` (rank 0's plan).
+    def _costs(self, given: RunCosts | None) -> RunCosts | None:
+        """The run's measured costs: ``given`` (an ensemble's, measured once), else measured
+        here when the run has a time limit; ``None`` without one (the run then times its own
+        first steps for the duration it expects, :meth:`_log_plan`)."""
+        if given is not None:  # (this run's own set-up; no measurement)
+            return replace(given, setup=time.perf_counter() - self.launch_start, measure=0.0)
+        if self.config.time_limit is None:
+            return None
+        return self._measure_costs()
+
+    def _measure_costs(self) -> RunCosts:
+        """What the run's parts cost on this machine (rank 0's measurement on every process).
 
         A few random batches of each split are timed (their own generator: the run's RNG is
         left as it was, so the run is the one ``--max-steps`` with the planned number gives):
@@ -914,13 +948,12 @@ class _Run:
         for ``B`` graphs of at most ``n`` atoms (a batch holding one large molecule takes
         several times the median), so the seconds per unit of that size, measured, are
         applied to the sizes of the first epoch's batches and of the validation and test
-        batches. The budget left is shared between the steps, each epoch's checkpoint, a
-        validation (and a best checkpoint) every ``eval_every`` epochs and the final test,
-        with 5% kept in reserve.
+        batches.
         """
         from ..datasets import graph_sizes
 
-        config, splits, ctx = self.config, self.splits, self.ctx
+        splits, ctx = self.splits, self.ctx
+        setup = time.perf_counter() - self.launch_start
         saved = rng_state(self.device)
         train_sizes = graph_sizes(splits.train)
         per_work, save_s = self._seconds_per_step(train_sizes)
@@ -934,21 +967,53 @@ class _Run:
             work = sum(_work(sizes, b) for b in loader.batch_sampler)
             eval_s[name] = self._seconds_per_eval(dataset, sizes) * work if work else 0.0
         set_rng_state(saved, self.device)
-        valid_s, test_s = eval_s["valid"], eval_s["test"]
-        left = 60 * config.time_limit - (time.perf_counter() - self.launch_start)
-        per_epoch = save_s + (valid_s + save_s) / config.eval_every
-        per_step = step_s + per_epoch / len(self.sampler)
-        steps = max(1, int((0.95 * left - valid_s - test_s) / per_step))
-        self.finish_s = valid_s + test_s
-        steps = int(ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
+        measure = time.perf_counter() - self.launch_start - setup
+        measured = [step_s, eval_s["valid"], eval_s["test"], save_s, setup, measure]
+        shared = ctx.all_sum(torch.tensor([v if self.main else 0.0 for v in measured]).double())
+        step_s, valid_s, test_s, save_s, setup, measure = (float(v) for v in shared)
+        test_s = test_s if self.test_labelled else 0.0
+        steps, every = len(self.sampler), self.config.eval_every
+        return RunCosts(step_s, valid_s, test_s, save_s, steps, every, setup, measure)
+
+    def _steps_for_budget(self) -> int:
+        """Optimizer steps that fill what is left of ``--time-limit`` (rank 0's plan): the
+        measured costs (:meth:`_measure_costs`) share the budget left between the steps, each
+        epoch's checkpoint, a validation (and a best checkpoint) every ``eval_every`` epochs
+        and the finish, less a reserve (:class:`~graphormer_urpe.training.budget.Pacer`)."""
+        config, costs = self.config, self.costs
+        assert costs is not None
+        budget = 60 * config.time_limit
+        left = budget - (time.perf_counter() - self.launch_start)
+        reserve = Pacer(0.0, costs, budget).reserve
+        steps = max(1, costs.steps_for(left - reserve))
+        steps = int(self.ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
+        epochs = steps / len(self.sampler)
         log.info(
             "time limit %g min without --epochs/--max-steps: %.3g s per step, %.3g s per "
             "validation and %.3g s per checkpoint measured; planned %d steps (%.1f epochs) "
             "to fill the %.3g min left",
-            config.time_limit, step_s, valid_s, save_s, steps, steps / len(self.sampler),
-            left / 60,
+            config.time_limit, costs.step, costs.valid, costs.save, steps, epochs, left / 60,
         )  # fmt: skip
+        if epochs < MIN_USEFUL_EPOCHS:
+            log.warning(
+                "only %.1f epochs fit in --time-limit %g: a run this short is not worth much "
+                "(%d epochs need about %.1f min here)",
+                epochs, config.time_limit, MIN_USEFUL_EPOCHS, self.minutes_for(MIN_USEFUL_EPOCHS),
+            )  # fmt: skip
         return steps
+
+    def minutes_for(self, epochs: float) -> float:
+        """Minutes a run of ``epochs`` epochs takes here, its set-up included."""
+        assert self.costs is not None
+        steps = math.ceil(epochs * len(self.sampler))
+        return (self.costs.setup + self.costs.seconds_for(steps)) / 60
+
+    def _pacer(self) -> Pacer | None:
+        """The deadline keeper of a run with a time limit (and measured costs)."""
+        if self.config.time_limit is None or self.costs is None:
+            return None
+        budget = 60 * self.config.time_limit
+        return Pacer(self.launch_start + budget, replace(self.costs), budget, PACE_WINDOW)
 
     def _samples(self, dataset: Dataset, count: int) -> list[list[int]]:
         """``count`` batches' worth of random indices of ``dataset`` (fixed by the run's
@@ -1038,10 +1103,10 @@ class _Run:
             )
             groups = list(self.model.parameters())
         self.optimizer = make_optimizer(groups, config.lr, config.weight_decay)
-        total = self.total
+        # a re-plannable linear_schedule (see replan); checkpoints keep it
+        self.schedule = Schedule(warmup, self.total, config.lr, config.end_lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda s: linear_schedule(s, warmup, total, config.lr, config.end_lr) / config.lr,
+            self.optimizer, lambda s: self.schedule(s) / config.lr
         )
 
     def _targets_and_baselines(self) -> None:
@@ -1064,12 +1129,20 @@ class _Run:
                 continue
             self.baseline[name] = splits.evaluate(self.mean.expand_as(y), y)[self.metric]
 
-    def _log_plan(self, warmup: int) -> None:
+    def _log_plan(self, warmup: int, step_s: float | None = None) -> None:
+        """The run's plan, starting with the duration it expects: from the measured costs,
+        or from ``step_s``, its first steps' seconds each (without either, the line waits
+        for :data:`TIMED_STEPS` steps, see :meth:`_train_epoch`)."""
+        if self.costs is None and step_s is None:
+            self._plan_pending = warmup
+            return
+        self._plan_pending = None
         splits, config = self.splits, self.config
         log.info(
-            "%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
+            "%s%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
             "(%d epochs x %d), warm-up %d, batch %d x %d process(es) = %d graphs per step, "
             "peak lr %.2g, device %s, %s",
+            self._expected(step_s),
             splits.name,
             len(splits.train),
             len(splits.valid),
@@ -1106,6 +1179,23 @@ class _Run:
                 self.total,
             )
 
+    def _expected(self, step_s: float | None) -> str:
+        """``"expected to take about X min here | "``: from the measured costs, or from
+        ``step_s`` seconds per step (an evaluation batch taken as a third of a step)."""
+        left = self.total - getattr(self, "step", 0)
+        if self.costs is not None:
+            seconds, how = self.costs.seconds_for(left), "measured"
+        else:
+            assert step_s is not None
+            valid, test = (len(self.eval_loaders[n][0]) for n in ("valid", "test"))
+            evals = math.ceil(left / len(self.sampler)) / self.config.eval_every
+            seconds = step_s * (left + (evals * valid + test) / 3)
+            how = "from its first steps"
+        seconds += time.perf_counter() - self.launch_start
+        if self.config.time_limit is not None:
+            seconds = min(seconds, 60 * self.config.time_limit)
+        return f"expected to take about {seconds / 60:.1f} min here ({how}) | "
+
     def _restore(self, ckpt: dict[str, Any], path: Path | None) -> list[dict[str, Any]]:
         """Load a checkpoint's weights, optimizer, RNG and position; its history rows."""
         with incompatible_checkpoint(path):
@@ -1127,6 +1217,10 @@ class _Run:
         self.best, self.best_epoch = ckpt["best"], ckpt["best_epoch"]
         self.best_metrics = ckpt.get("best_metrics", {})
         self.train_seconds, self.train_graphs = ckpt["train_seconds"], ckpt["train_graphs"]
+        if "schedule" in ckpt:  # a run re-planned by its pacer goes on with that plan
+            self.schedule = Schedule.from_state(ckpt["schedule"])
+            self.total = self.schedule.total
+            self.epochs = epochs_of(self.total, len(self.sampler))
         if self.start_batch >= len(self.sampler):
             self.epoch, self.start_batch = self.epoch + 1, 0
         return json.loads(ckpt["history"])
@@ -1172,6 +1266,7 @@ class _Run:
             "history": json.dumps(self.history.rows),
             "train_seconds": self.train_seconds,
             "train_graphs": self.train_graphs,
+            "schedule": self.schedule.state(),
             "world_size": self.ctx.world_size,
             "featurizer": splits.featurizer,
             "target_names": list(splits.target_names),
@@ -1248,6 +1343,7 @@ class _Run:
     def fit(self, progress: bool) -> None:
         """Train epoch by epoch until the planned steps, the time limit or a stop request."""
         self.wall_start = time.perf_counter()
+        self._first_steps: tuple[float, int] | None = None
         bar = tqdm(
             total=self.total,
             initial=self.step,
@@ -1260,6 +1356,8 @@ class _Run:
             batch_index = self._train_epoch(bar)
             if not self._end_epoch(batch_index):
                 break
+        if self._plan_pending is not None:  # no step timed (a resumed run that was done)
+            self._log_plan(self._plan_pending, 0.0)
         bar.close()
         self.history.close()
 
@@ -1270,6 +1368,8 @@ class _Run:
         self.sampler.set_epoch(self.epoch, self.start_batch)
         batch_index = self.start_batch
         t0 = time.perf_counter()
+        if self.pacer is not None:  # the steps' pace, evaluations and checkpoints aside
+            self.pacer.start_steps(self.step, t0)
         for batch in self.train_loader:
             if self.step >= self.total:
                 break
@@ -1278,6 +1378,10 @@ class _Run:
             batch_index += 1
             self.train_graphs += batch.num_graphs * ctx.world_size
             bar.update(1)
+            if self._plan_pending is not None:
+                self._time_first_steps()
+            if self.pacer is not None and self.pacer.observe(self.step, time.perf_counter()):
+                self._replan()
             mid_epoch = batch_index < steps_per_epoch and self.step < self.total
             due = bool(config.checkpoint_every) and self.step % config.checkpoint_every == 0
             # one process acts on its own stop request or time limit at once (the clock is read
@@ -1298,13 +1402,44 @@ class _Run:
                 break
             if due and mid_epoch:
                 self.train_seconds += time.perf_counter() - t0
-                t0 = time.perf_counter()
                 self.checkpoint(self.epoch, batch_index)
+                t0 = time.perf_counter()
+                if self.pacer is not None:
+                    self.pacer.start_steps(self.step, t0)
         # waits for the epoch's last step: inside the timing
         time_up = self.read_totals(self.epoch, batch_index)[1]
         self.timed_out = self.timed_out or (time_up and self.step < self.total)
         self.train_seconds += time.perf_counter() - t0
         return batch_index
+
+    def _time_first_steps(self) -> None:
+        """Log the pending plan once :data:`TIMED_STEPS` steps after the first are timed (or
+        the run's steps are all done)."""
+        now = time.perf_counter()
+        if self._first_steps is None:  # the first step (warm-up of caches and kernels) aside
+            self._first_steps = (now, self.step)
+            return
+        since, first = self._first_steps
+        if self.step - first >= TIMED_STEPS or self.step >= self.total:
+            step_s = (now - since) / max(1, self.step - first)
+            self._log_plan(self._plan_pending, step_s)
+
+    def _replan(self) -> None:
+        """A run planned to fill its time limit, whose steps now run at another pace than
+        measured: plan the steps that fit from here (the schedule's decay ends there)."""
+        if not self.config.fill_time_limit or self.ctx.enabled or self.pacer is None:
+            return  # (processes would have to agree on the plan: they keep it)
+        total = self.step + self.pacer.steps_left(time.perf_counter())
+        if abs(total - self.total) <= max(1, 0.02 * (self.total - self.step)):
+            return
+        log.info(
+            "steps at %.2fx the measured time: re-planned from %d to %d steps to end within "
+            "--time-limit %g",
+            self.pacer.slowdown, self.total, max(total, self.step), self.config.time_limit,
+        )  # fmt: skip
+        self.schedule.replan(self.step, total)
+        self.total = max(total, self.step)
+        self.epochs = epochs_of(self.total, len(self.sampler))
 
     def _end_epoch(self, batch_index: int) -> bool:
         """Validate when due, record the epoch, checkpoint; whether to go on training."""
@@ -1317,7 +1452,10 @@ class _Run:
         }
         last_epoch = epoch == self.epochs - 1 or self.step >= self.total or self.timed_out
         if (epoch + 1) % config.eval_every == 0 or last_epoch:
+            started = time.perf_counter()
             metrics = self.validate()
+            if self.pacer is not None:  # the finish's validation and test at today's pace
+                self.pacer.observe_evaluation(time.perf_counter() - started)
             value = row[f"valid_{self.metric}"] = metrics[self.metric]
             if (value > self.best) if self.higher else (value < self.best):
                 self.best, self.best_epoch, self.best_metrics = value, epoch, metrics
@@ -1377,7 +1515,7 @@ class _Run:
         unreadable = self.splits.unreadable
         log.info(
             "best valid %s %.4f (epoch %d), test %s %s over %d test molecules (%s); mean "
-            "predictor valid %.4f test %s",
+            "predictor valid %.4f test %s%s",
             self.metric,
             self.best,
             self.best_epoch,
@@ -1389,8 +1527,18 @@ class _Run:
             else f"{unreadable['unsplit']} unreadable rows left out before splitting",
             self.baseline["valid"],
             "n/a" if self.baseline["test"] is None else f"{self.baseline['test']:.4f}",
+            self._short_note(),
         )
         return metrics
+
+    def _short_note(self) -> str:
+        """What the final line says of a run shorter than a few epochs (else ``""``)."""
+        if self.epochs_trained >= MIN_USEFUL_EPOCHS:
+            return ""
+        return (
+            f"; only {self.epochs_trained:.2g} epochs trained: too short to trust (at least "
+            f"{MIN_USEFUL_EPOCHS} give the schedule room)"
+        )
 
     def _metrics(self, test: dict[str, float]) -> dict[str, Any]:
         """The ``metrics.json`` contents."""
@@ -1420,6 +1568,8 @@ class _Run:
             "steps": self.step,
             "steps_planned": self.total,
             "epochs": sum(int(r["epoch"]) >= 0 for r in rows),
+            "epochs_trained": round(self.epochs_trained, 3),
+            "short_run": self.epochs_trained < MIN_USEFUL_EPOCHS,
             "stopped_on_time": self.timed_out,
             "time_limit_minutes": config.time_limit,
             **{f"best_valid_{k}": v for k, v in self.best_metrics.items() if "/" not in k},
@@ -1448,7 +1598,14 @@ class _Run:
             "device": str(self.device),
             "precision": self.precision.kind,
             "seed": config.seed,
+            "measured_costs": None if self.costs is None else self.costs.to_dict(),
+            "pace": None if self.pacer is None else round(self.pacer.slowdown, 3),
         }
+
+    @property
+    def epochs_trained(self) -> float:
+        """Epochs' worth of steps taken (fractional)."""
+        return self.step / max(1, len(self.sampler))
 
 
 def _portable(state: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,160 @@
+"""Time budgets: measured costs, the pacer's stop and re-plan, the re-plannable schedule, the
+ensemble's refusal and the short-run report. Wall-clock targets are measured by
+``scripts/bench_time_limit.py``, not here."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from graphormer_urpe import cli
+from graphormer_urpe.training import loop
+from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, Schedule
+from graphormer_urpe.training.loop import linear_schedule
+
+from .test_cli import _train_args
+from .test_resume import table  # noqa: F401 - the fixture
+
+
+def _costs(**kw) -> RunCosts:
+    base = dict(step=0.5, valid=2.0, test=3.0, save=0.25, steps_per_epoch=10, eval_every=2)
+    base.update(kw)
+    return RunCosts(**base)
+
+
+def test_run_costs_add_up():
+    c = _costs()
+    assert c.per_epoch == pytest.approx(0.25 + (2.0 + 0.25) / 2)
+    assert c.per_step == pytest.approx(0.5 + c.per_epoch / 10)
+    assert c.finish == pytest.approx(2.0 + 3.0 + 0.5)
+    for seconds in (10.0, 60.0, 600.0):
+        steps = c.steps_for(seconds)
+        assert c.seconds_for(steps) <= seconds < c.seconds_for(steps + 1)
+    assert c.steps_for(1.0) == 0
+
+
+def test_schedule_is_graphormers_and_a_replan_continues_without_a_jump():
+    plain = Schedule(warmup=10, total=100, peak=1e-3, end=1e-9)
+    for step in range(0, 120, 7):
+        assert plain(step) == pytest.approx(linear_schedule(step, 10, 100, 1e-3, 1e-9))
+    s = Schedule(warmup=10, total=100, peak=1e-3, end=1e-9)
+    before = s(40)
+    s.replan(40, 60)  # the machine slowed down: the decay now ends at 60
+    assert s(40) == pytest.approx(before)
+    assert s(60) == pytest.approx(1e-9) and s(59) > s(60)
+    rates = [s(k) for k in range(40, 61)]
+    steps = [b - a for a, b in zip(rates, rates[1:], strict=False)]
+    assert all(d < 0 for d in steps) and max(steps) - min(steps) < 1e-12  # linear
+    grown = Schedule.from_state(s.state())
+    grown.replan(50, 200)  # faster again: longer
+    assert grown(50) == pytest.approx(s(50)) and grown(200) == pytest.approx(1e-9)
+    early = Schedule(warmup=10, total=100, peak=1e-3, end=1e-9)
+    early.replan(5, 50)  # during the warm-up: the warm-up is kept
+    assert early(5) == pytest.approx(linear_schedule(5, 10, 50, 1e-3, 1e-9))
+    assert early(10) == pytest.approx(1e-3) and early(50) == pytest.approx(1e-9)
+
+
+def test_the_pacer_stops_earlier_and_plans_fewer_steps_when_steps_slow_down():
+    c = _costs()
+    pacer = Pacer(deadline=100.0, costs=c, budget=100.0, window=5.0)
+    assert pacer.reserve == pytest.approx(2.0)
+    finish = 1.25 * c.finish
+    assert not pacer.time_up(100.0 - finish - 2.0 - 0.01)
+    assert pacer.time_up(100.0 - finish - 2.0 + 0.01)
+    pacer.start_steps(0, 0.0)
+    assert not pacer.observe(5, 2.5)  # under a window: no pace yet
+    assert pacer.observe(10, 5.0) and pacer.slowdown == pytest.approx(1.0)
+    before = pacer.steps_left(5.0)
+    # the next window runs at twice the measured time per step
+    assert pacer.observe(15, 10.0)
+    assert pacer.recent == pytest.approx(2.0) and pacer.slowdown == pytest.approx(1.5)
+    assert pacer.finish_estimate() == pytest.approx(2.0 * finish)  # the slower pace
+    assert pacer.steps_left(10.0) < before - 5
+    assert pacer.time_up(100.0 - 2.0 * finish - 2.0 + 0.01)
+    # a slow validation makes the finish's validation and test slower in step
+    pacer.observe_evaluation(8.0)  # 4x the measured 2 s, at a 2x pace
+    assert pacer.costs.valid == pytest.approx(4.0) and pacer.costs.test == pytest.approx(6.0)
+
+
+def test_an_ensemble_too_short_for_its_members_is_refused_before_training(table, tmp_path):  # noqa: F811
+    out = tmp_path / "ens"
+    args = _train_args(table, tmp_path / "data", out, "--ensemble", "3")
+    i = args.index("--epochs")
+    del args[i : i + 2]
+    assert cli.main([*args, "--time-limit", "0.02"]) == 2  # 1.2 s for three members
+    assert not out.exists()  # nothing left behind
+
+
+def test_the_refusal_names_a_budget_that_then_fits(table, tmp_path, capsys, monkeypatch):  # noqa: F811
+    args = _train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
+    i = args.index("--epochs")
+    del args[i : i + 2]
+    assert cli.main([*args, "--time-limit", "0.02"]) == 2
+    message = capsys.readouterr().err
+    assert "--ensemble 2 --time-limit 0.02" in message and "epochs per member" in message
+    need = float(message.split("give --time-limit ")[1].split()[0])
+    assert need > 0.02
+    # the budget it names gives each member about MIN_USEFUL_EPOCHS epochs as planned
+    planned: list[float] = []
+    real = loop._Run.__init__
+
+    def record(self, *a, **kw):
+        real(self, *a, **kw)
+        planned.append(self.total / len(self.sampler))
+
+    monkeypatch.setattr(loop._Run, "__init__", record)
+    assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(tmp_path / "b")]) == 0
+    assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS * 0.7  # (paces vary)
+
+
+def test_a_short_run_says_so(table, tmp_path, caplog):  # noqa: F811
+    args = _train_args(table, tmp_path / "data", tmp_path / "run")
+    i = args.index("--epochs")
+    args[i + 1] = "1"
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main(args) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["short_run"] is True and m["epochs_trained"] == pytest.approx(1.0)
+    final = [r.getMessage() for r in caplog.records if r.getMessage().startswith("best valid")]
+    assert final and "too short to trust" in final[-1]
+    plan = [r.getMessage() for r in caplog.records if "expected to take about" in r.getMessage()]
+    assert plan and "from its first steps" in plan[0]
+
+
+def test_a_long_enough_run_is_not_short(table, tmp_path):  # noqa: F811
+    args = _train_args(table, tmp_path / "data", tmp_path / "run")
+    args[args.index("--epochs") + 1] = str(MIN_USEFUL_EPOCHS)
+    assert cli.main(args) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["short_run"] is False and m["epochs_trained"] == pytest.approx(MIN_USEFUL_EPOCHS)
+
+
+def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatch):  # noqa: F811
+    """Steps made several times slower from the 10th on (a stand-in for a competing process):
+    the run sees the pace and re-plans to fewer steps than first planned."""
+    import time
+
+    real = loop.step_body
+    calls = {"n": 0, "extra": 0.0}
+
+    def slow(*a, **kw):
+        start = time.perf_counter()
+        out = real(*a, **kw)
+        calls["n"] += 1
+        if calls["n"] > 10:  # (the measurement's steps are the first 6)
+            time.sleep(0.05 + 3 * (time.perf_counter() - start))
+        return out
+
+    monkeypatch.setattr(loop, "step_body", slow)
+    monkeypatch.setattr(loop, "PACE_WINDOW", 0.5)
+    args = _train_args(table, tmp_path / "data", tmp_path / "run")
+    i = args.index("--epochs")
+    del args[i : i + 2]
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main([*args, "--time-limit", "0.25"]) == 0
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    planned = json.loads((tmp_path / "run" / "config.json").read_text())["max_steps"]
+    assert "re-planned" in caplog.text
+    assert m["steps"] < planned and m["pace"] > 1.5 and m["steps_planned"] < planned
