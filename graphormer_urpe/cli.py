@@ -180,10 +180,22 @@ def train_config(args: argparse.Namespace):
     if cfg.time_limit is not None and not {"epochs", "max_steps"} & set(given):
         cfg = dataclasses.replace(cfg, fill_time_limit=True)  # steps planned to fill it
     if "out" not in given:
-        tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.dataset)
+        tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in _dataset_tag(cfg.dataset))
         out = os.path.join("runs", f"{tag}-{cfg.preset}-{cfg.model.attention}")
         cfg = dataclasses.replace(cfg, out=out)
     return cfg
+
+
+def _dataset_tag(dataset: str) -> str:
+    """A run folder's name for ``dataset``: a CSV's file stem (``csv:data/mols.csv`` ->
+    ``mols``; three files: the first's), else the dataset's name."""
+    if not dataset.startswith("csv:"):
+        return dataset
+    first = dataset[4:].split(",")[0].strip()
+    name = os.path.basename(first)
+    for suffix in (".gz", ".csv", ".smi", ".txt"):
+        name = name.removesuffix(suffix)
+    return name or "csv"
 
 
 def _holds_run(out: str) -> bool:
@@ -308,10 +320,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "--init-from",
         default=None,
         metavar="CHECKPOINT",
-        help="fine-tune: start from this checkpoint's weights (one of this library, e.g. "
-        "from graphormer-urpe convert, or a Hugging Face folder); its architecture, this "
-        "run's dropouts and --attention; the output layer is re-initialised when the number "
-        "of outputs differs",
+        help="fine-tune: start from this checkpoint's weights: 'pretrained' (the shipped "
+        "small URPE model pretrained on MOSES molecules), a checkpoint of this library (e.g. "
+        "from graphormer-urpe convert or pretrain), or a Hugging Face folder; its "
+        "architecture, this run's dropouts and --attention; the output layer is "
+        "re-initialised when the number of outputs differs",
     )
     r.add_argument(
         "--ensemble",

@@ -474,13 +474,20 @@ def test_unreadable_test_rows_are_counted_and_test_predictions_written(tmp_path,
     assert metrics["unreadable_test"] == 1 and metrics["unreadable_train"] == 0
     assert "over 3 test molecules (1 test rows unreadable)" in caplog.text
     table = pd.read_csv(out / "test_predictions.csv")
-    assert list(table.columns) == ["smiles", "source_row", "t1", "pred_t1", "t2", "pred_t2"]
+    assert list(table.columns) == [
+        "smiles",
+        "source_row",
+        "true_t1",
+        "pred_t1",
+        "true_t2",
+        "pred_t2",
+    ]
     assert table["source_row"].tolist() == [10, 12, 13]
     assert table["smiles"].tolist() == [rows[i]["smiles"] for i in (10, 12, 13)]
-    assert table["t1"].tolist() == [10.0, 12.0, 13.0]
-    assert table["t2"].isna().tolist() == [False, True, False]
+    assert table["true_t1"].tolist() == [10.0, 12.0, 13.0]
+    assert table["true_t2"].isna().tolist() == [False, True, False]
     for name in ("t1", "t2"):
-        error = (table[name] - table[f"pred_{name}"]).abs().mean()  # missing labels skipped
+        error = (table[f"true_{name}"] - table[f"pred_{name}"]).abs().mean()  # missing skipped
         assert error == pytest.approx(metrics[f"test_mae/{name}"], rel=1e-4)
     # a random split leaves unreadable rows out before splitting
     random_config = replace(config, split_column=None, out=str(tmp_path / "random"))

@@ -79,7 +79,7 @@ def test_csv_classification_trains_with_bce_and_reports_rocauc(tmp_path):
     assert {"best_valid_rocauc", "test_rocauc", "test_prcauc"} <= set(m)
     preds = pd.read_csv(out / "test_predictions.csv")
     assert ((preds["pred_has_n"] > 0) & (preds["pred_has_n"] < 1)).all()  # probabilities
-    labels, scores = preds["has_n"].tolist(), preds["pred_has_n"].tolist()
+    labels, scores = preds["true_has_n"].tolist(), preds["pred_has_n"].tolist()
     if 0 < sum(labels) < len(labels):
         assert m["test_rocauc"] == pytest.approx(_rocauc(labels, scores), abs=1e-6)
     # labels other than 0 / 1 are refused, naming the row and the column

@@ -33,7 +33,7 @@ def test_ensemble_trains_seeds_and_predicts_their_mean_and_std(table, tmp_path):
     # the ensemble's test MAE is the MAE of the members' mean test prediction
     tables = [pd.read_csv(out / f"member-{i}" / "test_predictions.csv") for i in (0, 1)]
     mean = (tables[0]["pred_heavy_atoms"] + tables[1]["pred_heavy_atoms"]) / 2
-    want = (mean - tables[0]["heavy_atoms"]).abs().mean()
+    want = (mean - tables[0]["true_heavy_atoms"]).abs().mean()
     assert metrics["test_mae"] == pytest.approx(want, rel=1e-4)
 
     smiles = ["CCO", "c1ccccc1O", "not a smiles", "CC(=O)Nc1ccc(O)cc1"]

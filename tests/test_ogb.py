@@ -257,6 +257,7 @@ def test_pcqm4mv2_splits_features_nan_tests_and_failures(lsc_root, caplog):
     assert "row 5 'C1CC(' left out" in caplog.text and "1 of" in caplog.text
     data = open_lsc("pcqm4mv2", root)
     assert data.missing["train"].tolist() == [5] and data.missing["test-dev"].size == 0
+    assert splits.unreadable == {"train": 1}  # counted for the run's final line and metrics
     split_file = v2_splits(len(smiles))
     assert len(splits.train) == len(split_file["train"]) - 1
     assert splits.train.source_index.tolist() == [r for r in split_file["train"] if r != 5]

@@ -677,4 +677,9 @@ def load_lsc_splits(
         target_names=list(data.cache.target_names),
         metric="mae",
         evaluator=LSCEvaluator(info),
+        unreadable={
+            part: int(data.missing[split].size)
+            for part, split in (("train", "train"), ("valid", "valid"), ("test", info.dev_test))
+            if data.missing[split].size
+        },
     )

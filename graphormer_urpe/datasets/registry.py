@@ -423,6 +423,7 @@ def load_csv(
         target_names=names,
         **sets,
         **_task_fields(task, stores, names),
+        unreadable={p: len(c.failures) for p, c in zip(SPLITS, stores, strict=True) if c.failures},
     )
 
 

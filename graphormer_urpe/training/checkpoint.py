@@ -38,6 +38,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "SHIPPED",
+    "folder_problem",
     "resolve_checkpoint",
     "rng_state",
     "set_rng_state",
@@ -75,6 +76,19 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
 
 
 log = logging.getLogger(__name__)
+
+
+def folder_problem(path: Path) -> str:
+    """Why the folder ``path`` is not a checkpoint, naming the file it may mean."""
+    files = [f for f in ("best.pt", "last.pt") if (path / f).is_file()]
+    if files:
+        return f"{path} is a run folder, not a checkpoint file: give {path / files[0]}" + (
+            f" (or {path / files[1]})" if len(files) > 1 else ""
+        )
+    return (
+        f"{path} is a folder that holds no checkpoint (no best.pt, last.pt or ensemble.json): "
+        "give a best.pt / last.pt file or the folder of a train --ensemble run"
+    )
 
 
 class CheckpointError(RuntimeError):
@@ -181,6 +195,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             of an incompatible format version.
     """
     path = resolve_checkpoint(path)
+    if path.is_dir():
+        raise CheckpointError(folder_problem(path))
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:

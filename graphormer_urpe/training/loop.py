@@ -711,6 +711,10 @@ class _Run:
         self.out = Path(config.out)
         self.keeper = CheckpointKeeper(self.out, config.keep_checkpoints)
         config, ckpt, ckpt_path = self._resumed_config(config, resume)
+        if config.init_from and ckpt is None:  # before any data is loaded or folder made
+            from .pretrained import check_init_source
+
+            check_init_source(config.init_from)
         self.precision = Precision(config.precision, self.device)
         seed_everything(config.seed)
         if config.threads:
@@ -1622,8 +1626,8 @@ def _portable(state: dict[str, Any]) -> dict[str, Any]:
 
 def _write_test_predictions(path: Path, splits: Any, y_true: Tensor, y_pred: Tensor) -> None:
     """``test_predictions.csv``: per test molecule its SMILES (stores of SMILES sources), its
-    source row, and per target the true value and the prediction (a probability for binary
-    tasks); empty cells for missing labels.
+    source row, and per target the true value (``true_<target>``) and the prediction
+    (``pred_<target>``, a probability for binary tasks); empty cells for missing labels.
 
     Args:
         path: the file.
@@ -1637,7 +1641,7 @@ def _write_test_predictions(path: Path, splits: Any, y_true: Tensor, y_pred: Ten
     smiles = test.smiles() if getattr(test.cache, "has_smiles", False) else None
     header = ([] if smiles is None else ["smiles"]) + ["source_row"]
     for name in splits.target_names:
-        header += [name, f"pred_{name}"]
+        header += [f"true_{name}", f"pred_{name}"]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)

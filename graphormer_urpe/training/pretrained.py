@@ -37,9 +37,12 @@ from ..graph.interop import (
 )
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from .checkpoint import (
+    SHIPPED,
     CheckpointError,
+    folder_problem,
     incompatible_checkpoint,
     load_checkpoint,
+    resolve_checkpoint,
     save_checkpoint,
     write_atomic,
 )
@@ -378,6 +381,29 @@ class InitReport:
 _RUN_FIELDS = ("dropout", "attention_dropout", "input_dropout", "activation_dropout", "attention")
 """Fields a fine-tuning run takes from its own config; the architecture comes from the
 checkpoint (URPE's ``urpe_*`` too when the checkpoint has C tables)."""
+
+
+def check_init_source(path: str | os.PathLike) -> None:
+    """Fail at once, before any data is loaded, when ``--init-from`` cannot be read: a path
+    that does not exist, a folder that is neither a Hugging Face model folder nor holds a
+    checkpoint, or a file that is not a checkpoint (shipped names such as ``pretrained``
+    resolve first).
+
+    Raises:
+        CheckpointError: naming what is wrong and what to give instead.
+    """
+    p = resolve_checkpoint(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():  # (a Hugging Face folder holds config.json)
+            raise CheckpointError(f"--init-from: {folder_problem(p)}, or a Hugging Face folder")
+        return
+    if not p.exists():
+        shipped = ", ".join(repr(n) for n in SHIPPED)
+        raise CheckpointError(
+            f"--init-from {path}: no such file or folder (give a checkpoint file, a Hugging "
+            f"Face folder, or a shipped name: {shipped})"
+        )
+    load_checkpoint(p)  # a readable checkpoint of this library, or a one-line error
 
 
 def init_from_checkpoint(
