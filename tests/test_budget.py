@@ -158,3 +158,14 @@ def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatc
     planned = json.loads((tmp_path / "run" / "config.json").read_text())["max_steps"]
     assert "re-planned" in caplog.text
     assert m["steps"] < planned and m["pace"] > 1.5 and m["steps_planned"] < planned
+
+
+def test_a_budget_spent_before_training_is_refused_and_leaves_nothing(table, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "run"
+    args = _train_args(table, tmp_path / "data", out)
+    i = args.index("--epochs")
+    del args[i : i + 2]
+    assert cli.main([*args, "--time-limit", "0.001"]) == 2  # 60 ms: gone on loading
+    err = capsys.readouterr().err
+    assert "leaving no time to train" in err and "store is kept" in err
+    assert not out.exists()

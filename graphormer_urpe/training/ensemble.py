@@ -131,7 +131,9 @@ def _refuse_short_members(config: TrainConfig, members: int, start: float, out: 
         steps = MIN_USEFUL_EPOCHS * len(run.sampler)
         member = c.setup + c.seconds_for(steps)  # its set-up and its steps
         need = (members * member + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
-        shutil.rmtree(out if not existed else Path(run.out), ignore_errors=True)
+        run.discard()
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
         raise EnsembleBudgetError(
             f"--ensemble {members} --time-limit {config.time_limit:g}: each member would "
             f"train {epochs:.2g} epochs ({run.total} steps of {len(run.sampler)} per epoch; "

@@ -41,6 +41,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import signal
 import tempfile
 import time
@@ -684,6 +685,9 @@ def _train(
         run = _Run(config, ctx, resume, stop, started, costs)
         if check is not None:
             check(run)
+        if run.no_time is not None:
+            run.discard()
+            raise RuntimeError(run.no_time)
         run.evaluate_starting_point()
         run.fit(progress)
         return run.finish()
@@ -706,6 +710,7 @@ class _Run:
         costs: RunCosts | None = None,
     ) -> None:
         self.launch_start = time.perf_counter() if started is None else started
+        self.no_time: str | None = None  # why the time limit leaves no time to train
         self.ctx, self.stop, self.device = ctx, stop, ctx.device
         self.main = ctx.is_main
         self.out = Path(config.out)
@@ -849,6 +854,18 @@ class _Run:
         )
         return mean.tolist(), std.tolist()
 
+    def discard(self) -> None:
+        """Remove what setting up this run wrote (its folder, when nothing else is in it),
+        for a run refused before its first step."""
+        if not self.main:
+            return
+        self.history.close()
+        (self.out / "config.json").unlink(missing_ok=True)
+        (self.out / "history.csv").unlink(missing_ok=True)
+        shutil.rmtree(self.out / "tensorboard", ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.out.rmdir()  # only when nothing else is in it
+
     def _capture_backend(self) -> CaptureBackend | None:
         """How steps are captured (``config.capture``), or ``None``: eagerly."""
         config = self.config
@@ -989,7 +1006,15 @@ class _Run:
         budget = 60 * config.time_limit
         left = budget - (time.perf_counter() - self.launch_start)
         reserve = Pacer(0.0, costs, budget).reserve
-        steps = max(1, costs.steps_for(left - reserve))
+        steps = costs.steps_for(left - reserve)
+        if steps < 1:  # the data (a store built on this call) took the budget
+            self.no_time = (
+                f"--time-limit {config.time_limit:g}: {(budget - left) / 60:.2f} min went to "
+                f"loading the data and measuring, leaving no time to train and test "
+                f"({costs.finish:.3g} s for the final validation and test); the data's store "
+                "is kept, so the same command now starts faster, or give a longer budget"
+            )
+            steps = 1
         steps = int(self.ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
         epochs = steps / len(self.sampler)
         log.info(
