@@ -127,9 +127,7 @@ class _StaticInputs:
     """Device buffers of one batch shape; :meth:`load` copies a batch into them."""
 
     def __init__(self, batch: GraphormerBatch, device: torch.device) -> None:
-        self.batch = batch.to(device)
-        if self.batch is batch or any(t is u for t, u in _tensor_pairs(self.batch, batch)):
-            self.batch = batch._apply(lambda t: t.to(device, copy=True))  # own buffers
+        self.batch = batch._apply(lambda t: t.to(device, copy=True))  # buffers of its own
 
     def load(self, batch: GraphormerBatch) -> GraphormerBatch:
         for dst, src in _tensor_pairs(self.batch, batch):
