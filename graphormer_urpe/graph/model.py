@@ -32,11 +32,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.data import Batch, Data
 
 from ..attention import Dropout, PreparedBias, prepare_bias
 from ..encoder import Encoder
@@ -69,7 +69,21 @@ __all__ = [
     "TransformHead",
 ]
 
-GraphInput = GraphormerBatch | Batch | Sequence[Data]
+if TYPE_CHECKING:
+    from torch_geometric.data import Batch, Data
+
+    GraphInput = GraphormerBatch | Batch | Sequence[Data]
+
+
+def __getattr__(name: str) -> Any:
+    """``GraphInput``, the inputs the model takes, built on first use: PyG's ``Batch`` and
+    ``Data`` are imported only when a caller needs them (a model fed dense batches never
+    imports ``torch_geometric``)."""
+    if name == "GraphInput":
+        from torch_geometric.data import Batch, Data
+
+        return GraphormerBatch | Batch | Sequence[Data]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GraphormerEncoder(nn.Module):
