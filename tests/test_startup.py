@@ -37,10 +37,8 @@ COMPILER_AND_PYG = ["torch._dynamo", "torch_geometric", "triton"]
 def _child(code: str, *args: str) -> dict:
     """Run ``code`` in a fresh interpreter (this checkout first on the path); it prints one
     JSON object last, which is returned."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
+    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
@@ -205,6 +203,8 @@ def test_submodules_are_attributes_of_their_package_and_unknown_names_are_not():
 def test_compiler_disable_runs_the_function_eagerly_inside_compiled_code():
     """As with ``@torch.compiler.disable``: a compiled caller calls the function, which runs
     eagerly (not traced); an undecorated function is traced (the control)."""
+    import torch._dynamo
+
     seen: list[bool] = []
 
     def body(x: torch.Tensor) -> torch.Tensor:
