@@ -15,28 +15,29 @@ The public API::
 """
 
 from . import _clock  # noqa: F401 - first: the package's import time, before torch
-from .attention import URPEAttention, urpe_attention
-from .encoder import Encoder, EncoderLayer
-from .graph import (
-    PRESETS,
-    Graphormer,
-    GraphormerBatch,
-    GraphormerCollator,
-    GraphormerConfig,
-    GraphormerEncoder,
-    GraphormerFeatures,
-    add_graphormer_features,
-    collate,
-    get_preset,
-    graph_structure,
+from ._lazy import lazy_exports
+
+# Every public name is imported from its module on first use (PEP 562): importing the package,
+# or its command line, costs nothing until a name is needed.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".attention": ["URPEAttention", "urpe_attention"],
+        ".encoder": ["Encoder", "EncoderLayer"],
+        ".graph.batch": ["GraphormerBatch", "GraphormerCollator", "collate"],
+        ".graph.config": ["PRESETS", "GraphormerConfig", "get_preset"],
+        ".graph.features": ["add_graphormer_features", "graph_structure"],
+        ".graph.model": ["Graphormer", "GraphormerEncoder"],
+        ".graph.transform": ["GraphormerFeatures"],
+        ".training.pretrained": [
+            "convert_checkpoint",
+            "export_huggingface",
+            "init_from_checkpoint",
+            "read_graphormer",
+        ],
+        ".training.stream": ["Prediction", "iter_predictions"],
+    },
 )
-from .training.pretrained import (
-    convert_checkpoint,
-    export_huggingface,
-    init_from_checkpoint,
-    read_graphormer,
-)
-from .training.stream import Prediction, iter_predictions
 
 __version__ = "0.1.0"
 

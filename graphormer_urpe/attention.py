@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._compiler import compiler_disable
 from .attention_kernel import IndexedScale, fused_kernel_for
 
 __all__ = [
@@ -180,7 +181,7 @@ class TokenLayout:
         key_padding_mask: ``[B, N]`` bool, ``True`` on padding.
     """
 
-    @torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
+    @compiler_disable  # data-dependent sizes: built eagerly, used by compiled code
     def __init__(
         self, real: Tensor, num_tokens: int | None = None, first_real: bool | None = None
     ) -> None:

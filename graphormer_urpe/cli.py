@@ -119,7 +119,7 @@ def _flag(name: str) -> str:
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    from .graph.model import GraphormerConfig
+    from .graph.config import GraphormerConfig
 
     g = p.add_argument_group("model (override the preset's architecture)")
     for f in dataclasses.fields(GraphormerConfig):
@@ -638,7 +638,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
-    from .training.stream import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+    from .training.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 
     p = sub.add_parser(
         "predict",

@@ -37,6 +37,25 @@ def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
     assert report["results"]["profile"]["small"]["model"]["cpu_ms_per_molecule"] > 0
 
 
+def test_startup_benchmark_smoke_mode_emits_json():
+    script = SCRIPTS / "bench_startup.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["benchmark"] == "startup" and report["config"]["commands"] == ["help", "predict"]
+    help_, predict = report["results"]["help"], report["results"]["predict"]
+    for run in (help_, predict):
+        assert len(run["wall_s"]) == 1 and run["median_wall_s"] > 0 and run["median_cpu_s"] > 0
+    assert help_["imported"] == []  # --help imports no torch
+    assert "torch" in predict["imported"] and predict["import_ms"]["torch"] > 0
+
+
 def test_small_data_benchmark_smoke_mode_scores_every_model_on_the_same_split(tmp_path):
     from tests.test_cli import SMILES
 

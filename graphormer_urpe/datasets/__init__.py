@@ -22,62 +22,78 @@ Example::
 
 For your own PyG datasets, :class:`~graphormer_urpe.graph.features.GraphormerFeatures` is the
 ``pre_transform`` that stores the same features on each ``Data``.
+
+The public names are imported from their modules on first use (PEP 562).
 """
 
 from __future__ import annotations
 
-from .descriptors import (
-    DESCRIPTOR_NAMES,
-    DescriptorNormalizer,
-    compute_descriptors,
-    descriptor_set_id,
+from .._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".descriptors": [
+            "DESCRIPTOR_NAMES",
+            "DescriptorNormalizer",
+            "compute_descriptors",
+            "descriptor_set_id",
+        ],
+        ".featurize": [
+            "FEATURIZERS",
+            "ZINC_ATOM_TYPES",
+            "InvalidMoleculeError",
+            "UnknownAtomTypeError",
+            "featurize_smiles",
+            "ogb_smiles_to_graph",
+            "zinc_mol_to_graph",
+        ],
+        ".metrics": ["regression_metrics"],
+        ".nci": ["NCI5K_PATH", "open_nci", "read_nci", "read_nci_smiles"],
+        ".ogbg": ["OGBGEvaluator", "OGBGInfo", "ogbg_molecule_names", "open_ogbg"],
+        ".pcqm": [
+            "LSC_DATASETS",
+            "LSCData",
+            "LSCEvaluator",
+            "load_lsc_splits",
+            "open_lsc",
+            "preprocess_lsc",
+        ],
+        ".policy": ["apply_input_policy", "graph_sizes", "target_values"],
+        ".pretrain": ["DescriptorTargets", "load_pretrain", "read_smiles_list"],
+        ".registry": [
+            "DATASET_NAMES",
+            "DatasetSplits",
+            "load_csv",
+            "load_dataset",
+            "load_nci5k",
+            "load_ogbg",
+            "load_zinc_splits",
+            "split_store",
+        ],
+        ".smiles_csv": ["open_csv", "read_smiles_csv"],
+        ".source": ["CACHE_ENV", "MoleculeRecords", "default_cache_dir", "open_store", "store_dir"],
+        ".splitting": [
+            "DEFAULT_FRACTIONS",
+            "SPLITS",
+            "balanced_scaffold_split",
+            "murcko_scaffold",
+            "random_split",
+            "scaffold_split",
+        ],
+        ".store": [
+            "CachedGraphDataset",
+            "MoleculeCache",
+            "MoleculeFailure",
+            "build_molecule_cache",
+            "decode_graphs",
+            "featurize_chunk",
+            "with_pointers",
+        ],
+        ".zinc": ["ZINC_DEFAULT_ROOT", "DatasetUnavailableError", "open_zinc"],
+        ".zinc_target": ["penalized_logp"],
+    },
 )
-from .featurize import (
-    FEATURIZERS,
-    ZINC_ATOM_TYPES,
-    InvalidMoleculeError,
-    UnknownAtomTypeError,
-    featurize_smiles,
-    ogb_smiles_to_graph,
-    zinc_mol_to_graph,
-)
-from .metrics import regression_metrics
-from .nci import NCI5K_PATH, open_nci, read_nci, read_nci_smiles
-from .ogbg import OGBGEvaluator, OGBGInfo, ogbg_molecule_names, open_ogbg
-from .pcqm import LSC_DATASETS, LSCData, LSCEvaluator, load_lsc_splits, open_lsc, preprocess_lsc
-from .policy import apply_input_policy, graph_sizes, target_values
-from .pretrain import DescriptorTargets, load_pretrain, read_smiles_list
-from .registry import (
-    DATASET_NAMES,
-    DatasetSplits,
-    load_csv,
-    load_dataset,
-    load_nci5k,
-    load_ogbg,
-    load_zinc_splits,
-    split_store,
-)
-from .smiles_csv import open_csv, read_smiles_csv
-from .source import CACHE_ENV, MoleculeRecords, default_cache_dir, open_store, store_dir
-from .splitting import (
-    DEFAULT_FRACTIONS,
-    SPLITS,
-    balanced_scaffold_split,
-    murcko_scaffold,
-    random_split,
-    scaffold_split,
-)
-from .store import (
-    CachedGraphDataset,
-    MoleculeCache,
-    MoleculeFailure,
-    build_molecule_cache,
-    decode_graphs,
-    featurize_chunk,
-    with_pointers,
-)
-from .zinc import ZINC_DEFAULT_ROOT, DatasetUnavailableError, open_zinc
-from .zinc_target import penalized_logp
 
 __all__ = [
     "DatasetSplits",

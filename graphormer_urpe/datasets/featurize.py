@@ -54,11 +54,14 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from rdkit import Chem, rdBase
-from torch_geometric.data import Data
+
+if TYPE_CHECKING:  # imported where a graph is built (parsing SMILES needs no PyG)
+    from torch_geometric.data import Data
 
 __all__ = [
     "ZINC_ATOM_TYPES",
@@ -433,6 +436,8 @@ def zinc_mol_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
         UnknownAtomTypeError: an atom outside the 28 ZINC types (the message names the
             SMILES, the atom index and its type).
     """
+    from torch_geometric.data import Data
+
     mol, smiles = _as_mol(mol_or_smiles)
     hydrogens = _bracket_hydrogens(mol)
     x = np.empty(mol.GetNumAtoms(), dtype=np.int64)
@@ -480,6 +485,8 @@ def ogb_smiles_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
     Raises:
         InvalidMoleculeError: unparsable or empty SMILES.
     """
+    from torch_geometric.data import Data
+
     from .ogb_graph import ogb_mol_graph
 
     mol, _ = _as_mol(mol_or_smiles)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from .featurize import parse_smiles
 
@@ -99,6 +98,8 @@ def random_split(
 
 def murcko_scaffold(smiles: str) -> str:
     """Bemis–Murcko scaffold SMILES of a molecule (``""`` for acyclic molecules)."""
+    from rdkit.Chem.Scaffolds import MurckoScaffold  # imports RDKit's AllChem: only when used
+
     return MurckoScaffold.MurckoScaffoldSmiles(mol=parse_smiles(smiles), includeChirality=False)
 
 

@@ -74,13 +74,14 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
-from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from ..graph.fast_features import _ranges, batched_graph_structure, index_dtype
 from ..graph.flat import FlatGraphs
 
 if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
     from .descriptors import DescriptorNormalizer
 
 __all__ = [
@@ -1024,6 +1025,8 @@ def decode_graphs(
         if multi_hop_max_dist < 1:
             raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
         return []
+    from torch_geometric.data import Data  # the graphs are PyG's; the stores need no PyG
+
     flat, raw = flat_graphs(arrays, indices, multi_hop_max_dist)
     edge_ptr = np.concatenate([[0], np.cumsum(raw["num_edges"])])
     x = torch.from_numpy(raw["x"].astype(np.int64))

@@ -1,21 +1,21 @@
-"""Graphormer: structural features, dense batching, encodings and the model."""
+"""Graphormer: structural features, dense batching, encodings and the model.
 
-from .batch import GraphormerBatch, GraphormerCollator, collate
-from .encodings import AttentionBias, NodeEmbedding, SpatialScale
-from .features import (
-    GraphormerFeatures,
-    GraphStructure,
-    add_graphormer_features,
-    graph_structure,
-)
-from .interop import InteropError, hf_inputs
-from .model import (
-    PRESETS,
-    Graphormer,
-    GraphormerConfig,
-    GraphormerEncoder,
-    TransformHead,
-    get_preset,
+The public names are imported from their modules on first use (PEP 562).
+"""
+
+from .._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".batch": ["GraphormerBatch", "GraphormerCollator", "collate"],
+        ".config": ["PRESETS", "GraphormerConfig", "get_preset"],
+        ".encodings": ["AttentionBias", "NodeEmbedding", "SpatialScale"],
+        ".features": ["GraphStructure", "add_graphormer_features", "graph_structure"],
+        ".interop": ["InteropError", "hf_inputs"],
+        ".model": ["Graphormer", "GraphormerEncoder", "TransformHead"],
+        ".transform": ["GraphormerFeatures"],
+    },
 )
 
 __all__ = [

@@ -31,16 +31,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.data import Batch, Data
 
-from .features import FEATURE_OFFSET, UNREACHABLE, GraphormerFeatures, has_graphormer_features
+from .features import FEATURE_OFFSET, UNREACHABLE, has_graphormer_features
 from .flat import FlatGraphs
 from .shapes import StaticShapes
+
+if TYPE_CHECKING:  # PyG is imported where PyG graphs are handled (batches of FlatGraphs need none)
+    from torch_geometric.data import Batch, Data
+
+    from .transform import GraphormerFeatures
 
 __all__ = [
     "GraphormerBatch",
@@ -271,6 +276,10 @@ def collate(
 
 def _flatten(data_list: Sequence[Data] | Batch, multi_hop_max_dist: int) -> FlatGraphs:
     """The graphs' features, concatenated (feature columns padded to the widest graph)."""
+    from torch_geometric.data import Batch
+
+    from .transform import GraphormerFeatures
+
     if isinstance(data_list, Batch):
         data_list = data_list.to_data_list()
     if len(data_list) == 0:

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._compiler import compiler_disable
 from ..attention import TokenLayout, true_positions
 from ..attention_kernel import IndexedScale, fused_kernel_for
 from .batch import GraphormerBatch, hop_positions, pair_hops, path_input_from_dense
@@ -60,7 +61,7 @@ class GraphTokens:
         source: ``[T]`` long, row of each token in ``cat([graph tokens [B], nodes])``.
     """
 
-    @torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
+    @compiler_disable  # data-dependent sizes: built eagerly, used by compiled code
     def __init__(self, batch: GraphormerBatch) -> None:
         b, n = batch.node_mask.shape
         real = torch.cat([batch.node_mask.new_ones(b, 1), batch.node_mask], dim=1)  # [B, n+1]
@@ -236,7 +237,7 @@ class AttentionBias(nn.Module):
         return bias + edge  # [B, H, m, m]
 
 
-@torch.compiler.disable  # data-dependent sizes: built eagerly, used by compiled code
+@compiler_disable  # data-dependent sizes: built eagerly, used by compiled code
 def _path_hops(
     spatial_pos: Tensor,
     path_input: Tensor,

@@ -19,7 +19,8 @@ Everything is vectorised numpy: Floyd–Warshall is ``N`` array updates, and the
 expansion is replaced by a descent that locates the node at every hop position of every pair
 at once (no Python loop over node pairs).
 
-:class:`GraphormerFeatures` wraps this as a PyG ``BaseTransform`` storing flat tensors that
+:class:`GraphormerFeatures` (:mod:`graphormer_urpe.graph.transform`: the one part that needs
+PyG) wraps this as a PyG ``BaseTransform`` storing flat tensors that
 PyG's ``InMemoryDataset`` and ``Batch`` can concatenate; :mod:`graphormer_urpe.graph.batch`
 turns them into dense padded batches. For a whole dataset, :func:`add_graphormer_features`
 (or :meth:`GraphormerFeatures.apply_many`) stores the same tensors on a list of graphs several
@@ -31,13 +32,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
-from torch_geometric.transforms import BaseTransform
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
+    from .transform import GraphormerFeatures
 
 __all__ = [
     "UNREACHABLE",
@@ -240,67 +245,6 @@ def has_graphormer_features(data: Data) -> bool:
     return all(getattr(data, key, None) is not None for key in _KEYS)
 
 
-class GraphormerFeatures(BaseTransform):
-    r"""PyG transform storing Graphormer's structural features on each graph.
-
-    Use it as a ``pre_transform`` (computed once and cached with the processed dataset) or as
-    a ``transform``. It adds flat tensors that PyG can concatenate and split:
-
-    * ``spatial_pos``: ``[N * N]`` shortest-path hops (row-major ``[N, N]``), 510 unreachable
-    * ``edge_input``: ``[N * N * D, F_e]`` path bond features (row-major ``[N, N, D, F_e]``)
-    * ``edge_input_hops``: ``[1]`` the graph's ``D`` (``<= multi_hop_max_dist``)
-    * ``degree``: ``[N]`` stored out-going edges per node
-
-    Integer tensors are stored as int16 when their values fit. ``data.x`` and
-    ``data.edge_attr`` are left untouched (raw, non-negative integer categories).
-
-    Args:
-        multi_hop_max_dist: the longest path, in hops, whose bond features are kept (20 for
-            ZINC, 5 for PCQM4M in the published set-ups).
-    """
-
-    def __init__(self, multi_hop_max_dist: int = 20) -> None:
-        if multi_hop_max_dist < 1:
-            raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
-        self.multi_hop_max_dist = multi_hop_max_dist
-
-    def forward(self, data: Data) -> Data:
-        n = data.num_nodes
-        if n is None:
-            raise ValueError("GraphormerFeatures needs data.num_nodes (or data.x)")
-        s = graph_structure(
-            data.edge_index,
-            n,
-            getattr(data, "edge_attr", None),
-            self.multi_hop_max_dist,
-        )
-        hops = s.edge_input.shape[2]
-        data.spatial_pos = _compact(s.spatial_pos.reshape(-1))
-        data.edge_input = _compact(s.edge_input.reshape(n * n * hops, s.edge_input.shape[3]))
-        data.edge_input_hops = torch.tensor([hops], dtype=torch.long)
-        data.degree = torch.from_numpy(s.degree)
-        return data
-
-    def apply_many(self, data_list: Iterable[Data], progress: bool | None = False) -> list[Data]:
-        """This transform on a whole list of graphs at once (:func:`add_graphormer_features`).
-
-        Args:
-            data_list: the graphs.
-            progress: show a progress bar; ``None``: only on a terminal.
-
-        Returns:
-            Shallow copies of the graphs carrying exactly what calling the transform on each
-            graph would store.
-        """
-        if type(self).forward is not GraphormerFeatures.forward:  # a subclass's own features
-            disable = None if progress is None else not progress
-            return [self(data) for data in tqdm(data_list, disable=disable, leave=False)]
-        return add_graphormer_features(data_list, self.multi_hop_max_dist, progress=progress)
-
-    def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(multi_hop_max_dist={self.multi_hop_max_dist})"
-
-
 _PAIR_HOPS_PER_CHUNK = 1 << 23
 """Node pairs times ``multi_hop_max_dist`` computed together (bounds the working memory)."""
 
@@ -371,6 +315,8 @@ def add_graphormer_features(
         ValueError: a graph without a node count, an edge outside its graph or a bond
             feature outside ``[0, 509]``; the message names the graph's position.
     """
+    from .transform import GraphormerFeatures  # that module builds on this one
+
     transform = GraphormerFeatures(multi_hop_max_dist)
     graphs = list(data_list)
     m = len(graphs)
@@ -460,3 +406,14 @@ def _features_for_chunk(
         data.edge_input_hops = torch.tensor([d], dtype=torch.long)
         data.degree = degree[v : v + n].clone()
         out[i] = data
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`GraphormerFeatures`, a PyG ``BaseTransform``, from
+    :mod:`graphormer_urpe.graph.transform` on first use: the structural features here need no
+    ``torch_geometric``, the transform does."""
+    if name == "GraphormerFeatures":
+        from .transform import GraphormerFeatures
+
+        return GraphormerFeatures
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,17 +31,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.data import Batch, Data
 
 from ..attention import Dropout, PreparedBias, prepare_bias
 from ..encoder import Encoder
 from .batch import GraphormerBatch, collate
+from .config import (
+    PRESETS,
+    TABLES,
+    AttentionKind,  # noqa: F401 - re-exported
+    GraphormerConfig,
+    HeadKind,  # noqa: F401 - re-exported
+    fit_tables,
+    get_preset,
+)
 from .encodings import (
     AttentionBias,
     GraphTokens,
@@ -61,180 +69,21 @@ __all__ = [
     "TransformHead",
 ]
 
-AttentionKind = Literal["graphormer", "urpe"]
-HeadKind = Literal["linear", "transform"]
+if TYPE_CHECKING:
+    from torch_geometric.data import Batch, Data
+
+    GraphInput = GraphormerBatch | Batch | Sequence[Data]
 
 
-@dataclass
-class GraphormerConfig:
-    """Architecture of a Graphormer / URPE-Graphormer model.
+def __getattr__(name: str) -> Any:
+    """``GraphInput``, the inputs the model takes, built on first use: PyG's ``Batch`` and
+    ``Data`` are imported only when a caller needs them (a model fed dense batches never
+    imports ``torch_geometric``)."""
+    if name == "GraphInput":
+        from torch_geometric.data import Batch, Data
 
-    Defaults are the ``zinc-slim`` preset (Graphormer v1's ZINC set-up).
-    """
-
-    num_layers: int = 12
-    hidden_dim: int = 80
-    ffn_dim: int = 80
-    num_heads: int = 8
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    input_dropout: float = 0.1
-    activation_dropout: float = 0.0
-    num_atoms: int = 64
-    """Rows of the node-feature table (index ``raw + 2 + 512 f``; 0 = padding)."""
-    num_degree: int = 64
-    num_edges: int = 64
-    """Rows of the bond-feature table (index ``raw + 3 + 512 f``; 0 = padding)."""
-    num_spatial: int = 40
-    num_edge_dis: int = 40
-    multi_hop_max_dist: int = 20
-    spatial_pos_max: int = 1024
-    attention: AttentionKind = "graphormer"
-    urpe_num_buckets: int = 25
-    """Rows of each URPE ``C`` table: shifted distances ``0..K-1`` (larger ones share row K-1)."""
-    urpe_share_layers: bool = False
-    num_targets: int = 1
-    num_mol_features: int = 0
-    """``K``, per-molecule features (``batch.mol_features`` ``[B, K]``, e.g. normalised RDKit
-    descriptors) joined to the graph token before the head; 0: none."""
-    target_mean: list[float] | None = None
-    """``[T]``: with ``target_std``, the head predicts standardised targets and the model
-    returns ``head * target_std + target_mean`` (in the targets' own units); ``None``: the
-    head's output as it is."""
-    target_std: list[float] | None = None
-    """``[T]``, see ``target_mean``."""
-    pre_ln: bool = True
-    """Pre-LN layers (Graphormer v1); ``False``: post-LN (Graphormer v2 / fairseq / Hugging
-    Face)."""
-    embedding_norm: bool = False
-    """LayerNorm on the input embeddings (v2's ``encoder_normalize_before``)."""
-    final_norm: bool = True
-    """LayerNorm after the last layer (v1; v2 builds one for pre-LN but never applies it)."""
-    embed_scale: float | None = None
-    """Multiply the input embeddings by this (v2's ``embed_scale``; ``None``: 1)."""
-    head: HeadKind = "linear"
-    """``linear``: ``W h_0 + b`` (v1). ``transform``: v2's
-    ``W LN(GELU(W_t h_0 + b_t)) + b`` with one scalar ``b`` shared by all outputs."""
-
-    def __post_init__(self) -> None:
-        if self.attention not in ("graphormer", "urpe"):
-            raise ValueError(f"attention must be 'graphormer' or 'urpe', got {self.attention!r}")
-        if self.head not in ("linear", "transform"):
-            raise ValueError(f"head must be 'linear' or 'transform', got {self.head!r}")
-        if (self.target_mean is None) != (self.target_std is None):
-            raise ValueError("give target_mean and target_std together, or neither")
-        if self.target_std is not None and self.target_mean is not None:
-            if not len(self.target_mean) == len(self.target_std) == self.num_targets:
-                raise ValueError(
-                    f"target scaling needs num_targets={self.num_targets} values each, got "
-                    f"{len(self.target_mean)} and {len(self.target_std)}"
-                )
-            if not min(self.target_std) > 0:
-                raise ValueError(f"target_std must be positive, got {self.target_std}")
-        if self.hidden_dim % self.num_heads:
-            raise ValueError(
-                f"hidden_dim ({self.hidden_dim}) must be divisible by num_heads ({self.num_heads})"
-            )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GraphormerConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown GraphormerConfig fields: {sorted(unknown)}")
-        return cls(**d)
-
-
-TABLES: dict[str, dict[str, int]] = {
-    # ZINC featuriser: 1 atom-type column (28 types), 1 bond-type column (1..3).
-    "zinc": dict(num_atoms=64, num_degree=64, num_edges=64, num_spatial=40, num_edge_dis=40),
-    # OGB featuriser: 9 atom / 3 bond columns of up to 512 values each (Graphormer v2 sizes).
-    "ogb": dict(
-        num_atoms=512 * 9 + 1,
-        num_degree=512,
-        num_edges=512 * 3 + 1,
-        num_spatial=512,
-        num_edge_dis=128,
-    ),
-}
-"""Embedding-table sizes that fit each featuriser's vocabulary."""
-
-
-PRESETS: dict[str, GraphormerConfig] = {
-    # Graphormer v1 "slim" on ZINC-subset (489k parameters): ZINC-sized tables.
-    "zinc-slim": GraphormerConfig(),
-    # A small model for CPU runs (the default of `graphormer-urpe train`).
-    "small": GraphormerConfig(
-        num_layers=4,
-        hidden_dim=64,
-        ffn_dim=64,
-        num_heads=8,
-        dropout=0.0,
-        attention_dropout=0.1,
-        input_dropout=0.0,
-        multi_hop_max_dist=5,
-        num_spatial=40,
-        num_edge_dis=40,
-    ),
-    # Graphormer base on PCQM4Mv2 (v2 hyper-parameters, v1 pre-LN architecture): OGB-sized
-    # tables (9 atom / 3 bond features, 512 values each), 5 hops of path features.
-    "pcqm4mv2-base": GraphormerConfig(
-        num_layers=12,
-        hidden_dim=768,
-        ffn_dim=768,
-        num_heads=32,
-        dropout=0.0,
-        attention_dropout=0.1,
-        input_dropout=0.0,
-        activation_dropout=0.1,
-        multi_hop_max_dist=5,
-        urpe_num_buckets=32,
-        **TABLES["ogb"],
-    ),
-    # Graphormer-Small on PCQM4M (12.5M parameters in the v1 README): L=6, d=ffn=512, H=32
-    # (spec 3.2, by parameter count) with v1's defaults (dropout, attention and input dropout
-    # 0.1); the same OGB-sized tables and 5 hops of path features as the base model.
-    "pcqm4mv2-small": GraphormerConfig(
-        num_layers=6,
-        hidden_dim=512,
-        ffn_dim=512,
-        num_heads=32,
-        dropout=0.1,
-        attention_dropout=0.1,
-        input_dropout=0.1,
-        activation_dropout=0.0,
-        multi_hop_max_dist=5,
-        urpe_num_buckets=32,
-        **TABLES["ogb"],
-    ),
-}
-
-
-def fit_tables(config: GraphormerConfig, featurizer: str) -> GraphormerConfig:
-    """``config`` with every embedding table at least as large as ``featurizer`` needs.
-
-    Tables that are already large enough are kept, so ``pcqm4mv2-base`` is unchanged for OGB
-    features and ``zinc-slim`` is unchanged for ZINC features.
-    """
-    if featurizer not in TABLES:
-        raise KeyError(f"unknown featurizer {featurizer!r}; choose from {sorted(TABLES)}")
-    grow = {k: v for k, v in TABLES[featurizer].items() if getattr(config, k) < v}
-    if config.num_edge_dis < config.multi_hop_max_dist:
-        grow["num_edge_dis"] = max(grow.get("num_edge_dis", 0), config.multi_hop_max_dist)
-    return replace(config, **grow) if grow else config
-
-
-def get_preset(name: str, **overrides) -> GraphormerConfig:
-    """A copy of preset ``name`` with ``overrides`` applied (e.g. ``attention="urpe"``)."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
-    return replace(PRESETS[name], **overrides)
-
-
-GraphInput = GraphormerBatch | Batch | Sequence[Data]
+        return GraphormerBatch | Batch | Sequence[Data]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GraphormerEncoder(nn.Module):

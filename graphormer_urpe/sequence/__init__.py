@@ -18,47 +18,54 @@ the ``lm`` sub-command)::
 
     metrics = train_lm(lm_config("cpu", corpus="pydoc", pe="urpe"), "runs/lm_urpe")
     metrics["test_bpc"]
+
+The public names are imported from their modules on first use (PEP 562).
 """
 
-from .cli import add_lm_parser, add_synthetic_parser, run_lm, run_synthetic
-from .corpus import (
-    CORPORA,
-    CorpusUnavailableError,
-    LMCorpus,
-    Vocabulary,
-    load_corpus,
-    pydoc_corpus,
-    wikitext_corpus,
+from .._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".cli": ["add_lm_parser", "add_synthetic_parser", "run_lm", "run_synthetic"],
+        ".corpus": [
+            "CorpusUnavailableError",
+            "LMCorpus",
+            "Vocabulary",
+            "load_corpus",
+            "pydoc_corpus",
+            "wikitext_corpus",
+        ],
+        ".lm": ["LM_PRESETS", "LMConfig", "evaluate_lm", "lm_config", "train_lm"],
+        ".model": [
+            "RelativePositionTable",
+            "SequenceModelConfig",
+            "SequenceTransformer",
+            "relative_position_index",
+            "t5_relative_bucket",
+        ],
+        ".tasks": [
+            "FIRST_INPUT_TOKEN",
+            "NUM_SPECIAL_TOKENS",
+            "PAD_INDEX",
+            "SyntheticBatch",
+            "SyntheticTask",
+            "TaskName",
+        ],
+        ".train": [
+            "RUN_PRESETS",
+            "SyntheticConfig",
+            "evaluate",
+            "linear_warmup_decay",
+            "masked_loss_and_hits",
+            "plot_positional_tables",
+            "synthetic_config",
+            "train_synthetic",
+        ],
+        ".names": ["CORPORA", "LM_PE_SCHEMES", "LMPEName", "PE_SCHEMES", "PEName"],
+        ".xl": ["TransformerXL", "TransformerXLConfig"],
+    },
 )
-from .lm import LM_PRESETS, LMConfig, evaluate_lm, lm_config, train_lm
-from .model import (
-    PE_SCHEMES,
-    PEName,
-    RelativePositionTable,
-    SequenceModelConfig,
-    SequenceTransformer,
-    relative_position_index,
-    t5_relative_bucket,
-)
-from .tasks import (
-    FIRST_INPUT_TOKEN,
-    NUM_SPECIAL_TOKENS,
-    PAD_INDEX,
-    SyntheticBatch,
-    SyntheticTask,
-    TaskName,
-)
-from .train import (
-    RUN_PRESETS,
-    SyntheticConfig,
-    evaluate,
-    linear_warmup_decay,
-    masked_loss_and_hits,
-    plot_positional_tables,
-    synthetic_config,
-    train_synthetic,
-)
-from .xl import LM_PE_SCHEMES, LMPEName, TransformerXL, TransformerXLConfig
 
 __all__ = [
     "CORPORA",

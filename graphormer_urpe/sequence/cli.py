@@ -20,10 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .corpus import CORPORA
-from .model import PE_SCHEMES
-from .train import synthetic_config, train_synthetic
-from .xl import LM_PE_SCHEMES
+from .names import CORPORA, LM_PE_SCHEMES, PE_SCHEMES  # plain names: the parsers import no torch
 
 __all__ = [
     "add_synthetic_parser",
@@ -128,6 +125,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_synthetic(args: argparse.Namespace) -> int:
     """Run the ``synthetic`` sub-command; returns the process exit status."""
+    from .train import synthetic_config, train_synthetic
 
     _log_setup()
     try:

@@ -41,6 +41,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..training.checkpoint import write_atomic
+from .names import CORPORA, CorpusName
 
 __all__ = [
     "CORPORA",
@@ -58,10 +59,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-CorpusName = Literal["pydoc", "wikitext-2", "wikitext-103"]
-#: The corpora :func:`load_corpus` knows.
-CORPORA: tuple[CorpusName, ...] = ("pydoc", "wikitext-2", "wikitext-103")
 
 #: Official archives (Salesforce Research's WikiText release).
 WIKITEXT_URLS: dict[str, str] = {

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..encoder import Encoder
+from .names import PE_SCHEMES, PEName
 from .tasks import NUM_SPECIAL_TOKENS, PAD_INDEX
 
 __all__ = [
@@ -44,10 +45,6 @@ __all__ = [
     "t5_relative_bucket",
     "relative_position_index",
 ]
-
-PEName = Literal["none", "ape", "rpe", "urpe"]
-#: The positional schemes, in the order the paper's Figure 1 lists them.
-PE_SCHEMES: tuple[PEName, ...] = ("none", "ape", "rpe", "urpe")
 
 
 def t5_relative_bucket(

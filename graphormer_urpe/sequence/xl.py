@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +63,7 @@ from ..attention import Dropout, PreparedBias, URPEAttention, prepare_bias
 from ..encoder import Encoder
 from .adaptive_softmax import TiedAdaptiveLogSoftmax
 from .model import RelativePositionTable
+from .names import LM_PE_SCHEMES, LMPEName
 from .xl_attention import XLPositions, XLRelativeAttention, sinusoid_encoding
 
 __all__ = [
@@ -72,11 +73,6 @@ __all__ = [
     "TransformerXL",
     "causal_window_mask",
 ]
-
-LMPEName = Literal["none", "ape", "rpe", "urpe", "xl", "xl-urpe"]
-#: The positional schemes of the language model: the synthetic model's four and
-#: Transformer-XL's relative attention without and with URPE.
-LM_PE_SCHEMES: tuple[LMPEName, ...] = ("none", "ape", "rpe", "urpe", "xl", "xl-urpe")
 
 
 def causal_window_mask(

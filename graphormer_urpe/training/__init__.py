@@ -1,20 +1,37 @@
-"""Training: configs and presets, the loop, checkpoints, inference and plots."""
+"""Training: configs and presets, the loop, checkpoints, inference and plots.
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .config import TRAIN_PRESETS, TrainConfig, make_config
-from .ensemble import load_models, train_ensemble
-from .inference import LoadedModel, evaluate_checkpoint, load_model, predict_smiles
-from .loop import Precision, linear_schedule, masked_loss, predict, resolve_device, train
-from .plots import plot_run
-from .pretrained import (
-    InitReport,
-    PretrainedSource,
-    convert_checkpoint,
-    export_huggingface,
-    init_from_checkpoint,
-    read_graphormer,
+The public names are imported from their modules on first use (PEP 562).
+"""
+
+from .._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".checkpoint": ["CheckpointError", "load_checkpoint", "save_checkpoint"],
+        ".config": ["TRAIN_PRESETS", "TrainConfig", "make_config"],
+        ".ensemble": ["load_models", "train_ensemble"],
+        ".inference": ["LoadedModel", "evaluate_checkpoint", "load_model", "predict_smiles"],
+        ".loop": [
+            "Precision",
+            "linear_schedule",
+            "masked_loss",
+            "predict",
+            "resolve_device",
+            "train",
+        ],
+        ".plots": ["plot_run"],
+        ".pretrained": [
+            "InitReport",
+            "PretrainedSource",
+            "convert_checkpoint",
+            "export_huggingface",
+            "init_from_checkpoint",
+            "read_graphormer",
+        ],
+        ".stream": ["Prediction", "iter_predictions", "read_smiles"],
+    },
 )
-from .stream import Prediction, iter_predictions, read_smiles
 
 __all__ = [
     "CheckpointError",

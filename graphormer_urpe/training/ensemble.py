@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from .budget import MIN_USEFUL_EPOCHS, RunCosts
@@ -154,6 +153,8 @@ def _ensemble_metrics(
 ) -> dict[str, Any]:
     """The ensemble's test metrics from its members' ``test_predictions.csv`` (raw outputs:
     logits for binary tasks), with the members' own ``metric`` (the one they selected on)."""
+    import pandas as pd  # here: predict, which imports this module, reads no tables
+
     names = list(splits.target_names)
     test: dict[str, float] = {}
     if all(r.get("test_has_labels") for r in runs):

@@ -61,6 +61,7 @@ from .capture import CapturedForward, default_backend
 from .ensemble import load_models, mean_and_std
 from .inference import LoadedModel
 from .loop import Precision
+from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -73,12 +74,6 @@ __all__ = [
     "write_predictions_csv",
 ]
 
-DEFAULT_BATCH_SIZE = 256
-"""Valid molecules per model batch."""
-DEFAULT_CHUNK_SIZE = 1000
-"""SMILES per featurisation task sent to a worker process."""
-DEFAULT_WORKERS = 2
-"""Featurisation processes (0: featurise in the calling process)."""
 SORT_WINDOW = 8
 """Batches per window of consecutive valid molecules sorted by size (see the module's text)."""
 

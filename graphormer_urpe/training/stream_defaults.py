@@ -1,0 +1,16 @@
+"""The defaults of streaming prediction (:mod:`graphormer_urpe.training.stream`).
+
+Plain numbers, no torch: ``graphormer-urpe predict --help`` shows them without importing the
+model; :mod:`.stream` re-exports them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CHUNK_SIZE", "DEFAULT_WORKERS"]
+
+DEFAULT_BATCH_SIZE = 256
+"""Valid molecules per model batch."""
+DEFAULT_CHUNK_SIZE = 1000
+"""SMILES per featurisation task sent to a worker process."""
+DEFAULT_WORKERS = 2
+"""Featurisation processes (0: featurise in the calling process)."""
