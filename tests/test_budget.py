@@ -63,7 +63,7 @@ def test_the_pacer_stops_earlier_and_plans_fewer_steps_when_steps_slow_down():
     finish = 1.25 * c.finish
     assert not pacer.time_up(100.0 - finish - 2.0 - 0.01)
     assert pacer.time_up(100.0 - finish - 2.0 + 0.01)
-    pacer.start_steps(0, 0.0)
+    assert not pacer.observe(0, 0.0)  # the first observation starts the window
     assert not pacer.observe(5, 2.5)  # under a window: no pace yet
     assert pacer.observe(10, 5.0) and pacer.slowdown == pytest.approx(1.0)
     before = pacer.steps_left(5.0)
@@ -73,6 +73,11 @@ def test_the_pacer_stops_earlier_and_plans_fewer_steps_when_steps_slow_down():
     assert pacer.finish_estimate() == pytest.approx(2.0 * finish)  # the slower pace
     assert pacer.steps_left(10.0) < before - 5
     assert pacer.time_up(100.0 - 2.0 * finish - 2.0 + 0.01)
+    # an evaluation between two epochs is left out of the steps' window
+    pacer.pause(10.0)
+    pacer.resume(40.0)  # 30 s of validation
+    assert pacer.observe(25, 45.0) and pacer.recent == pytest.approx(1.0)
+    pacer.slowdown = pacer.recent = 2.0
     # a slow validation makes the finish's validation and test slower in step
     pacer.observe_evaluation(8.0)  # 4x the measured 2 s, at a 2x pace
     assert pacer.costs.valid == pytest.approx(4.0) and pacer.costs.test == pytest.approx(6.0)

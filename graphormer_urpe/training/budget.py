@@ -115,6 +115,7 @@ class Pacer:
     recent: float = 1.0
     """The same ratio over the last window alone."""
     _mark: tuple[float, int] | None = field(default=None, repr=False)
+    _paused: float | None = field(default=None, repr=False)
 
     @property
     def reserve(self) -> float:
@@ -137,10 +138,17 @@ class Pacer:
         per_step = self.costs.per_step * self.slowdown
         return max(0, int(seconds / per_step))
 
-    def start_steps(self, step: int, now: float) -> None:
-        """Steps resume at ``step`` (after an evaluation or a checkpoint, which do not count
+    def pause(self, now: float) -> None:
+        """Steps stop at ``now`` (for an evaluation or a checkpoint, which do not count
         towards the pace of the steps)."""
-        self._mark = (now, step)
+        self._paused = now
+
+    def resume(self, now: float) -> None:
+        """Steps go on at ``now``: the time since :meth:`pause` is left out of the window."""
+        if self._paused is not None and self._mark is not None:
+            since, first = self._mark
+            self._mark = (since + now - self._paused, first)
+        self._paused = None
 
     def observe(self, step: int, now: float) -> bool:
         """Record that step ``step`` is done at ``now``; returns whether a new pace was

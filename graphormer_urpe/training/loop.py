@@ -1398,7 +1398,7 @@ class _Run:
         batch_index = self.start_batch
         t0 = time.perf_counter()
         if self.pacer is not None:  # the steps' pace, evaluations and checkpoints aside
-            self.pacer.start_steps(self.step, t0)
+            self.pacer.resume(t0)
         for batch in self.train_loader:
             if self.step >= self.total:
                 break
@@ -1431,14 +1431,18 @@ class _Run:
                 break
             if due and mid_epoch:
                 self.train_seconds += time.perf_counter() - t0
+                if self.pacer is not None:
+                    self.pacer.pause(time.perf_counter())
                 self.checkpoint(self.epoch, batch_index)
                 t0 = time.perf_counter()
                 if self.pacer is not None:
-                    self.pacer.start_steps(self.step, t0)
+                    self.pacer.resume(t0)
         # waits for the epoch's last step: inside the timing
         time_up = self.read_totals(self.epoch, batch_index)[1]
         self.timed_out = self.timed_out or (time_up and self.step < self.total)
         self.train_seconds += time.perf_counter() - t0
+        if self.pacer is not None:
+            self.pacer.pause(time.perf_counter())
         return batch_index
 
     def _time_first_steps(self) -> None:
