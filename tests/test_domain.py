@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 from rdkit import Chem, DataStructs
 from rdkit.Chem import rdFingerprintGenerator
 
+from graphormer_urpe import cli
 from graphormer_urpe.datasets.domain import (
     FINGERPRINT_BITS,
     FINGERPRINT_CAP,
@@ -26,8 +28,10 @@ from graphormer_urpe.datasets.store import (
     build_molecule_cache,
     featurize_chunk,
 )
+from graphormer_urpe.training import load_model
 
 from .conftest import SHARED_DATA
+from .test_cli import TINY_MODEL
 
 # Marketed drugs: the training molecules and, from the same population, held-out ones whose
 # elements, charges and sizes all occur in training.
@@ -298,3 +302,50 @@ def test_zinc_molecules_against_zinc_training_molecules(tmp_path):
     salt, metal, chain = _check(rec, [SALT, METAL, CHAIN])
     assert salt.reasons == ("element Na", "charge [Cl-]", "fragments 2 > 1")
     assert metal.reasons == ("element Fe",) and chain.reasons[0].startswith("atoms 400 > ")
+
+
+# --------------------------------------------------------------------------------------
+# The record in a run's checkpoints
+# --------------------------------------------------------------------------------------
+
+
+def _train(table: Path, root: Path, out: Path, *extra: str) -> None:
+    args = ["train", "--dataset", f"csv:{table}", "--data-root", str(root), "--out", str(out)]
+    args += ["--target-columns", "y", "--split-column", "split", *TINY_MODEL]
+    args += ["--batch-size", "8", "--epochs", "2", "--warmup-steps", "2", "--lr", "1e-3"]
+    assert cli.main([*args, "--no-progress", "--threads", "1", *extra]) == 0
+
+
+@pytest.fixture(scope="module")
+def drug_table(tmp_path_factory) -> Path:
+    """The drugs with a target, the training ones in the training split."""
+    path = tmp_path_factory.mktemp("drugs") / "drugs.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "y", "split"])
+        for s in DRUGS_TRAIN:
+            w.writerow([s, len(s) / 10, "train"])
+        for k, s in enumerate(DRUGS_HELD_OUT):
+            w.writerow([s, len(s) / 10, "valid" if k % 2 else "test"])
+    return path
+
+
+@pytest.fixture(scope="module")
+def drug_run(drug_table, tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("drug-run")
+    _train(drug_table, base / "data", base / "run")
+    return base / "run"
+
+
+def test_the_checkpoint_records_the_training_split(drug_run, tmp_path):
+    ckpt = torch.load(drug_run / "best.pt", weights_only=True)
+    rec = DomainRecord.from_dict(ckpt["domain"])
+    assert ckpt["domain"]["checks"] == list(rec.checks) and "similarity" in rec.checks
+    assert rec.molecules == len(DRUGS_TRAIN) and rec.max_atoms == _max_atoms(DRUGS_TRAIN)
+    assert rec.fingerprints is not None and len(rec.fingerprints) == len(DRUGS_TRAIN)
+    assert np.array_equal(rec.fingerprints, record_of_smiles(DRUGS_TRAIN).fingerprints)
+    lm = load_model(drug_run / "best.pt", "cpu")
+    assert lm.domain is not None and np.array_equal(lm.domain.species, rec.species)
+    del ckpt["domain"]  # an older checkpoint
+    torch.save(ckpt, tmp_path / "old.pt")
+    assert load_model(tmp_path / "old.pt", "cpu").domain is None
