@@ -1,8 +1,10 @@
-"""The applicability domain: what a training split is made of, and new molecules against it."""
+"""The applicability domain: what a training split is made of, new molecules against it, and
+the ``domain`` / ``nearest_similarity`` columns of ``predict``."""
 
 from __future__ import annotations
 
 import csv
+import io
 import shutil
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from graphormer_urpe.datasets.store import (
     build_molecule_cache,
     featurize_chunk,
 )
-from graphormer_urpe.training import load_model
+from graphormer_urpe.training import iter_predictions, load_model
 
 from .conftest import SHARED_DATA
 from .test_cli import TINY_MODEL
@@ -305,8 +307,10 @@ def test_zinc_molecules_against_zinc_training_molecules(tmp_path):
 
 
 # --------------------------------------------------------------------------------------
-# The record in a run's checkpoints
+# predict end to end
 # --------------------------------------------------------------------------------------
+
+PREDICT_INPUT = [DRUGS_TRAIN[3], DRUGS_HELD_OUT[0], SALT, "not a smiles((", METAL, CHAIN]
 
 
 def _train(table: Path, root: Path, out: Path, *extra: str) -> None:
@@ -337,7 +341,52 @@ def drug_run(drug_table, tmp_path_factory) -> Path:
     return base / "run"
 
 
-def test_the_checkpoint_records_the_training_split(drug_run, tmp_path):
+def _predict(ckpt: Path, tmp_path: Path, capsys, *extra: str) -> tuple[list[dict], str]:
+    table = tmp_path / "in.csv"
+    table.write_text("smiles\n" + "".join(f"{s}\n" for s in PREDICT_INPUT))
+    out = tmp_path / "out.csv"
+    args = ["predict", "--checkpoint", str(ckpt), "--input", str(table), "--output", str(out)]
+    args += ["--workers", "1", "--chunk-size", "2", "--no-progress", *extra]
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    with open(out) as fh:
+        reader = csv.DictReader(fh)
+        assert reader.fieldnames is not None
+        assert reader.fieldnames[-3:] == ["domain", "nearest_similarity", "error"]
+        rows = list(reader)
+    return rows, capsys.readouterr().err
+
+
+def test_predict_flags_each_row(drug_run, tmp_path, capsys):
+    rows, err = _predict(drug_run / "best.pt", tmp_path, capsys)
+    assert [r["smiles"] for r in rows] == PREDICT_INPUT
+    top = _max_atoms(DRUGS_TRAIN)
+    assert [r["domain"] for r in rows] == [
+        "in",
+        "in",
+        "out: element Na; charge [Cl-]; fragments 2 > 1",
+        "",
+        "out: element Fe",
+        f"out: atoms 400 > {top}",
+    ]
+    sims = [r["nearest_similarity"] for r in rows]
+    assert sims[0] == "1.000" and sims[3] == ""
+    want = _reference_nearest(DRUGS_TRAIN, [PREDICT_INPUT[k] for k in (1, 2, 4, 5)])
+    np.testing.assert_allclose([float(sims[k]) for k in (1, 2, 4, 5)], want, atol=5e-4)
+    assert (
+        rows[3]["error"]
+        and rows[3]["y"] == ""
+        and all(r["y"] for i, r in enumerate(rows) if i != 3)
+    )
+    assert "5 molecules predicted, 1 could not be read, 3 out of the training domain" in err
+
+    rows_off, _ = _predict(drug_run / "best.pt", tmp_path, capsys, "--no-similarity")
+    assert [r["nearest_similarity"] for r in rows_off] == [""] * len(rows)
+    assert [r["domain"] for r in rows_off] == [r["domain"] for r in rows]
+    assert [r["y"] for r in rows_off] == [r["y"] for r in rows]
+
+
+def test_the_checkpoint_records_the_training_split(drug_run):
     ckpt = torch.load(drug_run / "best.pt", weights_only=True)
     rec = DomainRecord.from_dict(ckpt["domain"])
     assert ckpt["domain"]["checks"] == list(rec.checks) and "similarity" in rec.checks
@@ -346,6 +395,65 @@ def test_the_checkpoint_records_the_training_split(drug_run, tmp_path):
     assert np.array_equal(rec.fingerprints, record_of_smiles(DRUGS_TRAIN).fingerprints)
     lm = load_model(drug_run / "best.pt", "cpu")
     assert lm.domain is not None and np.array_equal(lm.domain.species, rec.species)
-    del ckpt["domain"]  # an older checkpoint
-    torch.save(ckpt, tmp_path / "old.pt")
-    assert load_model(tmp_path / "old.pt", "cpu").domain is None
+    # for library users: each Prediction carries its molecule's facts
+    preds = list(iter_predictions(lm, PREDICT_INPUT, workers=0))
+    assert [p.domain is None for p in preds] == [False, False, False, True, False, False]
+    assert preds[2].domain.reasons == ("element Na", "charge [Cl-]", "fragments 2 > 1")
+    assert preds[0].domain.in_domain and preds[0].domain.nearest_similarity == 1.0
+    assert preds[5].domain.atoms == 400 and preds[2].domain.fragments == 2
+
+
+def test_an_older_checkpoint_without_the_record_still_predicts(drug_run, tmp_path, capsys):
+    ckpt = torch.load(drug_run / "best.pt", weights_only=True)
+    del ckpt["domain"]
+    old = tmp_path / "old.pt"
+    torch.save(ckpt, old)
+    rows, err = _predict(old, tmp_path, capsys)
+    new, _ = _predict(drug_run / "best.pt", tmp_path, capsys)
+    assert [r["domain"] for r in rows] == ["unknown"] * 3 + [""] + ["unknown"] * 2
+    assert [r["nearest_similarity"] for r in rows] == [""] * len(rows)
+    assert [r["y"] for r in rows] == [r["y"] for r in new]  # the predictions are unchanged
+    assert "training domain unknown" in err and "out of the training domain" not in err
+    assert load_model(old, "cpu").domain is None
+
+
+def test_an_ensemble_uses_its_members_record(drug_table, tmp_path, capsys):
+    out = tmp_path / "ens"
+    _train(drug_table, tmp_path / "data", out, "--ensemble", "2")
+    records = [
+        torch.load(out / f"member-{i}" / "best.pt", weights_only=True)["domain"] for i in (0, 1)
+    ]
+    assert records[0]["species"] == records[1]["species"]
+    assert torch.equal(records[0]["fingerprints"]["packed"], records[1]["fingerprints"]["packed"])
+    rows, err = _predict(out, tmp_path, capsys)
+    member, _ = _predict(out / "member-0" / "best.pt", tmp_path, capsys)
+    assert "y_std" in rows[0]
+    assert [r["domain"] for r in rows] == [r["domain"] for r in member]
+    assert [r["nearest_similarity"] for r in rows] == [r["nearest_similarity"] for r in member]
+    assert rows[2]["domain"].startswith("out: element Na") and "3 out of the training" in err
+
+
+def test_domain_cells_of_the_csv_writer():
+    from graphormer_urpe.training.stream import Prediction, write_predictions_csv
+
+    preds = [
+        Prediction(0, "CCO", torch.tensor([1.0]), None, domain=DomainCheck((), 0.25, 3, 1)),
+        Prediction(
+            1, SALT, torch.tensor([2.0]), None, domain=DomainCheck(("element Na",), None, 2, 2)
+        ),
+        Prediction(2, "C", torch.tensor([3.0]), None),
+        Prediction(3, "x((", None, "cannot parse"),
+    ]
+    fh = io.StringIO()
+    assert write_predictions_csv(preds, fh, ["y"], domain=True) == (4, 1)
+    rows = list(csv.reader(io.StringIO(fh.getvalue())))
+    assert rows == [
+        ["smiles", "y", "domain", "nearest_similarity", "error"],
+        ["CCO", "1", "in", "0.250", ""],
+        [SALT, "2", "out: element Na", "", ""],
+        ["C", "3", "unknown", "", ""],
+        ["x((", "", "", "", "cannot parse"],
+    ]
+    plain = io.StringIO()
+    write_predictions_csv(preds, plain, ["y"])  # without domain: the columns as they were
+    assert plain.getvalue().splitlines()[0] == "smiles,y,error"
