@@ -619,19 +619,30 @@ def run_predict(args: argparse.Namespace) -> int:
         workers=args.workers,
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
+        similarity=not args.no_similarity,
     )
+    outside = [0]  # rows out of the training domain
+
+    def counted(predictions):
+        for p in predictions:
+            outside[0] += p.domain is not None and not p.domain.in_domain
+            yield p
+
     with contextlib.ExitStack() as stack:
         out = sys.stdout
         if args.output:  # written line by line: an interrupted run leaves a valid prefix
             out = stack.enter_context(open(args.output, "w", newline="", encoding="utf-8"))
         std = len(models) > 1
         rows, bad = write_predictions_csv(
-            results, out, lm.target_names, binary, args.logits, std=std
+            counted(results), out, lm.target_names, binary, args.logits, std=std, domain=True
         )
     where = f" to {args.output}" if args.output else ""
+    domain = f"{outside[0]} out of the training domain"
+    if lm.domain is None:
+        domain = "training domain unknown (the checkpoint does not record it)"
     print(
         f"graphormer-urpe: wrote {rows} rows{where}: {rows - bad} molecules predicted, "
-        f"{bad} could not be read",
+        f"{bad} could not be read, {domain}",
         file=sys.stderr,
     )
     return 0
@@ -644,10 +655,14 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "predict",
         help="predict molecules from SMILES",
         description="Predict the targets of molecules with a trained checkpoint. Streams CSV "
-        "(smiles, one column per target, error) to --output or standard output, one row per "
+        "(smiles, one column per target, domain, nearest_similarity, error) to --output or "
+        "standard output, one row per "
         "input row in input order, as each batch finishes; invalid SMILES get an empty "
-        "prediction and the reason. Binary tasks (ogbg-molhiv, ...) give probabilities in "
-        "prob_<task> columns, or raw scores in logit_<task> with --logits.",
+        "prediction and the reason. domain says 'in', or 'out: <reasons>' for a molecule "
+        "unlike every training molecule (an element or charge never seen, more fragments or "
+        "heavy atoms than any); nearest_similarity is the Tanimoto similarity of its nearest "
+        "training molecule (Morgan fingerprints). Binary tasks (ogbg-molhiv, ...) give "
+        "probabilities in prob_<task> columns, or raw scores in logit_<task> with --logits.",
     )
     p.add_argument(
         "--checkpoint",
@@ -697,6 +712,12 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "least 1; more threads than free cores slow everything down)",
     )
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument(
+        "--no-similarity",
+        action="store_true",
+        help="leave the nearest_similarity column empty: skip the search of each molecule's "
+        "nearest training fingerprint (the domain column's checks still run)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_predict)
 

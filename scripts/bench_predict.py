@@ -16,6 +16,11 @@ an untrained checkpoint of that preset (speed does not depend on the weights):
   (main process: ``main_cpu_s``). With C idle cores, C x 1000 / ``cpu_ms_per_molecule`` bounds
   the throughput.
 
+The checkpoints record a training domain (``--domain-molecules``, default 10,000: the record
+of the first 10,000 MOSES molecules, as big as a record gets), so ``predict`` compares every
+molecule with it and searches its nearest training fingerprint, as it does for a trained
+checkpoint (``--no-similarity`` passes that flag on; ``--domain-molecules 0``: no record).
+
 ``--baseline REV`` runs the same measurement for the ``predict`` command of an earlier commit
 (``git worktree add`` into a temporary folder) on ``--baseline-sizes`` (it reads a CSV);
 with ``--pairs K``, K alternating runs of this code and REV's at each of those sizes, with
@@ -32,6 +37,8 @@ process; in molecules/s and CPU ms per molecule. Run::
     python scripts/bench_predict.py --sizes --baseline 0251eef --baseline-sizes 40000 --pairs 3
     python scripts/bench_predict.py --sizes 100000 --device cuda --workers 12 --batch-size 1024
     python scripts/bench_predict.py --smoke --smiles-file some.smi
+    python scripts/bench_predict.py --sizes --presets small --baseline main \
+        --baseline-sizes 20000 --pairs 3
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import psutil
 import torch
 from _moses import moses_smiles_file
 
+from graphormer_urpe.datasets.domain import record_of_smiles
 from graphormer_urpe.training import make_config, save_checkpoint
 from graphormer_urpe.training.loop import build_model
 from graphormer_urpe.training.stream import (
@@ -67,8 +75,9 @@ REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
 
 
-def make_checkpoint(preset: str, path: Path) -> dict:
-    """An untrained checkpoint of ``preset`` (OGB featuriser, one regression target)."""
+def make_checkpoint(preset: str, path: Path, domain: dict | None = None) -> dict:
+    """An untrained checkpoint of ``preset`` (OGB featuriser, one regression target), with
+    the training-domain record ``domain`` (checkpoint form) where given."""
     torch.manual_seed(0)
     config = make_config(preset)
     model = build_model(config.model, "ogb", 1)
@@ -80,6 +89,7 @@ def make_checkpoint(preset: str, path: Path) -> dict:
         "target_names": ["y"],
         "metric": "mae",
         "task_type": "regression",
+        **({"domain": domain} if domain is not None else {}),
     }
     save_checkpoint(path, state)
     return {
@@ -159,6 +169,8 @@ def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) 
     cmd += ["--input", str(smi), "--output", str(out), "--no-progress", "--device", a.device]
     cmd += ["--workers", str(a.workers), "--batch-size", str(a.batch_size)]
     cmd += ["--chunk-size", str(a.chunk_size)]
+    if a.no_similarity:
+        cmd += ["--no-similarity"]
     if a.threads is not None:
         cmd += ["--threads", str(a.threads)]
     result = {"molecules": n, **measure(cmd, REPO)}
@@ -314,10 +326,20 @@ def main() -> None:
         default=None,
         help="take the molecules from this file (one SMILES a line) instead of MOSES",
     )
+    p.add_argument(
+        "--domain-molecules",
+        type=int,
+        default=10_000,
+        help="the checkpoints' training-domain record: of this many MOSES molecules (0: none)",
+    )
+    p.add_argument(
+        "--no-similarity", action="store_true", help="run this code's predict with --no-similarity"
+    )
     p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
     a = p.parse_args()
     if a.smoke:
         a.sizes, a.presets, a.profile, a.profile_molecules = [300], ["small"], True, 300
+        a.domain_molecules = min(a.domain_molecules, 300)
     work = Path(tempfile.mkdtemp(prefix="bench-predict-"))
 
     def molecules(n: int) -> Path:
@@ -327,9 +349,14 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     try:
         ckpts, models = {}, {}
+        domain = None
+        if a.domain_molecules:
+            with open(molecules(a.domain_molecules)) as fh:
+                train = [line.split()[0] for line in fh if line.strip()]
+            domain = record_of_smiles(train).to_dict()
         for preset in a.presets:
             ckpts[preset] = work / f"{preset}.pt"
-            models[preset] = make_checkpoint(preset, ckpts[preset])
+            models[preset] = make_checkpoint(preset, ckpts[preset], domain)
         if a.profile:
             smi = molecules(a.profile_molecules)
             results["profile"] = profile(ckpts, smi, a.profile_molecules, a.batch_size)
@@ -362,6 +389,8 @@ def main() -> None:
             "chunk_size": a.chunk_size,
             "threads": a.threads,
             "device": a.device,
+            "domain_molecules": a.domain_molecules,
+            "similarity": not a.no_similarity,
             "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else None,
             "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
             "load_average_1min_start_end": [round(x, 2) for x in load],

@@ -48,8 +48,9 @@ def test_ensemble_trains_seeds_and_predicts_their_mean_and_std(table, tmp_path):
         assert cli.main(["predict", "--checkpoint", str(ckpt), *common, "--output", str(path)]) == 0
         written[name] = pd.read_csv(path)
     ens, m0, m1 = written["ens"], written["m0"], written["m1"]
-    assert list(ens.columns) == ["smiles", "heavy_atoms", "heavy_atoms_std", "error"]
-    assert list(m0.columns) == ["smiles", "heavy_atoms", "error"]
+    domain = ["domain", "nearest_similarity"]
+    assert list(ens.columns) == ["smiles", "heavy_atoms", "heavy_atoms_std", *domain, "error"]
+    assert list(m0.columns) == ["smiles", "heavy_atoms", *domain, "error"]
     a, b = m0["heavy_atoms"].to_numpy(), m1["heavy_atoms"].to_numpy()
     np.testing.assert_allclose(ens["heavy_atoms"], (a + b) / 2, rtol=1e-5)
     np.testing.assert_allclose(ens["heavy_atoms_std"], np.abs(a - b) / 2, rtol=1e-4, atol=1e-5)

@@ -596,8 +596,9 @@ def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path, capsys):
     assert cli.main([*base, "--logits"]) == 0
     logits = pd.read_csv(io.StringIO(capsys.readouterr().out))
     tasks = [f"task{i}" for i in range(12)]
-    assert list(probs.columns) == ["smiles", *(f"prob_{t}" for t in tasks), "error"]
-    assert list(logits.columns) == ["smiles", *(f"logit_{t}" for t in tasks), "error"]
+    domain = ["domain", "nearest_similarity"]
+    assert list(probs.columns) == ["smiles", *(f"prob_{t}" for t in tasks), *domain, "error"]
+    assert list(logits.columns) == ["smiles", *(f"logit_{t}" for t in tasks), *domain, "error"]
     p = probs[[f"prob_{t}" for t in tasks]].to_numpy()[:2]
     z = logits[[f"logit_{t}" for t in tasks]].to_numpy()[:2]
     assert ((p > 0) & (p < 1)).all()

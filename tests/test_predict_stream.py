@@ -272,8 +272,10 @@ def _expected_rows(ckpt: Path, smiles: list[str], batch_size: int) -> list[list[
 def _read_output(path_or_text: Path | str) -> list[list[str]]:
     text = path_or_text.read_text() if isinstance(path_or_text, Path) else path_or_text
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["smiles", "a", "b", "error"]
-    return [[*r[:-1], r[-1] and "ERR"] for r in rows[1:]]
+    assert rows[0] == ["smiles", "a", "b", "domain", "nearest_similarity", "error"]
+    # this checkpoint records no training domain: "unknown" for every molecule read
+    assert all(r[3:5] == (["", ""] if r[5] else ["unknown", ""]) for r in rows[1:])
+    return [[*r[:3], r[-1] and "ERR"] for r in rows[1:]]
 
 
 @pytest.mark.parametrize("kind", ["csv", "csv.gz", "smi", "txt"])
@@ -302,10 +304,10 @@ def test_cli_smiles_and_binary_columns(binary_ckpt, tmp_path, capsys):
     args = ["predict", "--checkpoint", str(binary_ckpt), "--smiles", "CCO", "xx((", "C"]
     assert cli.main([*args, "--no-progress"]) == 0
     rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
-    assert rows[0] == ["smiles", "prob_a", "prob_b", "error"]
+    assert rows[0] == ["smiles", "prob_a", "prob_b", "domain", "nearest_similarity", "error"]
     values, _ = reference(binary_ckpt, ["CCO", "xx((", "C"], 256)
     assert rows[1][1:3] == [f"{x:.6g}" for x in torch.sigmoid(values[0]).tolist()]
-    assert rows[2][1:3] == ["", ""] and rows[2][3]
+    assert rows[2][1:3] == ["", ""] and rows[2][5]
     assert cli.main([*args, "--no-progress", "--logits"]) == 0
     rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
     assert rows[0][1] == "logit_a" and rows[3][1:3] == [f"{x:.6g}" for x in values[2].tolist()]

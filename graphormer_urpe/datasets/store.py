@@ -259,9 +259,16 @@ def _featurize_one(text: str, featurizer: str) -> GraphDict:
 
 
 def featurize_smiles_list(
-    smiles: Sequence[str], rows: Sequence[int], featurizer: str = "ogb"
+    smiles: Sequence[str],
+    rows: Sequence[int],
+    featurizer: str = "ogb",
+    *,
+    mols: list | None = None,
 ) -> tuple[list[int], Graphs, list[MoleculeFailure]]:
     """Featurise every SMILES; failures are returned (with their source row), not raised.
+
+    ``mols``: a list that the RDKit molecules of the kept SMILES are appended to, in
+    ``kept`` order (for what else is computed from them, without parsing again).
 
     Returns:
         ``(kept, graphs, failures)``: positions in ``smiles`` that gave a graph, and their
@@ -275,7 +282,7 @@ def featurize_smiles_list(
     errors: dict[int, BaseException | None] = {}
     with rdBase.BlockLogs():
         if featurizer == "ogb":
-            kept, graphs = _parsed_ogb_graphs(texts, errors)
+            kept, graphs = _parsed_ogb_graphs(texts, errors, mols)
         else:
             kept, one_by_one = [], []
             for offset, text in enumerate(texts):
@@ -285,6 +292,10 @@ def featurize_smiles_list(
                 except Exception as err:  # RDKit returns None for bad SMILES; OGB then fails
                     errors[offset] = err
             graphs = concat_graphs(one_by_one)
+            if mols is not None:
+                from .featurize import parse_smiles
+
+                mols.extend(parse_smiles(texts[k]) for k in kept)
         failures = [
             MoleculeFailure(
                 int(rows[k]), str(smiles[k]), _failure_reason(texts[k], errors[k], featurizer)
@@ -295,10 +306,11 @@ def featurize_smiles_list(
 
 
 def _parsed_ogb_graphs(
-    texts: list[str], errors: dict[int, BaseException | None]
+    texts: list[str], errors: dict[int, BaseException | None], out_mols: list | None = None
 ) -> tuple[list[int], Graphs]:
     """OGB's graphs of the SMILES that give one (positions, graphs); why the others do not
-    goes into ``errors`` (position -> exception)."""
+    goes into ``errors`` (position -> exception); the kept molecules are appended to
+    ``out_mols``."""
     from rdkit import Chem
 
     from .ogb_graph import BAD_STEREO, ogb_graphs
@@ -318,7 +330,10 @@ def _parsed_ogb_graphs(
         for k in np.flatnonzero(bad):
             errors[kept[k]] = ValueError(BAD_STEREO)
         kept = [k for k, b in zip(kept, bad.tolist(), strict=True) if not b]
-        graphs, _ = ogb_graphs([m for m, b in zip(mols, bad.tolist(), strict=True) if not b])
+        mols = [m for m, b in zip(mols, bad.tolist(), strict=True) if not b]
+        graphs, _ = ogb_graphs(mols)
+    if out_mols is not None:
+        out_mols.extend(mols)
     return kept, graphs
 
 
@@ -393,6 +408,7 @@ def featurize_chunk(
     split: Sequence[int] | None = None,
     keep_smiles: bool = False,
     descriptors: bool = False,
+    mols: list | None = None,
 ) -> tuple[dict[str, np.ndarray], list[MoleculeFailure], dict[str, float]]:
     """The compact graph arrays of a list of SMILES.
 
@@ -407,6 +423,7 @@ def featurize_chunk(
         keep_smiles: store the SMILES of the cached graphs too.
         descriptors: add ``descriptors`` ``[G, K]`` float32, the RDKit 2D descriptors of the
             cached graphs (:func:`~.descriptors.compute_descriptors`).
+        mols: a list that the ``G`` RDKit molecules of the graphs are appended to, in order.
 
     Returns:
         ``(arrays, failures, seconds)``: the chunk arrays (see :func:`graph_arrays`), the rows
@@ -415,7 +432,7 @@ def featurize_chunk(
     rows = np.arange(first_index, first_index + len(smiles)) if rows is None else np.asarray(rows)
     targets = np.asarray(targets, dtype=np.float64).reshape(len(smiles), -1)
     t0 = time.perf_counter()
-    kept, graphs, failures = featurize_smiles_list(smiles, rows, featurizer)
+    kept, graphs, failures = featurize_smiles_list(smiles, rows, featurizer, mols=mols)
     if split is not None and failures:
         codes, offset = np.asarray(split), {int(r): k for k, r in enumerate(rows)}
         for f in failures:

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,9 @@ from ..graph.model import Graphormer
 from .checkpoint import incompatible_checkpoint, load_checkpoint
 from .config import TrainConfig
 from .loop import Precision, load_splits, predict_dataset, resolve_device
+
+if TYPE_CHECKING:
+    from ..datasets.domain import DomainRecord
 
 __all__ = [
     "LoadedModel",
@@ -44,6 +48,9 @@ class LoadedModel:
     mol_features: dict | None = None
     """The run's per-molecule features and their normalisation (``--mol-features``), which
     new molecules get too; ``None``: none."""
+    domain: DomainRecord | None = None
+    """What the training molecules are made of, which new molecules are compared with
+    (:mod:`~graphormer_urpe.datasets.domain`); ``None``: an older checkpoint without it."""
 
     def predict_dataset(
         self, dataset, batch_size: int | None = None, progress: bool = False, desc: str = ""
@@ -73,6 +80,11 @@ def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
         model = Graphormer(config.model)
         model.load_state_dict(ckpt["model"])
     dev = resolve_device(device)
+    domain = None
+    if ckpt.get("domain"):
+        from ..datasets.domain import DomainRecord
+
+        domain = DomainRecord.from_dict(ckpt["domain"])
     return LoadedModel(
         model=model.to(dev).eval(),
         config=config,
@@ -82,6 +94,7 @@ def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
         device=dev,
         task_type=checkpoint_task_type(ckpt),
         mol_features=ckpt.get("mol_features"),
+        domain=domain,
     )
 
 

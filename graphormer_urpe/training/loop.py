@@ -725,6 +725,7 @@ class _Run:
         if config.threads:
             torch.set_num_threads(config.threads)
         self.splits = self._load_splits(config)
+        self.domain = self._domain_record() if self.main else None
         if self.main:  # only once the data loaded: a failed start leaves no empty run folder
             self.out.mkdir(parents=True, exist_ok=True)
         self.model, self.init_report = self._build_model(config, ckpt)
@@ -809,6 +810,18 @@ class _Run:
             if len(getattr(splits, name)) == 0:
                 raise ValueError(f"the {name} split of {splits.name} is empty")
         return splits
+
+    def _domain_record(self) -> dict[str, Any] | None:
+        """What the training molecules are made of, in the checkpoint form that ``predict``
+        compares new molecules with (:mod:`~graphormer_urpe.datasets.domain`)."""
+        from ..datasets.domain import domain_record
+
+        start = time.perf_counter()
+        record = domain_record(self.splits.train, self.splits.featurizer)
+        if record is None:
+            return None
+        log.info("domain record (%.1f s): %s", time.perf_counter() - start, record.summary())
+        return record.to_dict()
 
     def _build_model(
         self, config: TrainConfig, ckpt: dict[str, Any] | None
@@ -1304,6 +1317,7 @@ class _Run:
             "train_mean": self.mean,
             **({"pretrain": splits.pretrain} if splits.pretrain is not None else {}),
             **({"mol_features": splits.mol_features} if splits.mol_features else {}),
+            **({"domain": self.domain} if self.domain is not None else {}),
         }
 
     def checkpoint(self, epoch: int, batch: int) -> Path | None:

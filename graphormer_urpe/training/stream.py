@@ -39,10 +39,11 @@ import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -62,6 +63,9 @@ from .ensemble import load_models, mean_and_std
 from .inference import LoadedModel
 from .loop import Precision
 from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+
+if TYPE_CHECKING:
+    from ..datasets.domain import ChunkDomain, DomainCheck, DomainRecord
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -108,12 +112,17 @@ class Prediction(NamedTuple):
     members: Tensor | None = None
     """``[K, T]`` each ensemble member's outputs (``values`` is their mean); ``None`` for one
     model."""
+    domain: DomainCheck | None = None
+    """How the molecule compares with the model's training molecules (out-of-domain reasons,
+    nearest training similarity; :mod:`~graphormer_urpe.datasets.domain`); ``None`` for a row
+    that could not be featurised, or a checkpoint without the record (domain unknown)."""
 
 
 class _Row(NamedTuple):
     index: int
     smiles: str
     error: str | None  # None: a valid molecule
+    domain: DomainCheck | None = None
 
 
 class _Chunk(NamedTuple):
@@ -121,6 +130,7 @@ class _Chunk(NamedTuple):
     smiles: list[str]
     graphs: FlatGraphs | None  # the valid molecules, in input order
     errors: dict[int, str]  # row -> why it could not be featurised
+    domain: ChunkDomain | None = None  # the valid molecules against the training record
 
 
 # --------------------------------------------------------------------------------------
@@ -198,25 +208,34 @@ def _smiles_lines(lines: Iterable[str], column: str) -> Iterator[str]:
 
 
 def _featurize_part(
-    part: list[str], first: int, featurizer: str, hops: int, mol_features: dict | None = None
+    part: list[str],
+    first: int,
+    featurizer: str,
+    hops: int,
+    mol_features: dict | None = None,
+    domain: DomainRecord | None = None,
 ) -> _Chunk:
     """One chunk's graphs with their Graphormer features (runs in a worker process), and
     their molecule features where the model was trained with them (``mol_features``: the
-    checkpoint's record)."""
+    checkpoint's record), compared with the training record ``domain`` where there is one."""
     from ..datasets.mol_features import mol_features_of_smiles
     from ..datasets.store import featurize_chunk, flat_graphs, with_pointers
 
-    arrays, failures, _ = featurize_chunk(part, np.zeros((len(part), 1)), first, featurizer)
+    mols = [] if domain is not None and domain.fingerprints is not None else None
+    zeros = np.zeros((len(part), 1))
+    arrays, failures, _ = featurize_chunk(part, zeros, first, featurizer, mols=mols)
     errors = {f.index: f.reason for f in failures}
     valid = len(arrays["num_nodes"])
-    flat = None
+    flat = checked = None
+    if valid and domain is not None:
+        checked = domain.check(arrays, mols)
     if valid:
         flat, _ = flat_graphs(with_pointers(arrays), range(valid), hops)
         flat.y = None
         if mol_features is not None:
             kept = [s for i, s in enumerate(part, start=first) if i not in errors]
             flat.mol_x = mol_features_of_smiles(kept, mol_features)  # [valid, K]
-    return _Chunk(first, part, flat, errors)
+    return _Chunk(first, part, flat, errors, checked)
 
 
 def _chunks(smiles: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
@@ -294,6 +313,7 @@ def _featurized(
     workers: int,
     chunk_size: int,
     mol_features: dict | None = None,
+    domain: DomainRecord | None = None,
 ) -> Iterator[_Chunk]:
     """Every chunk of the input with its graphs, in input order.
 
@@ -306,12 +326,12 @@ def _featurized(
     chunks = _chain(head, chunks)
     if workers == 0 or len(head) < 2:  # a single chunk is featurised here, without a pool
         for first, part in chunks:
-            yield _featurize_part(part, first, featurizer, hops, mol_features)
+            yield _featurize_part(part, first, featurizer, hops, mol_features, domain)
         return
     with _pool(workers) as pool:
         pending: deque = deque()
         for first, part in chunks:
-            task = (part, first, featurizer, hops, mol_features)
+            task = (part, first, featurizer, hops, mol_features, domain)
             pending.append(pool.apply_async(_featurize_part, task))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
@@ -378,7 +398,8 @@ def _windows(chunks: Iterable[_Chunk], size: int) -> Iterator[tuple[list[_Row], 
             if error is not None and valid == 0:
                 yield [_Row(i, smi, error)], None
                 continue
-            rows.append(_Row(i, smi, error))
+            checked = None if error is not None or chunk.domain is None else chunk.domain[seen]
+            rows.append(_Row(i, smi, error, checked))
             if error is None:
                 seen += 1
                 valid += 1
@@ -433,9 +454,10 @@ def _predict_window(
             continue
         assert out is not None
         if len(forwards) == 1:
-            yield Prediction(r.index, r.smiles, out[0, k], None)
+            yield Prediction(r.index, r.smiles, out[0, k], None, domain=r.domain)
         else:
-            yield Prediction(r.index, r.smiles, out[:, k].mean(dim=0), None, out[:, k])
+            values = out[:, k].mean(dim=0)
+            yield Prediction(r.index, r.smiles, values, None, out[:, k], r.domain)
         k += 1
 
 
@@ -448,6 +470,7 @@ def iter_predictions(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     device: str = "auto",
     progress: bool = False,
+    similarity: bool = True,
 ) -> Iterator[Prediction]:
     """Predict every SMILES of ``smiles`` (any iterable, read lazily), yielding one
     :class:`Prediction` per input row in input order as soon as its batch is done.
@@ -463,6 +486,8 @@ def iter_predictions(
         chunk_size: SMILES per featurisation task.
         device: where to load a checkpoint path (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
         progress: show a progress bar (molecules/s) on standard error.
+        similarity: search each molecule's nearest training fingerprint (where the
+            checkpoint records them); the other domain checks cost next to nothing.
     """
     for name, value, low in (("batch_size", batch_size, 1), ("chunk_size", chunk_size, 1)):
         if value < low:
@@ -488,8 +513,11 @@ def iter_predictions(
     forwards = [CapturedForward(m.model, autocast, lm.device, backend) for m in models]
     if any(m.mol_features != lm.mol_features for m in models):
         raise ValueError("the ensemble's members were trained with different molecule features")
+    domain = lm.domain  # an ensemble's members record the same training split
+    if domain is not None and not similarity:
+        domain = replace(domain, fingerprints=None)
     chunks = _featurized(
-        smiles, lm.featurizer, cfg.multi_hop_max_dist, workers, chunk_size, lm.mol_features
+        smiles, lm.featurizer, cfg.multi_hop_max_dist, workers, chunk_size, lm.mol_features, domain
     )
     # disable=None: drawn on a terminal only, never into a log file
     with tqdm(desc="predict", unit="mol", disable=None if progress else True, smoothing=0.1) as bar:
@@ -504,16 +532,21 @@ def iter_predictions(
 # --------------------------------------------------------------------------------------
 
 
+DOMAIN_COLUMNS = ("domain", "nearest_similarity")
+"""The applicability-domain columns of the CSV (see :func:`write_predictions_csv`)."""
+
+
 def prediction_columns(
-    target_names: Sequence[str], binary: bool, logits: bool, std: bool = False
+    target_names: Sequence[str], binary: bool, logits: bool, std: bool = False, domain: bool = False
 ) -> list[str]:
     """The CSV header: ``smiles``, one column per target (``prob_`` / ``logit_`` prefixed for
-    binary tasks), for an ensemble (``std``) one ``<column>_std`` per target, ``error``."""
+    binary tasks), for an ensemble (``std``) one ``<column>_std`` per target, with ``domain``
+    the :data:`DOMAIN_COLUMNS`, ``error``."""
     if binary:
         prefix = "logit_" if logits else "prob_"
         target_names = [prefix + n for n in target_names]
     spread = [f"{n}_std" for n in target_names] if std else []
-    return ["smiles", *target_names, *spread, "error"]
+    return ["smiles", *target_names, *spread, *(DOMAIN_COLUMNS if domain else ()), "error"]
 
 
 def write_predictions_csv(
@@ -523,17 +556,21 @@ def write_predictions_csv(
     binary: bool = False,
     logits: bool = False,
     std: bool = False,
+    domain: bool = False,
 ) -> tuple[int, int]:
     """Write the header, then one row per prediction, flushed as it comes, so that an
     interrupted run leaves a valid CSV prefix. Binary tasks get sigmoid probabilities unless
     ``logits``. With ``std`` (an ensemble's predictions) each value is the members' mean of
-    what the column reports, followed by their standard deviations.
+    what the column reports, followed by their standard deviations. With ``domain``, the
+    columns ``domain`` (``in``, ``out: <reasons>``, ``unknown`` where the checkpoint has no
+    training record, empty for a row that could not be read) and ``nearest_similarity``
+    (three decimals; empty where not searched) come before ``error``.
 
     Returns:
         ``(rows, failed)``: rows written and how many of them could not be featurised.
     """
     writer = csv.writer(fh, lineterminator="\n")
-    writer.writerow(prediction_columns(target_names, binary, logits, std))
+    writer.writerow(prediction_columns(target_names, binary, logits, std, domain))
     fh.flush()
     rows = failed = 0
     line = io.StringIO()
@@ -544,6 +581,8 @@ def write_predictions_csv(
             failed += 1
         else:
             cells = _cells(p, binary and not logits, std)
+        if domain:
+            cells += _domain_cells(p)
         row_writer.writerow([p.smiles, *cells, p.error or ""])
         fh.write(line.getvalue())  # one whole line per write
         fh.flush()
@@ -551,6 +590,16 @@ def write_predictions_csv(
         line.truncate()
         rows += 1
     return rows, failed
+
+
+def _domain_cells(p: Prediction) -> list[str]:
+    """A row's :data:`DOMAIN_COLUMNS` cells."""
+    if p.values is None:
+        return ["", ""]
+    if p.domain is None:
+        return ["unknown", ""]
+    sim = p.domain.nearest_similarity
+    return [p.domain.label, "" if sim is None else f"{sim:.3f}"]
 
 
 def _cells(p: Prediction, probabilities: bool, std: bool) -> list[str]:

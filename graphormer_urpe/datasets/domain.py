@@ -1,0 +1,688 @@
+r"""Applicability domain: is a new molecule like the ones a model was trained on?
+
+A model trained on drug-like molecules still returns a number for ``[Na+].[Cl-]`` or a
+400-carbon chain. A run therefore records, from its training split, what its molecules are
+made of (:class:`DomainRecord`, kept in the checkpoint under ``"domain"``), and ``predict``
+compares every new molecule with it (:meth:`DomainRecord.check`). A molecule is *out of the
+domain* for each of these reasons:
+
+==========================  ================================================================
+reason                      meaning
+==========================  ================================================================
+``element Na``              an element no training molecule has
+``charge [Cl-]``            an element seen in training, but never with this formal charge
+                            (SMILES bracket notation: ``[N+]``, ``[O-]``, ``[Fe+2]``, ``[Na]``)
+``fragments 2 > 1``         more disconnected pieces (a salt, a mixture) than any training
+                            molecule has
+``atoms 400 > 38``          more heavy atoms than any training molecule has
+==========================  ================================================================
+
+Beside these, where the training store keeps SMILES, the record holds the Morgan
+fingerprints (ECFP4: radius 2, :data:`FINGERPRINT_BITS` bits) of at most
+:data:`FINGERPRINT_CAP` training molecules (a sample drawn with :data:`FINGERPRINT_SEED`
+beyond that, packed 8 bits a byte: at most 1.25 MiB), and each new molecule gets the
+Tanimoto similarity of its nearest one (1: a training molecule's fingerprint; below about
+0.3 to 0.4: nothing close was trained on). The similarity is reported, not turned into a
+reason: where the line lies depends on the task.
+
+Everything a molecule contributes is read from its graph (the featuriser's atom features,
+bonds and atom count), so the training split (read from the store) and new molecules (the
+chunk arrays of :func:`~.store.featurize_chunk`) are described by the same code; only the
+fingerprints need the RDKit molecule. Graph-only stores (no SMILES) give a record without
+fingerprints; :attr:`DomainRecord.checks` says what a record can check.
+
+Example::
+
+    record = domain_record(splits.train, splits.featurizer)       # when a run starts
+    ckpt["domain"] = record.to_dict()                             # plain values + a tensor
+    ...
+    record = DomainRecord.from_dict(ckpt["domain"])
+    mols = []
+    arrays, failures, _ = featurize_chunk(smiles, targets, featurizer="ogb", mols=mols)
+    result = record.check(arrays, mols)                           # ChunkDomain, [G] each
+    result[0].label                                               # "in" or "out: ..."
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rdkit import Chem
+
+__all__ = [
+    "CHECKS",
+    "FINGERPRINT_BITS",
+    "FINGERPRINT_CAP",
+    "FINGERPRINT_RADIUS",
+    "FINGERPRINT_SEED",
+    "OTHER_CHARGE",
+    "ChunkDomain",
+    "DomainCheck",
+    "DomainRecord",
+    "GraphFacts",
+    "domain_record",
+    "fragment_counts",
+    "graph_facts",
+    "morgan_bits",
+    "record_of_smiles",
+]
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_RADIUS = 2
+"""Morgan radius of the fingerprints (2: ECFP4)."""
+FINGERPRINT_BITS = 1024
+"""Fingerprint length in bits (128 bytes a molecule, packed)."""
+FINGERPRINT_CAP = 10_000
+"""Most training molecules whose fingerprints a record keeps: 1.25 MiB packed, and a
+nearest-neighbour search of about 0.05 ms per new molecule on one core."""
+FINGERPRINT_SEED = 0
+"""Seed of the sample of training molecules kept when there are more than the cap (fixed, so
+that the members of an ensemble, which differ in their seed, record the same)."""
+OTHER_CHARGE = 99
+"""The charge of an atom whose formal charge the featuriser does not encode (OGB's "misc":
+beyond ±5)."""
+CHECKS = ("elements", "charges", "fragments", "atoms", "similarity")
+"""What a record can check, in the order of :attr:`DomainRecord.checks`."""
+
+_FORMAT = 1
+_BLOCK = 65_536  # training graphs read from the store at a time
+
+
+# --------------------------------------------------------------------------------------
+# What a molecule is made of
+# --------------------------------------------------------------------------------------
+
+
+class GraphFacts(NamedTuple):
+    """What ``G`` molecules are made of, read from their graphs.
+
+    Attributes:
+        atoms: ``[G]`` int64 heavy atoms (graph nodes).
+        fragments: ``[G]`` int64 connected pieces.
+        atomic_number: ``[sum atoms]`` int64 each atom's element (0: a dummy atom ``*``).
+        charge: ``[sum atoms]`` int64 each atom's formal charge (:data:`OTHER_CHARGE`: one
+            the featuriser does not encode).
+    """
+
+    atoms: np.ndarray
+    fragments: np.ndarray
+    atomic_number: np.ndarray
+    charge: np.ndarray
+
+    @property
+    def keys(self) -> np.ndarray:
+        """``[sum atoms]`` int64 one number per (element, charge) pair (:func:`_species_key`)."""
+        return _species_key(self.atomic_number, self.charge)
+
+
+def _species_key(atomic_number: np.ndarray, charge: np.ndarray) -> np.ndarray:
+    """``atomic number * 1000 + charge + 500``: charges lie in -5..5 or are
+    :data:`OTHER_CHARGE`, so ``key // 1000`` and ``key % 1000 - 500`` give the pair back."""
+    return np.asarray(atomic_number, dtype=np.int64) * 1000 + np.asarray(charge) + 500
+
+
+def graph_facts(arrays: dict[str, np.ndarray], featurizer: str) -> GraphFacts:
+    """What the graphs of chunk or store arrays are made of.
+
+    Args:
+        arrays: ``x`` ``[sum N, F]`` (or ``[sum N]``) atom features, ``edge_index``
+            ``[2, sum E]`` (each graph's own node numbers), ``num_nodes`` ``[G]`` and
+            ``num_edges`` ``[G]`` (:func:`~.store.featurize_chunk`'s arrays, or a store's
+            gathered through :func:`~.store._gather`).
+        featurizer: ``"ogb"`` (column 0: atomic number - 1, column 3: formal charge + 5) or
+            ``"zinc"`` (column 0: the ZINC atom type).
+    """
+    num_nodes = np.asarray(arrays["num_nodes"], dtype=np.int64)
+    x = np.asarray(arrays["x"])
+    x = x.reshape(x.shape[0], -1)
+    if featurizer == "ogb":
+        code = x[:, 0].astype(np.int64)
+        atomic_number = np.where(code < 118, code + 1, 0)  # 118: OGB's "misc"
+        code = x[:, 3].astype(np.int64)
+        charge = np.where(code < 11, code - 5, OTHER_CHARGE)  # 11: "misc"
+    elif featurizer == "zinc":
+        numbers, charges = _zinc_type_table()
+        atomic_number, charge = numbers[x[:, 0]], charges[x[:, 0]]
+    else:
+        raise ValueError(f"unknown featurizer {featurizer!r}")
+    fragments = fragment_counts(num_nodes, arrays["edge_index"], arrays["num_edges"])
+    return GraphFacts(num_nodes, fragments, atomic_number, charge)
+
+
+@lru_cache(maxsize=1)
+def _zinc_type_table() -> tuple[np.ndarray, np.ndarray]:
+    """``([28] atomic numbers, [28] charges)`` of the ZINC atom types."""
+    from rdkit import Chem
+
+    from .featurize import ZINC_ATOM_TYPES
+
+    table = Chem.GetPeriodicTable()
+    names = [t.split() for t in ZINC_ATOM_TYPES]
+    numbers = [table.GetAtomicNumber(n[0]) for n in names]
+    charges = [{"+": 1, "-": -1}.get(n[-1], 0) for n in names]
+    return np.array(numbers, dtype=np.int64), np.array(charges, dtype=np.int64)
+
+
+def fragment_counts(
+    num_nodes: np.ndarray, edge_index: np.ndarray, num_edges: np.ndarray
+) -> np.ndarray:
+    """``[G]`` int64 connected pieces of each of ``G`` graphs.
+
+    Union-find on all the graphs at once in numpy: every round joins the two roots of each
+    edge whose ends have different roots (the smaller root wins), then follows the pointers
+    until every node points at its root; a few rounds for molecules.
+
+    Args:
+        num_nodes: ``[G]`` nodes per graph.
+        edge_index: ``[2, sum E]`` edges, each graph's own node numbers.
+        num_edges: ``[G]`` edges per graph.
+    """
+    num_nodes = np.asarray(num_nodes, dtype=np.int64)
+    ptr = np.zeros(num_nodes.size + 1, dtype=np.int64)
+    np.cumsum(num_nodes, out=ptr[1:])
+    shift = np.repeat(ptr[:-1], np.asarray(num_edges, dtype=np.int64))
+    src = np.asarray(edge_index[0], dtype=np.int64) + shift
+    dst = np.asarray(edge_index[1], dtype=np.int64) + shift
+    parent = np.arange(ptr[-1], dtype=np.int64)
+    while True:
+        a, b = parent[src], parent[dst]
+        apart = a != b
+        if not apart.any():
+            break
+        a, b = a[apart], b[apart]
+        np.minimum.at(parent, np.maximum(a, b), np.minimum(a, b))
+        while True:  # pointer jumping: every node to its root
+            up = parent[parent]
+            if np.array_equal(up, parent):
+                break
+            parent = up
+    graph = np.repeat(np.arange(num_nodes.size), num_nodes)
+    roots = parent == np.arange(parent.size)
+    return np.bincount(graph[roots], minlength=num_nodes.size).astype(np.int64)
+
+
+def morgan_bits(mols: Sequence[Chem.Mol], radius: int, bits: int) -> np.ndarray:
+    """``[G, bits]`` uint8 (0 / 1) Morgan fingerprints of RDKit molecules (RDKit's
+    ``GetMorganGenerator(radius, fpSize=bits)``, the same as ``DataStructs`` compares)."""
+    out = np.zeros((len(mols), bits), dtype=np.uint8)
+    if len(mols):
+        gen = _generator(radius, bits)
+        for i, mol in enumerate(mols):
+            out[i] = gen.GetFingerprintAsNumPy(mol)
+    return out
+
+
+_GENERATORS: dict[tuple[int, int], Any] = {}
+
+
+def _generator(radius: int, bits: int):
+    key = (radius, bits)
+    if key not in _GENERATORS:
+        from rdkit.Chem import rdFingerprintGenerator
+
+        _GENERATORS[key] = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
+    return _GENERATORS[key]
+
+
+# --------------------------------------------------------------------------------------
+# The comparison of new molecules with the record
+# --------------------------------------------------------------------------------------
+
+
+class DomainCheck(NamedTuple):
+    """One molecule compared with a training record.
+
+    Attributes:
+        reasons: why it is out of the domain (``()``: in; see the module's table).
+        nearest_similarity: Tanimoto similarity of the nearest recorded training
+            fingerprint, or ``None`` (the record has none, or the search was turned off).
+        atoms: its heavy atoms.
+        fragments: its connected pieces.
+    """
+
+    reasons: tuple[str, ...]
+    nearest_similarity: float | None
+    atoms: int
+    fragments: int
+
+    @property
+    def in_domain(self) -> bool:
+        """No reason to doubt it (the similarity aside)."""
+        return not self.reasons
+
+    @property
+    def label(self) -> str:
+        """``"in"`` or ``"out: <reason>; <reason>"``."""
+        return "in" if not self.reasons else "out: " + "; ".join(self.reasons)
+
+
+@dataclass
+class ChunkDomain:
+    """``G`` molecules compared with a record (what a featurising process sends back).
+
+    Attributes:
+        reasons: ``[G]`` why each is out of the domain (``()``: in).
+        similarity: ``[G]`` float32 nearest training similarity, or ``None`` (not searched).
+        atoms: ``[G]`` int64 heavy atoms.
+        fragments: ``[G]`` int64 connected pieces.
+    """
+
+    reasons: list[tuple[str, ...]]
+    similarity: np.ndarray | None
+    atoms: np.ndarray
+    fragments: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.reasons)
+
+    def __getitem__(self, k: int) -> DomainCheck:
+        sim = None if self.similarity is None else float(self.similarity[k])
+        return DomainCheck(self.reasons[k], sim, int(self.atoms[k]), int(self.fragments[k]))
+
+
+@dataclass
+class DomainRecord:
+    """What a model's training molecules are made of (see the module's text).
+
+    Attributes:
+        featurizer: the featuriser the graphs were read with.
+        molecules: training molecules described.
+        species: ``[S, 2]`` int64 sorted (atomic number, formal charge) pairs seen.
+        max_fragments: the most connected pieces of a training molecule.
+        max_atoms: the most heavy atoms of a training molecule.
+        fingerprints: ``[F, bits / 8]`` uint8 packed Morgan fingerprints (bit ``b`` of a
+            molecule is bit ``b % 8`` of byte ``b // 8``), or ``None``: no SMILES.
+        fingerprint_pool: training molecules the fingerprints were drawn from (``F`` is at
+            most :attr:`cap` of them).
+        radius: Morgan radius.
+        bits: fingerprint length.
+        cap: the most fingerprints kept.
+        seed: seed of the sample beyond the cap.
+    """
+
+    featurizer: str
+    molecules: int
+    species: np.ndarray
+    max_fragments: int
+    max_atoms: int
+    fingerprints: np.ndarray | None = None
+    fingerprint_pool: int = 0
+    radius: int = FINGERPRINT_RADIUS
+    bits: int = FINGERPRINT_BITS
+    cap: int = FINGERPRINT_CAP
+    seed: int = FINGERPRINT_SEED
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """The checks this record can make (a subset of :data:`CHECKS`)."""
+        base = ("elements", "charges", "fragments", "atoms")
+        return (*base, "similarity") if self.fingerprints is not None else base
+
+    @property
+    def digest(self) -> str:
+        """A short hash of the fingerprints (the key of a process's search index)."""
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"{self.radius}/{self.bits}".encode())
+            if self.fingerprints is not None:
+                h.update(np.ascontiguousarray(self.fingerprints).tobytes())
+            self._digest = h.hexdigest()
+        return self._digest
+
+    def summary(self) -> str:
+        """One line for a log."""
+        fps = (
+            f"fingerprints of {len(self.fingerprints)} of {self.fingerprint_pool}"
+            if self.fingerprints is not None
+            else "no fingerprints (no SMILES)"
+        )
+        elements = sorted({int(z) for z in self.species[:, 0]})
+        return (
+            f"{self.molecules} training molecules: {len(elements)} elements, "
+            f"{len(self.species)} (element, charge) pairs, at most {self.max_fragments} "
+            f"fragments and {self.max_atoms} heavy atoms; {fps}"
+        )
+
+    # ----------------------------------------------------------------------------------
+    # Checkpoint form
+    # ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint form: plain values and one uint8 tensor, which
+        ``torch.load(weights_only=True)`` reads."""
+        import torch
+
+        fps = None
+        if self.fingerprints is not None:
+            fps = {
+                "kind": "morgan",
+                "radius": self.radius,
+                "bits": self.bits,
+                "cap": self.cap,
+                "seed": self.seed,
+                "pool": self.fingerprint_pool,
+                "packed": torch.from_numpy(np.ascontiguousarray(self.fingerprints, np.uint8)),
+            }
+        return {
+            "format": _FORMAT,
+            "featurizer": self.featurizer,
+            "molecules": self.molecules,
+            "checks": list(self.checks),
+            "species": self.species.tolist(),
+            "max_fragments": self.max_fragments,
+            "max_atoms": self.max_atoms,
+            "fingerprints": fps,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DomainRecord:
+        """The record of :meth:`to_dict`'s form."""
+        fps = d.get("fingerprints")
+        extra: dict[str, Any] = {}
+        if fps is not None:
+            packed = fps["packed"]
+            packed = packed.numpy() if hasattr(packed, "numpy") else np.asarray(packed)
+            extra = {
+                "fingerprints": np.ascontiguousarray(packed, dtype=np.uint8),
+                "fingerprint_pool": int(fps["pool"]),
+                "radius": int(fps["radius"]),
+                "bits": int(fps["bits"]),
+                "cap": int(fps["cap"]),
+                "seed": int(fps["seed"]),
+            }
+        species = np.asarray(d["species"], dtype=np.int64).reshape(-1, 2)
+        record = cls(
+            featurizer=str(d["featurizer"]),
+            molecules=int(d["molecules"]),
+            species=species,
+            max_fragments=int(d["max_fragments"]),
+            max_atoms=int(d["max_atoms"]),
+            **extra,
+        )
+        record.digest  # noqa: B018 - computed once here, it travels with the record to workers
+        return record
+
+    # ----------------------------------------------------------------------------------
+    # Comparison
+    # ----------------------------------------------------------------------------------
+
+    def check(
+        self,
+        arrays: dict[str, np.ndarray],
+        mols: Sequence[Chem.Mol] | None = None,
+        similarity: bool = True,
+    ) -> ChunkDomain:
+        """Compare ``G`` new molecules with the record.
+
+        Args:
+            arrays: their graphs (:func:`graph_facts`' ``arrays``).
+            mols: ``[G]`` their RDKit molecules, for the nearest-neighbour similarity
+                (``None``: not searched).
+            similarity: search the nearest training fingerprint (where the record has
+                fingerprints and ``mols`` are given).
+
+        Returns:
+            Their reasons, similarities (``None`` when not searched), atoms and fragments.
+        """
+        facts = graph_facts(arrays, self.featurizer)
+        g = facts.atoms.size
+        graph = np.repeat(np.arange(g), facts.atoms)  # [sum atoms] the graph of each atom
+        new_element = ~np.isin(facts.atomic_number, self.species[:, 0])
+        new_pair = ~np.isin(facts.keys, _species_key(self.species[:, 0], self.species[:, 1]))
+        new_pair &= ~new_element
+        out = np.zeros(g, dtype=bool)
+        out[graph[new_element | new_pair]] = True
+        out |= facts.fragments > self.max_fragments
+        out |= facts.atoms > self.max_atoms
+        reasons: list[tuple[str, ...]] = [()] * g
+        if out.any():
+            ptr = np.zeros(g + 1, dtype=np.int64)
+            np.cumsum(facts.atoms, out=ptr[1:])
+            for k in np.flatnonzero(out).tolist():
+                atoms = slice(ptr[k], ptr[k + 1])
+                reasons[k] = self._reasons(
+                    facts.atomic_number[atoms][new_element[atoms]],
+                    facts.atomic_number[atoms][new_pair[atoms]],
+                    facts.charge[atoms][new_pair[atoms]],
+                    int(facts.fragments[k]),
+                    int(facts.atoms[k]),
+                )
+        sim = None
+        if similarity and mols is not None and self.fingerprints is not None:
+            if len(mols) != g:
+                raise ValueError(f"{len(mols)} molecules for {g} graphs")
+            sim = self.nearest_similarity(morgan_bits(mols, self.radius, self.bits))
+        return ChunkDomain(reasons, sim, facts.atoms, facts.fragments)
+
+    def _reasons(
+        self,
+        new_elements: np.ndarray,
+        pair_elements: np.ndarray,
+        pair_charges: np.ndarray,
+        fragments: int,
+        atoms: int,
+    ) -> tuple[str, ...]:
+        """One molecule's reasons (see the module's table)."""
+        out = []
+        if new_elements.size:
+            names = [_symbol(z) for z in sorted(set(new_elements.tolist()))]
+            out.append(f"element {', '.join(names)}")
+        if pair_elements.size:
+            pairs = sorted(set(zip(pair_elements.tolist(), pair_charges.tolist(), strict=True)))
+            out.append(f"charge {', '.join(_charged(z, c) for z, c in pairs)}")
+        if fragments > self.max_fragments:
+            out.append(f"fragments {fragments} > {self.max_fragments}")
+        if atoms > self.max_atoms:
+            out.append(f"atoms {atoms} > {self.max_atoms}")
+        return tuple(out)
+
+    def nearest_similarity(self, query: np.ndarray) -> np.ndarray:
+        """``[Q]`` float32 Tanimoto similarity of each query's nearest recorded fingerprint.
+
+        The search reads the record's fingerprints by bit (:class:`_SearchIndex`, built once
+        per process): the bits a query shares with every fingerprint are the sum of the
+        query's on-bit rows (about 40 for a drug-like molecule), added 8 bytes at a time, not
+        a popcount of every word of every fingerprint. The similarity ``c / (n + t - c)`` of
+        a query with ``n`` bits set grows with the shared bits ``c`` among fingerprints with
+        the same ``t`` bits set, so only each such group's largest ``c`` is divided.
+
+        Args:
+            query: ``[Q, bits]`` uint8 0 / 1 fingerprints (:func:`morgan_bits`).
+        """
+        if self.fingerprints is None:
+            raise ValueError("the record has no fingerprints")
+        index = _search_index(self)
+        rows, cols = np.nonzero(query)
+        sizes = np.bincount(rows, minlength=len(query))
+        ends = np.cumsum(sizes)
+        out = np.zeros(len(query), dtype=np.float32)
+        for q, (n, end) in enumerate(zip(sizes.tolist(), ends.tolist(), strict=True)):
+            if n:  # no bit set: nothing in common with anything
+                out[q] = index.nearest(cols[end - n : end])
+        return out
+
+
+class _SearchIndex:
+    """A record's fingerprints laid out for :meth:`DomainRecord.nearest_similarity`.
+
+    Attributes:
+        by_bit: ``[bits, F']`` uint8 0 / 1, column ``j`` the ``j``-th fingerprint by bits
+            set, ``F'`` = ``F`` rounded up to a multiple of 8 with empty fingerprints.
+        wide: ``by_bit`` as ``[bits, F' / 8]`` uint64: one add sums 8 fingerprints' bytes.
+        starts: ``[K]`` first column of each group of equal bits set.
+        set_bits: ``[K]`` float32 those groups' bits set.
+    """
+
+    def __init__(self, packed: np.ndarray, bits: int) -> None:
+        unpacked = np.unpackbits(packed, axis=1, count=bits, bitorder="little")  # [F, bits]
+        pad = -len(unpacked) % 8
+        unpacked = np.concatenate([np.zeros((pad, bits), np.uint8), unpacked])
+        counts = unpacked.sum(axis=1, dtype=np.int64)
+        order = np.argsort(counts, kind="stable")
+        self.by_bit = np.ascontiguousarray(unpacked[order].T)
+        self.wide = self.by_bit.view(np.uint64)
+        set_bits, self.starts = np.unique(counts[order], return_index=True)
+        self.set_bits = set_bits.astype(np.float32)
+
+    def nearest(self, on: np.ndarray) -> float:
+        """The largest similarity of the query with on-bits ``on`` (``[n]``, ``n`` >= 1)."""
+        if on.size < 256:  # a byte holds every count: 8 of them a uint64 add
+            common = np.add.reduce(np.take(self.wide, on, axis=0), axis=0).view(np.uint8)
+        else:
+            common = np.add.reduce(self.by_bit[on], axis=0, dtype=np.uint16)
+        best = np.maximum.reduceat(common, self.starts).astype(np.float32)  # [K]
+        return float((best / (self.set_bits + on.size - best)).max())
+
+
+_INDEX: dict[str, _SearchIndex] = {}
+
+
+def _search_index(record: DomainRecord) -> _SearchIndex:
+    """The search index of ``record``'s fingerprints, kept for the last record this process
+    searched."""
+    key = record.digest
+    if key not in _INDEX:
+        assert record.fingerprints is not None
+        _INDEX.clear()
+        _INDEX[key] = _SearchIndex(record.fingerprints, record.bits)
+    return _INDEX[key]
+
+
+def _symbol(atomic_number: int) -> str:
+    if atomic_number == 0:
+        return "*"
+    from rdkit import Chem
+
+    return Chem.GetPeriodicTable().GetElementSymbol(int(atomic_number))
+
+
+def _charged(atomic_number: int, charge: int) -> str:
+    """``[Cl-]``, ``[Fe+2]``, ``[Na]`` (neutral); a charge the featuriser does not encode:
+    ``[C charge beyond ±5]``."""
+    symbol = _symbol(atomic_number)
+    if charge == OTHER_CHARGE:
+        return f"[{symbol} charge beyond ±5]"
+    sign = "+" if charge > 0 else "-"
+    size = "" if abs(charge) == 1 else str(abs(charge))
+    return f"[{symbol}{sign}{size}]" if charge else f"[{symbol}]"
+
+
+# --------------------------------------------------------------------------------------
+# The record of a training split
+# --------------------------------------------------------------------------------------
+
+
+def domain_record(
+    dataset: Any,
+    featurizer: str,
+    cap: int = FINGERPRINT_CAP,
+    seed: int = FINGERPRINT_SEED,
+) -> DomainRecord | None:
+    """The record of a training split, read from its store.
+
+    Args:
+        dataset: a :class:`~.store.CachedGraphDataset` (anything else: ``None``).
+        featurizer: its featuriser (``"ogb"`` or ``"zinc"``).
+        cap: the most fingerprints kept (a seeded sample beyond it).
+        seed: the sample's seed.
+
+    Returns:
+        The record; with fingerprints where the store keeps SMILES.
+    """
+    from .store import CachedGraphDataset, _gather
+
+    if not isinstance(dataset, CachedGraphDataset) or len(dataset) == 0:
+        return None
+    arrays, positions = dataset.cache.open(), dataset.positions
+    blocks = (
+        _gather(arrays, positions[start : start + _BLOCK])
+        for start in range(0, positions.size, _BLOCK)
+    )
+    record = _composition(blocks, featurizer)
+    if dataset.cache.has_smiles:
+        pick = _sample(len(dataset), cap, seed)
+        smiles = dataset.cache.smiles(positions[pick])
+        _add_fingerprints(record, _parse(smiles), len(dataset), cap, seed)
+    return record
+
+
+def record_of_smiles(
+    smiles: Sequence[str],
+    featurizer: str = "ogb",
+    cap: int = FINGERPRINT_CAP,
+    seed: int = FINGERPRINT_SEED,
+) -> DomainRecord:
+    """The record of training molecules given as SMILES (those that do not featurise are left
+    out), e.g. to give an older checkpoint one: ``ckpt["domain"] = record.to_dict()``.
+
+    Args:
+        smiles: ``[M]`` SMILES.
+        featurizer: the model's featuriser (``"ogb"`` or ``"zinc"``).
+        cap: the most fingerprints kept (a seeded sample beyond it).
+        seed: the sample's seed.
+    """
+    from .store import featurize_chunk
+
+    def blocks() -> Iterator[dict[str, np.ndarray]]:
+        for start in range(0, len(smiles), _BLOCK):
+            part = list(smiles[start : start + _BLOCK])
+            yield featurize_chunk(part, np.zeros((len(part), 1)), 0, featurizer)[0]
+
+    record = _composition(blocks(), featurizer)
+    pick = _sample(len(smiles), cap, seed)
+    _add_fingerprints(record, _parse([smiles[k] for k in pick]), len(smiles), cap, seed)
+    return record
+
+
+def _composition(blocks: Iterable[dict[str, np.ndarray]], featurizer: str) -> DomainRecord:
+    """A record without fingerprints of the graphs of chunk or store arrays."""
+    keys: set[int] = set()
+    molecules = max_fragments = max_atoms = 0
+    for arrays in blocks:
+        facts = graph_facts(arrays, featurizer)
+        keys.update(np.unique(facts.keys).tolist())
+        molecules += facts.atoms.size
+        max_fragments = max(max_fragments, int(facts.fragments.max(initial=0)))
+        max_atoms = max(max_atoms, int(facts.atoms.max(initial=0)))
+    pairs = [(k // 1000, k % 1000 - 500) for k in sorted(keys)]  # see _species_key
+    species = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return DomainRecord(featurizer, molecules, species, max_fragments, max_atoms)
+
+
+def _sample(n: int, cap: int, seed: int) -> np.ndarray:
+    """``[min(n, cap)]`` sorted positions: all of ``0..n-1``, or a seeded sample of ``cap``."""
+    if n <= cap:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, cap, replace=False))
+
+
+def _parse(smiles: Sequence[str]) -> list[Chem.Mol]:
+    """The RDKit molecules of SMILES that parse (a store's all do)."""
+    from rdkit import Chem, rdBase
+
+    with rdBase.BlockLogs():
+        mols = [Chem.MolFromSmiles(s.strip()) for s in smiles]
+    return [m for m in mols if m is not None]
+
+
+def _add_fingerprints(
+    record: DomainRecord, mols: Sequence[Chem.Mol], pool: int, cap: int, seed: int
+) -> None:
+    """Give ``record`` the packed fingerprints of ``mols``, drawn from ``pool`` molecules
+    (none when there are no molecules)."""
+    if not mols:
+        return
+    bits = morgan_bits(mols, record.radius, record.bits)
+    record.fingerprints = np.packbits(bits, axis=1, bitorder="little")  # [F, bits / 8]
+    record.fingerprint_pool, record.cap, record.seed = pool, cap, seed
+    record._digest = None
