@@ -324,13 +324,12 @@ def _train(table: Path, root: Path, out: Path, *extra: str) -> None:
 def drug_table(tmp_path_factory) -> Path:
     """The drugs with a target, the training ones in the training split."""
     path = tmp_path_factory.mktemp("drugs") / "drugs.csv"
+    held_out = ["valid" if k % 2 else "test" for k in range(len(DRUGS_HELD_OUT))]
+    splits = ["train"] * len(DRUGS_TRAIN) + held_out
+    pairs = zip(DRUGS_TRAIN + DRUGS_HELD_OUT, splits, strict=True)
+    rows = [[s, len(s) / 10, split] for s, split in pairs]
     with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["smiles", "y", "split"])
-        for s in DRUGS_TRAIN:
-            w.writerow([s, len(s) / 10, "train"])
-        for k, s in enumerate(DRUGS_HELD_OUT):
-            w.writerow([s, len(s) / 10, "valid" if k % 2 else "test"])
+        csv.writer(fh).writerows([["smiles", "y", "split"], *rows])
     return path
 
 

@@ -140,7 +140,9 @@ def test_predict_command_imports_neither_the_compiler_nor_pyg_nor_pandas(tmp_pat
         """,
         str(ckpt),
     )
-    assert out["code"] == 0 and out["csv"][0] == "smiles,a,b,error" and len(out["csv"]) == 3
+    header = "smiles,a,b,domain,nearest_similarity,error"
+    assert out["code"] == 0 and out["csv"][0] == header and len(out["csv"]) == 3
+    assert out["csv"][1].endswith(",unknown,,")  # CCO: no training record in the checkpoint
     assert out["imported"] == ["torch"]
 
 

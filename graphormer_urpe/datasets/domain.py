@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .fingerprints import morgan_bits, nearest_index
+
 if TYPE_CHECKING:
     from rdkit import Chem
 
@@ -208,29 +210,6 @@ def fragment_counts(
     graph = np.repeat(np.arange(num_nodes.size), num_nodes)
     roots = parent == np.arange(parent.size)
     return np.bincount(graph[roots], minlength=num_nodes.size).astype(np.int64)
-
-
-def morgan_bits(mols: Sequence[Chem.Mol], radius: int, bits: int) -> np.ndarray:
-    """``[G, bits]`` uint8 (0 / 1) Morgan fingerprints of RDKit molecules (RDKit's
-    ``GetMorganGenerator(radius, fpSize=bits)``, the same as ``DataStructs`` compares)."""
-    out = np.zeros((len(mols), bits), dtype=np.uint8)
-    if len(mols):
-        gen = _generator(radius, bits)
-        for i, mol in enumerate(mols):
-            out[i] = gen.GetFingerprintAsNumPy(mol)
-    return out
-
-
-_GENERATORS: dict[tuple[int, int], Any] = {}
-
-
-def _generator(radius: int, bits: int):
-    key = (radius, bits)
-    if key not in _GENERATORS:
-        from rdkit.Chem import rdFingerprintGenerator
-
-        _GENERATORS[key] = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
-    return _GENERATORS[key]
 
 
 # --------------------------------------------------------------------------------------
@@ -487,75 +466,15 @@ class DomainRecord:
         return tuple(out)
 
     def nearest_similarity(self, query: np.ndarray) -> np.ndarray:
-        """``[Q]`` float32 Tanimoto similarity of each query's nearest recorded fingerprint.
-
-        The search reads the record's fingerprints by bit (:class:`_SearchIndex`, built once
-        per process): the bits a query shares with every fingerprint are the sum of the
-        query's on-bit rows (about 40 for a drug-like molecule), added 8 bytes at a time, not
-        a popcount of every word of every fingerprint. The similarity ``c / (n + t - c)`` of
-        a query with ``n`` bits set grows with the shared bits ``c`` among fingerprints with
-        the same ``t`` bits set, so only each such group's largest ``c`` is divided.
+        """``[Q]`` float32 Tanimoto similarity of each query's nearest recorded fingerprint
+        (:class:`~.fingerprints.NearestIndex`, built once per process).
 
         Args:
             query: ``[Q, bits]`` uint8 0 / 1 fingerprints (:func:`morgan_bits`).
         """
         if self.fingerprints is None:
             raise ValueError("the record has no fingerprints")
-        index = _search_index(self)
-        rows, cols = np.nonzero(query)
-        sizes = np.bincount(rows, minlength=len(query))
-        ends = np.cumsum(sizes)
-        out = np.zeros(len(query), dtype=np.float32)
-        for q, (n, end) in enumerate(zip(sizes.tolist(), ends.tolist(), strict=True)):
-            if n:  # no bit set: nothing in common with anything
-                out[q] = index.nearest(cols[end - n : end])
-        return out
-
-
-class _SearchIndex:
-    """A record's fingerprints laid out for :meth:`DomainRecord.nearest_similarity`.
-
-    Attributes:
-        by_bit: ``[bits, F']`` uint8 0 / 1, column ``j`` the ``j``-th fingerprint by bits
-            set, ``F'`` = ``F`` rounded up to a multiple of 8 with empty fingerprints.
-        wide: ``by_bit`` as ``[bits, F' / 8]`` uint64: one add sums 8 fingerprints' bytes.
-        starts: ``[K]`` first column of each group of equal bits set.
-        set_bits: ``[K]`` float32 those groups' bits set.
-    """
-
-    def __init__(self, packed: np.ndarray, bits: int) -> None:
-        unpacked = np.unpackbits(packed, axis=1, count=bits, bitorder="little")  # [F, bits]
-        pad = -len(unpacked) % 8
-        unpacked = np.concatenate([np.zeros((pad, bits), np.uint8), unpacked])
-        counts = unpacked.sum(axis=1, dtype=np.int64)
-        order = np.argsort(counts, kind="stable")
-        self.by_bit = np.ascontiguousarray(unpacked[order].T)
-        self.wide = self.by_bit.view(np.uint64)
-        set_bits, self.starts = np.unique(counts[order], return_index=True)
-        self.set_bits = set_bits.astype(np.float32)
-
-    def nearest(self, on: np.ndarray) -> float:
-        """The largest similarity of the query with on-bits ``on`` (``[n]``, ``n`` >= 1)."""
-        if on.size < 256:  # a byte holds every count: 8 of them a uint64 add
-            common = np.add.reduce(np.take(self.wide, on, axis=0), axis=0).view(np.uint8)
-        else:
-            common = np.add.reduce(self.by_bit[on], axis=0, dtype=np.uint16)
-        best = np.maximum.reduceat(common, self.starts).astype(np.float32)  # [K]
-        return float((best / (self.set_bits + on.size - best)).max())
-
-
-_INDEX: dict[str, _SearchIndex] = {}
-
-
-def _search_index(record: DomainRecord) -> _SearchIndex:
-    """The search index of ``record``'s fingerprints, kept for the last record this process
-    searched."""
-    key = record.digest
-    if key not in _INDEX:
-        assert record.fingerprints is not None
-        _INDEX.clear()
-        _INDEX[key] = _SearchIndex(record.fingerprints, record.bits)
-    return _INDEX[key]
+        return nearest_index(self.digest, self.fingerprints, self.bits).similarities(query)
 
 
 def _symbol(atomic_number: int) -> str:
