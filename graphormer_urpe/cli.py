@@ -7,6 +7,7 @@ functions; errors reach the user as one line (``graphormer-urpe: error: ...``) a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -15,6 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 from ._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
 
@@ -590,18 +592,20 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """``graphormer-urpe predict``: streams rows to the output as their batches finish."""
-    import contextlib
+    """``graphormer-urpe predict``: streams rows to the output as their batches finish.
 
+    SIGTERM ends it as Ctrl-C does: the rows written so far stay a valid CSV, the featurising
+    processes are stopped, and the last line says how many rows were written."""
     import torch
 
     from .training.ensemble import load_models
-    from .training.stream import (
-        default_threads,
-        iter_predictions,
-        read_smiles,
-        write_predictions_csv,
+    from .training.predict_io import (
+        WriteCounts,
+        carry_names,
+        interrupts_between_rows,
+        read_named_smiles,
     )
+    from .training.stream import default_threads, iter_predictions, write_predictions_csv
 
     torch.set_num_threads(args.threads or default_threads(args.workers))
     models = load_models(args.checkpoint, args.device or "auto")
@@ -611,8 +615,14 @@ def run_predict(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--logits applies to binary tasks; {args.checkpoint} predicts regression targets"
         )
-    smiles = read_smiles(args.input, args.smiles_column) if args.input else args.smiles
-    results = iter_predictions(
+    smiles, with_names, named = args.smiles, None, False
+    if args.input:
+        rows = read_named_smiles(args.input, args.smiles_column)
+        first = next(rows, None)
+        named = first is not None and first[1] is not None  # one SMILES a line: its names
+        smiles, with_names = carry_names(chain([first] if first else [], rows))
+    counts = WriteCounts()
+    predictions = iter_predictions(
         models,
         smiles,
         batch_size=args.batch_size,
@@ -621,28 +631,39 @@ def run_predict(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         similarity=not args.no_similarity,
     )
-    outside = [0]  # rows out of the training domain
-
-    def counted(predictions):
-        for p in predictions:
-            outside[0] += p.domain is not None and not p.domain.in_domain
-            yield p
-
-    with contextlib.ExitStack() as stack:
-        out = sys.stdout
-        if args.output:  # written line by line: an interrupted run leaves a valid prefix
-            out = stack.enter_context(open(args.output, "w", newline="", encoding="utf-8"))
-        std = len(models) > 1
-        rows, bad = write_predictions_csv(
-            counted(results), out, lm.target_names, binary, args.logits, std=std, domain=True
-        )
+    results = with_names(predictions) if with_names else predictions
     where = f" to {args.output}" if args.output else ""
-    domain = f"{outside[0]} out of the training domain"
+    try:
+        with interrupts_between_rows(counts), contextlib.ExitStack() as stack:
+            out = sys.stdout
+            if args.output:  # written line by line: an interrupted run leaves a valid prefix
+                out = stack.enter_context(open(args.output, "w", newline="", encoding="utf-8"))
+            write_predictions_csv(
+                results,
+                out,
+                lm.target_names,
+                binary,
+                args.logits,
+                std=len(models) > 1,
+                domain=True,
+                names=named,
+                counts=counts,
+            )
+    except KeyboardInterrupt as exc:
+        results.close()  # stops the featurising processes now
+        predictions.close()
+        signum = getattr(exc, "signum", signal.SIGINT)
+        exc.args = (
+            f"{signal.Signals(signum).name}: stopped after writing {counts.rows} rows{where} "
+            f"(the input's first {counts.rows}, a valid CSV)",
+        )
+        raise
+    domain = f"{counts.outside} out of the training domain"
     if lm.domain is None:
         domain = "training domain unknown (the checkpoint does not record it)"
     print(
-        f"graphormer-urpe: wrote {rows} rows{where}: {rows - bad} molecules predicted, "
-        f"{bad} could not be read, {domain}",
+        f"graphormer-urpe: wrote {counts.rows} rows{where}: {counts.rows - counts.failed} "
+        f"molecules predicted, {counts.failed} could not be read, {domain}",
         file=sys.stderr,
     )
     return 0
@@ -655,7 +676,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "predict",
         help="predict molecules from SMILES",
         description="Predict the targets of molecules with a trained checkpoint. Streams CSV "
-        "(smiles, one column per target, domain, nearest_similarity, error) to --output or "
+        "(smiles, name for one-SMILES-a-line input, one column per target, domain, "
+        "nearest_similarity, error) to --output or "
         "standard output, one row per "
         "input row in input order, as each batch finishes; invalid SMILES get an empty "
         "prediction and the reason. domain says 'in', or 'out: <reasons>' for a molecule "
@@ -675,7 +697,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--input",
         help="a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
-        "line (a name may follow), or - for standard input (CSV when its first line names "
+        "line (a name may follow: it goes to the name column), or - for standard input (CSV "
+        "when its first line names "
         "--smiles-column, else one SMILES a line)",
     )
     p.add_argument("--smiles-column", default="smiles", help="SMILES column of --input")
@@ -1044,7 +1067,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGINT during training (saved)
-        print(f"graphormer-urpe: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"graphormer-urpe: {str(exc) or 'interrupted'}", file=sys.stderr)
         return 128 + int(getattr(exc, "signum", signal.SIGINT))
     except Exception as exc:  # one line for the user; --verbose shows the traceback
         if args.verbose:

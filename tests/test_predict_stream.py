@@ -13,7 +13,6 @@ import gzip
 import io
 import itertools
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -269,9 +268,14 @@ def _expected_rows(ckpt: Path, smiles: list[str], batch_size: int) -> list[list[
     ]
 
 
-def _read_output(path_or_text: Path | str) -> list[list[str]]:
+def _read_output(path_or_text: Path | str, names: list[str] | None = None) -> list[list[str]]:
+    """The rows of a predict CSV as ``_expected_rows`` gives them, checking the domain columns
+    and, where the input had names (one SMILES a line), that ``names`` are in order."""
     text = path_or_text.read_text() if isinstance(path_or_text, Path) else path_or_text
     rows = list(csv.reader(io.StringIO(text)))
+    if names is not None:
+        assert rows[0][1] == "name" and [r[1] for r in rows[1:]] == names
+        rows = [[r[0], *r[2:]] for r in rows]
     assert rows[0] == ["smiles", "a", "b", "domain", "nearest_similarity", "error"]
     # this checkpoint records no training domain: "unknown" for every molecule read
     assert all(r[3:5] == (["", ""] if r[5] else ["unknown", ""]) for r in rows[1:])
@@ -285,7 +289,12 @@ def test_cli_predicts_every_input_format(ogb_ckpt, tmp_path, capsys, kind):
     args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", str(path), "--output", str(out)]
     opts = ["--batch-size", "6", "--workers", "1", "--chunk-size", "8", "--no-progress"]
     assert cli.main([*args, *opts, "--device", "cpu", "--threads", "1"]) == 0
-    assert _read_output(out) == _expected_rows(ogb_ckpt, MIXED, 6)
+    # a .smi line's name follows its SMILES; .txt lines have none; a CSV has no name column
+    names = {
+        "smi": [f"mol {i}" if s else "" for i, s in enumerate(MIXED)],
+        "txt": [""] * len(MIXED),
+    }
+    assert _read_output(out, names.get(kind)) == _expected_rows(ogb_ckpt, MIXED, 6)
     err = capsys.readouterr().err
     bad = sum(s in BAD for s in MIXED)
     assert f"{len(MIXED) - bad} molecules predicted, {bad} could not be read" in err
@@ -296,7 +305,7 @@ def test_cli_reads_standard_input_and_writes_standard_output(ogb_ckpt, monkeypat
     args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", "-", "--no-progress"]
     assert cli.main([*args, "--batch-size", "4", "--workers", "0"]) == 0
     captured = capsys.readouterr()
-    assert _read_output(captured.out) == _expected_rows(ogb_ckpt, MIXED, 4)
+    assert _read_output(captured.out, [""] * len(MIXED)) == _expected_rows(ogb_ckpt, MIXED, 4)
     assert "could not be read" in captured.err
 
 
@@ -337,20 +346,20 @@ def test_interrupted_writer_leaves_a_valid_prefix(ogb_ckpt, tmp_path):
 
 
 def test_interrupted_cli_run_leaves_a_prefix_of_the_output(ogb_ckpt, tmp_path, monkeypatch):
-    from graphormer_urpe.training import stream
+    from graphormer_urpe.training import predict_io
 
     path = _write_inputs(tmp_path, MIXED)["smi"]
     full, part = tmp_path / "full.csv", tmp_path / "part.csv"
     args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", str(path), "--no-progress"]
     opts = ["--batch-size", "3", "--workers", "1", "--chunk-size", "5"]
     assert cli.main([*args, *opts, "--output", str(full)]) == 0
-    read = stream.read_smiles
+    read = predict_io.read_named_smiles
 
     def failing_read(*a, **kw):
         yield from itertools.islice(read(*a, **kw), 17)
         raise KeyboardInterrupt  # Ctrl-C while reading row 17
 
-    monkeypatch.setattr(stream, "read_smiles", failing_read)
+    monkeypatch.setattr(predict_io, "read_named_smiles", failing_read)
     monkeypatch.setattr("graphormer_urpe.cli.sys.stderr", io.StringIO())
     assert cli.main([*args, *opts, "--output", str(part)]) == 130  # interrupted
     text = part.read_text()
@@ -381,26 +390,3 @@ def test_without_malloc_trim_the_heap_is_left_alone(monkeypatch):
     trim = stream._HeapTrimmer(slack=1)
     trim()
     assert trim.limit is None
-
-
-@pytest.mark.skipif(not hasattr(stream.fcntl, "F_GETPIPE_SZ"), reason="needs Linux pipes")
-def test_the_result_pipe_is_widened():
-    max_size = int(Path("/proc/sys/fs/pipe-max-size").read_text())
-    with stream._mp_context().Pool(1) as pool:
-        fd = pool._outqueue._reader.fileno()
-        before = stream.fcntl.fcntl(fd, stream.fcntl.F_GETPIPE_SZ)
-        stream._widen_result_pipe(pool)
-        after = stream.fcntl.fcntl(fd, stream.fcntl.F_GETPIPE_SZ)
-        assert pool.apply(len, ("abc",)) == 3  # results still come back
-    if max_size >= stream.PIPE_BYTES:
-        assert after == stream.PIPE_BYTES
-    else:  # refused, unless the process may exceed the system's limit (root)
-        assert after in (before, stream.PIPE_BYTES)
-
-
-@pytest.mark.skipif(not hasattr(os, "nice"), reason="needs Unix priorities")
-def test_featurising_workers_run_at_a_lower_priority():
-    with stream._pool(1) as pool:
-        niceness = pool.apply(os.nice, (0,))
-        assert pool.apply(len, ("abc",)) == 3
-    assert niceness == min(os.nice(0) + stream.WORKER_NICENESS, 19)

@@ -29,51 +29,53 @@ Example::
 
 from __future__ import annotations
 
-import csv
 import ctypes
-import gzip
-import io
-import multiprocessing
-import multiprocessing.pool
 import os
-import sys
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from functools import lru_cache
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
-from torch import Tensor
 from tqdm.auto import tqdm
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on Unix
-    fcntl = None  # type: ignore[assignment]
 
 from ..graph.batch import GraphormerCollator
 from ..graph.flat import FlatGraphs
 from ..graph.shapes import StaticShapes
 from .capture import CapturedForward, default_backend
-from .ensemble import load_models, mean_and_std
+from .ensemble import load_models
 from .inference import LoadedModel
 from .loop import Precision
+from .predict_io import (
+    DOMAIN_COLUMNS,
+    Prediction,
+    WriteCounts,
+    prediction_columns,
+    read_named_smiles,
+    read_smiles,
+    write_predictions_csv,
+)
 from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+from .workers import featurising_pool
 
 if TYPE_CHECKING:
     from ..datasets.domain import ChunkDomain, DomainCheck, DomainRecord
 
-__all__ = [
+__all__ = [  # the reading and writing of predict_io re-exported, where they were first
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_WORKERS",
+    "DOMAIN_COLUMNS",
     "Prediction",
+    "WriteCounts",
     "default_threads",
     "iter_predictions",
+    "prediction_columns",
+    "read_named_smiles",
     "read_smiles",
     "write_predictions_csv",
 ]
@@ -91,31 +93,6 @@ def default_threads(workers: int) -> int:
     except AttributeError:  # pragma: no cover - not on Linux
         cores = os.cpu_count() or 1
     return max(1, cores - workers)
-
-
-class Prediction(NamedTuple):
-    """The result for one input row.
-
-    Attributes:
-        index: the row, counted from 0 over the input SMILES.
-        smiles: the SMILES as given.
-        values: ``[T]`` float32 model outputs (logits for binary tasks; an ensemble's mean),
-            or ``None``.
-        error: why the row could not be featurised, or ``None``.
-        members: see below.
-    """
-
-    index: int
-    smiles: str
-    values: Tensor | None
-    error: str | None
-    members: Tensor | None = None
-    """``[K, T]`` each ensemble member's outputs (``values`` is their mean); ``None`` for one
-    model."""
-    domain: DomainCheck | None = None
-    """How the molecule compares with the model's training molecules (out-of-domain reasons,
-    nearest training similarity; :mod:`~graphormer_urpe.datasets.domain`); ``None`` for a row
-    that could not be featurised, or a checkpoint without the record (domain unknown)."""
 
 
 class _Row(NamedTuple):
@@ -136,70 +113,6 @@ class _Chunk(NamedTuple):
 # --------------------------------------------------------------------------------------
 # Reading SMILES
 # --------------------------------------------------------------------------------------
-
-
-def read_smiles(
-    source: str | Path, smiles_column: str = "smiles", stdin: IO[str] | None = None
-) -> Iterator[str]:
-    """The SMILES of a file, read lazily, one per row.
-
-    ``.csv`` / ``.csv.gz``: the ``smiles_column`` column. ``.smi`` / ``.txt`` (optionally
-    ``.gz``): the first whitespace-separated field of each line (a name may follow), a first
-    line whose field is ``smiles_column`` (any case) being a header; a blank line is a row
-    with an empty SMILES. ``-``: standard input (``stdin``), read as CSV when its first line
-    names ``smiles_column`` among comma-separated fields, else one SMILES a line.
-    """
-    if str(source) == "-":
-        yield from _read_stdin(stdin if stdin is not None else sys.stdin, smiles_column)
-        return
-    name = str(source).lower().removesuffix(".gz")
-    if not name.endswith((".csv", ".smi", ".txt")):
-        raise ValueError(
-            f"{source}: unknown input format; expected .csv, .csv.gz, .smi or .txt "
-            "(one SMILES a line), or - for standard input"
-        )
-    opener = gzip.open if str(source).lower().endswith(".gz") else open
-    with opener(source, "rt", newline="") as fh:
-        if name.endswith(".csv"):
-            yield from _csv_column(fh, smiles_column, str(source))
-        else:
-            yield from _smiles_lines(fh, smiles_column)
-
-
-def _read_stdin(fh: IO[str], smiles_column: str) -> Iterator[str]:
-    first = fh.readline()
-    rest: Iterable[str] = fh
-    fields = next(csv.reader([first]), [])
-    if len(fields) > 1 and smiles_column in fields:
-        yield from _csv_column(_chain([first], rest), smiles_column, "standard input")
-    elif first:
-        yield from _smiles_lines(_chain([first], rest), smiles_column)
-
-
-def _chain(head: list[str], tail: Iterable[str]) -> Iterator[str]:
-    yield from head
-    yield from tail
-
-
-def _csv_column(lines: Iterable[str], column: str, where: str) -> Iterator[str]:
-    reader = csv.reader(lines)
-    header = next(reader, None)
-    if header is None:
-        raise ValueError(f"{where} is empty; expected a CSV header with a {column!r} column")
-    if column not in header:
-        raise ValueError(f"{where} has no column {column!r}; columns: {', '.join(header)}")
-    k = header.index(column)
-    for row in reader:
-        yield row[k] if k < len(row) else ""
-
-
-def _smiles_lines(lines: Iterable[str], column: str) -> Iterator[str]:
-    for i, line in enumerate(lines):
-        fields = line.split(maxsplit=1)
-        smi = fields[0] if fields else ""
-        if i == 0 and smi.lower() == column.lower():
-            continue
-        yield smi
 
 
 # --------------------------------------------------------------------------------------
@@ -245,67 +158,6 @@ def _chunks(smiles: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]
         first += len(part)
 
 
-def _mp_context() -> multiprocessing.context.BaseContext:
-    # fork starts workers in milliseconds where it is available (Linux); spawn elsewhere
-    if sys.platform.startswith("linux"):
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")  # pragma: no cover
-
-
-WORKER_NICENESS = 5
-"""How much lower the featurising processes' scheduling priority is than the calling
-process's (Unix ``nice``; see :func:`_lower_priority`)."""
-
-
-def _lower_priority() -> None:
-    """Run this process :data:`WORKER_NICENESS` steps nicer (pool initializer; nothing where
-    the system has no ``nice``).
-
-    The process that runs the model is the pipeline's one consumer. Where the cores are all
-    taken (2 cores: the model's thread and 2 workers), an equal share lets the workers run
-    ahead of it until every submitted chunk is done; then they wait, and a core idles while
-    the model catches up: 15-17% of the machine idle over 40,000 MOSES molecules. At a lower
-    priority the workers take the time the model leaves (3-5% idle), and where there are
-    cores to spare priority changes nothing.
-    """
-    nice = getattr(os, "nice", None)
-    if nice is not None:
-        try:
-            nice(WORKER_NICENESS)
-        except OSError:  # pragma: no cover - raising one's niceness is always allowed
-            pass
-
-
-def _pool(workers: int) -> multiprocessing.pool.Pool:
-    """The featurising processes: at a lower priority, with a wide result pipe."""
-    pool = _mp_context().Pool(workers, initializer=_lower_priority)
-    _widen_result_pipe(pool)
-    return pool
-
-
-PIPE_BYTES = 1 << 20
-"""Buffer of the pipe that brings the workers' chunks back (Linux; 64 KiB by default)."""
-
-
-def _widen_result_pipe(pool: multiprocessing.pool.Pool) -> None:
-    """Give the pipe that carries ``pool``'s results a :data:`PIPE_BYTES` buffer, where the
-    operating system allows (Linux's ``F_SETPIPE_SZ``; nothing elsewhere).
-
-    A chunk of 1,000 MOSES molecules comes back as 13.5 MB. Python reads a message from a
-    pipe one buffer at a time, allocating the whole remainder for every read, so through
-    64 KiB it cost the main process 56 ms of CPU (4.8 ms per MB), through 1 MiB 19 ms
-    (1.4 ms per MB): 0.04 CPU ms per molecule less in the process that runs the model.
-    """
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
-    reader = getattr(getattr(pool, "_outqueue", None), "_reader", None)  # CPython's Pool
-    if set_size is None or reader is None:
-        return
-    try:
-        fcntl.fcntl(reader.fileno(), set_size, PIPE_BYTES)
-    except OSError:  # above the system's pipe-max-size: keep the default
-        pass
-
-
 def _featurized(
     smiles: Iterable[str],
     featurizer: str,
@@ -323,12 +175,12 @@ def _featurized(
     """
     chunks = _chunks(smiles, chunk_size)
     head = list(islice(chunks, 2))
-    chunks = _chain(head, chunks)
+    chunks = chain(head, chunks)
     if workers == 0 or len(head) < 2:  # a single chunk is featurised here, without a pool
         for first, part in chunks:
             yield _featurize_part(part, first, featurizer, hops, mol_features, domain)
         return
-    with _pool(workers) as pool:
+    with featurising_pool(workers) as pool:
         pending: deque = deque()
         for first, part in chunks:
             task = (part, first, featurizer, hops, mol_features, domain)
@@ -525,90 +377,3 @@ def iter_predictions(
         for rows, graphs in _windows(chunks, SORT_WINDOW * batch_size):
             yield from _predict_window(forwards, collator, rows, graphs, batch_size, trim_heap)
             bar.update(len(rows))
-
-
-# --------------------------------------------------------------------------------------
-# Writing CSV
-# --------------------------------------------------------------------------------------
-
-
-DOMAIN_COLUMNS = ("domain", "nearest_similarity")
-"""The applicability-domain columns of the CSV (see :func:`write_predictions_csv`)."""
-
-
-def prediction_columns(
-    target_names: Sequence[str], binary: bool, logits: bool, std: bool = False, domain: bool = False
-) -> list[str]:
-    """The CSV header: ``smiles``, one column per target (``prob_`` / ``logit_`` prefixed for
-    binary tasks), for an ensemble (``std``) one ``<column>_std`` per target, with ``domain``
-    the :data:`DOMAIN_COLUMNS`, ``error``."""
-    if binary:
-        prefix = "logit_" if logits else "prob_"
-        target_names = [prefix + n for n in target_names]
-    spread = [f"{n}_std" for n in target_names] if std else []
-    return ["smiles", *target_names, *spread, *(DOMAIN_COLUMNS if domain else ()), "error"]
-
-
-def write_predictions_csv(
-    predictions: Iterable[Prediction],
-    fh: IO[str],
-    target_names: Sequence[str],
-    binary: bool = False,
-    logits: bool = False,
-    std: bool = False,
-    domain: bool = False,
-) -> tuple[int, int]:
-    """Write the header, then one row per prediction, flushed as it comes, so that an
-    interrupted run leaves a valid CSV prefix. Binary tasks get sigmoid probabilities unless
-    ``logits``. With ``std`` (an ensemble's predictions) each value is the members' mean of
-    what the column reports, followed by their standard deviations. With ``domain``, the
-    columns ``domain`` (``in``, ``out: <reasons>``, ``unknown`` where the checkpoint has no
-    training record, empty for a row that could not be read) and ``nearest_similarity``
-    (three decimals; empty where not searched) come before ``error``.
-
-    Returns:
-        ``(rows, failed)``: rows written and how many of them could not be featurised.
-    """
-    writer = csv.writer(fh, lineterminator="\n")
-    writer.writerow(prediction_columns(target_names, binary, logits, std, domain))
-    fh.flush()
-    rows = failed = 0
-    line = io.StringIO()
-    row_writer = csv.writer(line, lineterminator="\n")
-    for p in predictions:
-        if p.values is None:
-            cells = [""] * (len(target_names) * (2 if std else 1))
-            failed += 1
-        else:
-            cells = _cells(p, binary and not logits, std)
-        if domain:
-            cells += _domain_cells(p)
-        row_writer.writerow([p.smiles, *cells, p.error or ""])
-        fh.write(line.getvalue())  # one whole line per write
-        fh.flush()
-        line.seek(0)
-        line.truncate()
-        rows += 1
-    return rows, failed
-
-
-def _domain_cells(p: Prediction) -> list[str]:
-    """A row's :data:`DOMAIN_COLUMNS` cells."""
-    if p.values is None:
-        return ["", ""]
-    if p.domain is None:
-        return ["unknown", ""]
-    sim = p.domain.nearest_similarity
-    return [p.domain.label, "" if sim is None else f"{sim:.3f}"]
-
-
-def _cells(p: Prediction, probabilities: bool, std: bool) -> list[str]:
-    """A predicted row's value cells (see :func:`write_predictions_csv`)."""
-    if p.members is None:  # one model: its values as they are
-        values = torch.sigmoid(p.values) if probabilities else p.values
-        cells = [f"{v:.6g}" for v in values.tolist()]
-        return cells + ["0"] * len(cells) if std else cells
-    members = torch.sigmoid(p.members) if probabilities else p.members  # [K, T]
-    mean, spread = mean_and_std(members)
-    cells = [f"{v:.6g}" for v in mean.tolist()]
-    return cells + [f"{v:.6g}" for v in spread.tolist()] if std else cells

@@ -1,0 +1,334 @@
+r"""What ``predict`` reads and writes: SMILES files in, one CSV row per input row out.
+
+:func:`read_smiles` reads the SMILES of a CSV column, of a ``.smi`` / ``.txt`` file (one
+SMILES a line, a name may follow) or of standard input, lazily; :func:`read_named_smiles`
+gives each with its name. :func:`write_predictions_csv` writes :class:`Prediction`\ s as CSV,
+a whole line at a time and flushed, so an interrupted run leaves a valid prefix, and counts
+what it wrote as it goes (:class:`WriteCounts`). :func:`carry_names` takes the names of a
+``.smi`` file past the model, which sees only SMILES, into the output's ``name`` column.
+
+Example::
+
+    smiles, named = carry_names(read_named_smiles("library.smi"))
+    counts = WriteCounts()
+    with open("out.csv", "w", newline="") as fh:
+        write_predictions_csv(named(iter_predictions(model, smiles)), fh, ["y"], names=True,
+                              counts=counts)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import io
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor
+
+from .ensemble import mean_and_std
+
+if TYPE_CHECKING:
+    from ..datasets.domain import DomainCheck
+
+__all__ = [
+    "DOMAIN_COLUMNS",
+    "Interrupted",
+    "Prediction",
+    "WriteCounts",
+    "carry_names",
+    "interrupts_between_rows",
+    "prediction_columns",
+    "read_named_smiles",
+    "read_smiles",
+    "write_predictions_csv",
+]
+
+
+class Prediction(NamedTuple):
+    """The result for one input row.
+
+    Attributes:
+        index: the row, counted from 0 over the input SMILES.
+        smiles: the SMILES as given.
+        values: ``[T]`` float32 model outputs (logits for binary tasks; an ensemble's mean),
+            or ``None``.
+        error: why the row could not be featurised, or ``None``.
+        members: see below.
+    """
+
+    index: int
+    smiles: str
+    values: Tensor | None
+    error: str | None
+    members: Tensor | None = None
+    """``[K, T]`` each ensemble member's outputs (``values`` is their mean); ``None`` for one
+    model."""
+    domain: DomainCheck | None = None
+    """How the molecule compares with the model's training molecules (out-of-domain reasons,
+    nearest training similarity; :mod:`~graphormer_urpe.datasets.domain`); ``None`` for a row
+    that could not be featurised, or a checkpoint without the record (domain unknown)."""
+    name: str | None = None
+    """The row's name in a ``.smi`` file (``""``: the line has none); ``None``: not read."""
+
+
+# --------------------------------------------------------------------------------------
+# Reading SMILES
+# --------------------------------------------------------------------------------------
+
+
+def read_smiles(
+    source: str | Path, smiles_column: str = "smiles", stdin: IO[str] | None = None
+) -> Iterator[str]:
+    """The SMILES of a file, read lazily, one per row.
+
+    ``.csv`` / ``.csv.gz``: the ``smiles_column`` column. ``.smi`` / ``.txt`` (optionally
+    ``.gz``): the first whitespace-separated field of each line (a name may follow), a first
+    line whose field is ``smiles_column`` (any case) being a header; a blank line is a row
+    with an empty SMILES. ``-``: standard input (``stdin``), read as CSV when its first line
+    names ``smiles_column`` among comma-separated fields, else one SMILES a line.
+    """
+    for smi, _ in read_named_smiles(source, smiles_column, stdin):
+        yield smi
+
+
+def read_named_smiles(
+    source: str | Path, smiles_column: str = "smiles", stdin: IO[str] | None = None
+) -> Iterator[tuple[str, str | None]]:
+    """:func:`read_smiles`' rows with their names: ``(smiles, name)``, where the name is the
+    rest of a ``.smi`` / ``.txt`` line after the SMILES, stripped (``""``: none), and ``None``
+    for a CSV's rows."""
+    if str(source) == "-":
+        yield from _read_stdin(stdin if stdin is not None else sys.stdin, smiles_column)
+        return
+    name = str(source).lower().removesuffix(".gz")
+    if not name.endswith((".csv", ".smi", ".txt")):
+        raise ValueError(
+            f"{source}: unknown input format; expected .csv, .csv.gz, .smi or .txt "
+            "(one SMILES a line), or - for standard input"
+        )
+    opener = gzip.open if str(source).lower().endswith(".gz") else open
+    with opener(source, "rt", newline="") as fh:
+        if name.endswith(".csv"):
+            yield from _csv_column(fh, smiles_column, str(source))
+        else:
+            yield from _smiles_lines(fh, smiles_column)
+
+
+def _read_stdin(fh: IO[str], smiles_column: str) -> Iterator[tuple[str, str | None]]:
+    first = fh.readline()
+    rest: Iterable[str] = fh
+    fields = next(csv.reader([first]), [])
+    if len(fields) > 1 and smiles_column in fields:
+        yield from _csv_column(chain([first], rest), smiles_column, "standard input")
+    elif first:
+        yield from _smiles_lines(chain([first], rest), smiles_column)
+
+
+def _csv_column(lines: Iterable[str], column: str, where: str) -> Iterator[tuple[str, str | None]]:
+    reader = csv.reader(lines)
+    header = next(reader, None)
+    if header is None:
+        raise ValueError(f"{where} is empty; expected a CSV header with a {column!r} column")
+    if column not in header:
+        raise ValueError(f"{where} has no column {column!r}; columns: {', '.join(header)}")
+    k = header.index(column)
+    for row in reader:
+        yield (row[k] if k < len(row) else ""), None
+
+
+def _smiles_lines(lines: Iterable[str], column: str) -> Iterator[tuple[str, str | None]]:
+    for i, line in enumerate(lines):
+        fields = line.split(maxsplit=1)
+        smi = fields[0] if fields else ""
+        if i == 0 and smi.lower() == column.lower():
+            continue
+        yield smi, fields[1].strip() if len(fields) > 1 else ""
+
+
+def carry_names(
+    rows: Iterable[tuple[str, str | None]],
+) -> tuple[Iterator[str], Callable[[Iterable[Prediction]], Iterator[Prediction]]]:
+    """Split :func:`read_named_smiles`' rows into the SMILES for the model and a function that
+    gives its predictions (one per row, in input order) their names back.
+
+    The names of the rows read but not yet predicted wait in a queue: a few chunks' worth,
+    however long the input.
+    """
+    waiting: deque[str | None] = deque()
+
+    def smiles() -> Iterator[str]:
+        for smi, name in rows:
+            waiting.append(name)
+            yield smi
+
+    def named(predictions: Iterable[Prediction]) -> Iterator[Prediction]:
+        for p in predictions:
+            yield p._replace(name=waiting.popleft())
+
+    return smiles(), named
+
+
+# --------------------------------------------------------------------------------------
+# Writing CSV
+# --------------------------------------------------------------------------------------
+
+
+DOMAIN_COLUMNS = ("domain", "nearest_similarity")
+"""The applicability-domain columns of the CSV (see :func:`write_predictions_csv`)."""
+
+
+def prediction_columns(
+    target_names: Sequence[str],
+    binary: bool,
+    logits: bool,
+    std: bool = False,
+    domain: bool = False,
+    names: bool = False,
+) -> list[str]:
+    """The CSV header: ``smiles``, with ``names`` ``name``, one column per target (``prob_`` /
+    ``logit_`` prefixed for binary tasks), for an ensemble (``std``) one ``<column>_std`` per
+    target, with ``domain`` the :data:`DOMAIN_COLUMNS`, ``error``."""
+    if binary:
+        prefix = "logit_" if logits else "prob_"
+        target_names = [prefix + n for n in target_names]
+    spread = [f"{n}_std" for n in target_names] if std else []
+    first = ["smiles", "name"] if names else ["smiles"]
+    return [*first, *target_names, *spread, *(DOMAIN_COLUMNS if domain else ()), "error"]
+
+
+@dataclass
+class WriteCounts:
+    """What :func:`write_predictions_csv` has written so far (kept up to date row by row, so
+    a caller whose run is interrupted still knows; see :func:`interrupts_between_rows`)."""
+
+    rows: int = 0
+    """Rows written (after the header)."""
+    failed: int = 0
+    """Of those, rows that could not be featurised."""
+    outside: int = 0
+    """Of those, molecules out of the training domain."""
+    writing: bool = False
+    """A row is being written and counted: an interrupt waits for its end."""
+    deferred: int = 0
+    """A signal that arrived while a row was written (0: none)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the writing of predictions.
+
+    Attributes:
+        signum: the signal (the command's exit status is 128 + signum).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupts_between_rows(counts: WriteCounts) -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` at once, except while
+    :func:`write_predictions_csv` writes a row and counts it (``counts.writing``): then at
+    the end of that row. ``counts.rows`` is so always the number of whole rows in the output.
+    (Outside the main thread, where signals cannot be handled, nothing changes.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if counts.writing:
+            counts.deferred = counts.deferred or signum
+        else:
+            raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def write_predictions_csv(
+    predictions: Iterable[Prediction],
+    fh: IO[str],
+    target_names: Sequence[str],
+    binary: bool = False,
+    logits: bool = False,
+    std: bool = False,
+    domain: bool = False,
+    names: bool = False,
+    counts: WriteCounts | None = None,
+) -> tuple[int, int]:
+    """Write the header, then one row per prediction, flushed as it comes, so that an
+    interrupted run leaves a valid CSV prefix. Binary tasks get sigmoid probabilities unless
+    ``logits``. With ``std`` (an ensemble's predictions) each value is the members' mean of
+    what the column reports, followed by their standard deviations. With ``domain``, the
+    columns ``domain`` (``in``, ``out: <reasons>``, ``unknown`` where the checkpoint has no
+    training record, empty for a row that could not be read) and ``nearest_similarity``
+    (three decimals; empty where not searched) come before ``error``. With ``names``, a
+    ``name`` column after ``smiles`` holds each prediction's :attr:`Prediction.name`.
+    ``counts`` is kept up to date as rows are written.
+
+    Returns:
+        ``(rows, failed)``: rows written and how many of them could not be featurised.
+    """
+    counts = counts if counts is not None else WriteCounts()
+    writer = csv.writer(fh, lineterminator="\n")
+    writer.writerow(prediction_columns(target_names, binary, logits, std, domain, names))
+    fh.flush()
+    line = io.StringIO()
+    row_writer = csv.writer(line, lineterminator="\n")
+    for p in predictions:
+        first = [p.smiles, p.name or ""] if names else [p.smiles]
+        if p.values is None:
+            cells = [""] * (len(target_names) * (2 if std else 1))
+        else:
+            cells = _cells(p, binary and not logits, std)
+        if domain:
+            cells += _domain_cells(p)
+        row_writer.writerow([*first, *cells, p.error or ""])
+        counts.writing = True
+        fh.write(line.getvalue())  # one whole line per write
+        fh.flush()
+        counts.rows += 1
+        counts.failed += p.values is None
+        counts.outside += p.domain is not None and not p.domain.in_domain
+        counts.writing = False
+        if counts.deferred:
+            raise Interrupted(counts.deferred)
+        line.seek(0)
+        line.truncate()
+    return counts.rows, counts.failed
+
+
+def _domain_cells(p: Prediction) -> list[str]:
+    """A row's :data:`DOMAIN_COLUMNS` cells."""
+    if p.values is None:
+        return ["", ""]
+    if p.domain is None:
+        return ["unknown", ""]
+    sim = p.domain.nearest_similarity
+    return [p.domain.label, "" if sim is None else f"{sim:.3f}"]
+
+
+def _cells(p: Prediction, probabilities: bool, std: bool) -> list[str]:
+    """A predicted row's value cells (see :func:`write_predictions_csv`)."""
+    if p.members is None:  # one model: its values as they are
+        values = torch.sigmoid(p.values) if probabilities else p.values
+        cells = [f"{v:.6g}" for v in values.tolist()]
+        return cells + ["0"] * len(cells) if std else cells
+    members = torch.sigmoid(p.members) if probabilities else p.members  # [K, T]
+    mean, spread = mean_and_std(members)
+    cells = [f"{v:.6g}" for v in mean.tolist()]
+    return cells + [f"{v:.6g}" for v in spread.tolist()] if std else cells
