@@ -725,6 +725,7 @@ class _Run:
         if config.threads:
             torch.set_num_threads(config.threads)
         self.splits = self._load_splits(config)
+        self._after_plan: list[str] = []  # set-up lines: the plan's duration comes first
         self.domain = self._domain_record() if self.main else None
         if self.main:  # only once the data loaded: a failed start leaves no empty run folder
             self.out.mkdir(parents=True, exist_ok=True)
@@ -820,7 +821,8 @@ class _Run:
         record = domain_record(self.splits.train, self.splits.featurizer)
         if record is None:
             return None
-        log.info("domain record (%.1f s): %s", time.perf_counter() - start, record.summary())
+        seconds = time.perf_counter() - start
+        self._after_plan.append(f"domain record ({seconds:.1f} s): {record.summary()}")
         return record.to_dict()
 
     def _build_model(
@@ -859,11 +861,10 @@ class _Run:
         mean = torch.nan_to_num(torch.nanmean(y, dim=0))
         std = torch.sqrt(torch.nanmean((y - mean).square(), dim=0))
         std = torch.where(torch.isfinite(std) & (std > 1e-8), std, torch.ones_like(std))
-        log.info(
-            "targets standardised with the training split's mean %s and std %s "
-            "(--no-normalize-targets turns this off)",
-            ", ".join(f"{v:.4g}" for v in mean.tolist()),
-            ", ".join(f"{v:.4g}" for v in std.tolist()),
+        self._after_plan.append(
+            f"targets standardised with the training split's mean "
+            f"{', '.join(f'{v:.4g}' for v in mean.tolist())} and std "
+            f"{', '.join(f'{v:.4g}' for v in std.tolist())} (--no-normalize-targets turns this off)"
         )
         return mean.tolist(), std.tolist()
 
@@ -1205,6 +1206,9 @@ class _Run:
             self.device,
             self.precision.kind,
         )
+        for line in self._after_plan:
+            log.info("%s", line)
+        self._after_plan.clear()
         if config.time_limit is not None and config.fill_time_limit:
             log.info(
                 "time limit %g min: the %d steps above are planned to fill it; the run still "
