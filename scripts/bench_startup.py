@@ -70,13 +70,15 @@ HEAVY = (
 """The modules whose import the report follows (each costs 0.1 s to seconds)."""
 
 # Runs the command as ``python -m graphormer_urpe.cli`` would, and writes the heavy modules
-# it imported (at exit, whatever the exit status) to the file named by the first argument.
+# it imported (at exit, whatever the exit status, and however it exits: predict ends with
+# os._exit) to the file named by the first argument.
 _PROBE = """
-import atexit, json, runpy, sys
+import atexit, json, os, runpy, sys
 out, heavy = sys.argv[1], {heavy!r}
-atexit.register(
-    lambda: open(out, "w").write(json.dumps([m for m in heavy if m in sys.modules]))
-)
+record = lambda: open(out, "w").write(json.dumps([m for m in heavy if m in sys.modules]))
+atexit.register(record)
+exit_now = os._exit
+os._exit = lambda code: (record(), exit_now(code))
 sys.argv = ["graphormer-urpe", *sys.argv[2:]]
 runpy.run_module("graphormer_urpe.cli", run_name="__main__", alter_sys=True)
 """

@@ -34,16 +34,20 @@ PACKAGES = [
 COMPILER_AND_PYG = ["torch._dynamo", "torch_geometric", "triton"]
 
 
+def _env() -> dict[str, str]:
+    """This process's environment with this checkout first on the path."""
+    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
 def _child(code: str, *args: str) -> dict:
     """Run ``code`` in a fresh interpreter (this checkout first on the path); it prints one
     JSON object last, which is returned."""
-    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=_env(),
         cwd=REPO,
         timeout=300,
         check=False,
@@ -224,3 +228,39 @@ def test_compiler_disable_runs_the_function_eagerly_inside_compiled_code():
         torch.testing.assert_close(compiled(x), x * 2)
         torch.testing.assert_close(compiled(x), x * 2)  # the cached graph calls it again
         assert seen == expected, (fn, seen)
+
+
+def _predict_process(ckpt: Path, smiles: list[str], *extra: str) -> subprocess.CompletedProcess:
+    """``graphormer-urpe predict`` as its own process (``main()`` without arguments, as the
+    console script calls it), ``smiles`` on standard input, the CSV on standard output."""
+    code = "import sys; from graphormer_urpe import cli; sys.exit(cli.main())"
+    cmd = [sys.executable, "-c", code, "predict", "--checkpoint", str(ckpt), "--input", "-"]
+    return subprocess.run(
+        [*cmd, "--no-progress", *extra],
+        input="".join(f"{s}\n" for s in smiles),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+        check=False,
+    )
+
+
+def test_predict_ends_at_once_with_all_its_output(tmp_path):
+    """The predict process skips Python's teardown (``os._exit``) after flushing: every row
+    reaches a pipe, the last line reaches standard error, and the status is kept."""
+    from tests.test_predict_stream import _checkpoint
+
+    ckpt = _checkpoint(tmp_path / "best.pt", "ogb")
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "x(("] * 1500  # 6,000 rows, ~300 kB
+    proc = _predict_process(ckpt, smiles, "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = proc.stdout.splitlines()
+    assert len(rows) == len(smiles) + 1 and rows[-1].startswith("x((,")
+    assert proc.stderr.splitlines()[-1] == (
+        f"graphormer-urpe: wrote {len(smiles)} rows: {len(smiles) * 3 // 4} molecules "
+        f"predicted, {len(smiles) // 4} could not be read, training domain unknown (the "
+        "checkpoint does not record it)"
+    )
+    failed = _predict_process(tmp_path / "missing.pt", smiles[:1])
+    assert failed.returncode == 2 and "missing.pt" in failed.stderr
