@@ -547,8 +547,8 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """``graphormer-urpe evaluate``."""
+    from .io.checkpoint import write_atomic
     from .training import evaluate_checkpoint
-    from .training.checkpoint import write_atomic
 
     result = evaluate_checkpoint(
         args.checkpoint,

@@ -10,7 +10,7 @@ import torch
 from torch_geometric.data import Batch, Data, InMemoryDataset
 
 from graphormer_urpe import GraphormerFeatures, graph_structure
-from graphormer_urpe.graph import features as features_module
+from graphormer_urpe.graph import add_features as add_features_module
 from graphormer_urpe.graph.fast_features import batched_graph_structure, next_hop_floyd_warshall
 from graphormer_urpe.graph.features import (
     add_graphormer_features,
@@ -207,7 +207,7 @@ def _odd_graphs() -> list[Data]:
 @pytest.mark.parametrize("chunk_pairs", [None, 60])
 def test_batched_features_equal_transform_on_odd_graphs(chunk_pairs, monkeypatch):
     if chunk_pairs is not None:  # many small chunks
-        monkeypatch.setattr(features_module, "_PAIRS_PER_CHUNK", chunk_pairs)
+        monkeypatch.setattr(add_features_module, "_PAIRS_PER_CHUNK", chunk_pairs)
     _assert_batched_equals_per_graph(_odd_graphs(), 4)
 
 

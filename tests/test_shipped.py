@@ -40,7 +40,7 @@ def test_a_file_of_the_same_name_wins_and_a_missing_shipped_file_is_explained(
     (tmp_path / "pretrained").write_text("not a checkpoint")
     assert resolve_checkpoint("pretrained").resolve() == tmp_path / "pretrained"
     (tmp_path / "pretrained").unlink()
-    monkeypatch.setattr("graphormer_urpe.training.checkpoint.WEIGHTS", tmp_path / "none")
+    monkeypatch.setattr("graphormer_urpe.io.checkpoint.WEIGHTS", tmp_path / "none")
     with pytest.raises(CheckpointError, match="shipped checkpoint 'pretrained'.*missing"):
         load_checkpoint("pretrained")
 

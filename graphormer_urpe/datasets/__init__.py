@@ -59,11 +59,11 @@ __getattr__, __dir__ = lazy_exports(
             "open_lsc",
             "preprocess_lsc",
         ],
+        ".dataset_splits": ["DatasetSplits"],
         ".policy": ["apply_input_policy", "graph_sizes", "target_values"],
         ".pretrain": ["DescriptorTargets", "load_pretrain", "read_smiles_list"],
         ".registry": [
             "DATASET_NAMES",
-            "DatasetSplits",
             "load_csv",
             "load_dataset",
             "load_nci5k",

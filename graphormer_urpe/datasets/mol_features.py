@@ -26,7 +26,7 @@ from .splitting import SPLITS
 from .store import CachedGraphDataset
 
 if TYPE_CHECKING:
-    from .registry import DatasetSplits
+    from .dataset_splits import DatasetSplits
 
 __all__ = ["MOL_FEATURES", "mol_features_of_smiles", "needs_descriptors", "with_mol_features"]
 

@@ -653,8 +653,8 @@ def load_lsc_splits(
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
     """
+    from .dataset_splits import DatasetSplits
     from .featurize import InvalidMoleculeError
-    from .registry import DatasetSplits
 
     info = _info(name)
     data = open_lsc(

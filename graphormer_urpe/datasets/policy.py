@@ -20,7 +20,7 @@ from .splitting import SPLITS
 from .store import CachedGraphDataset
 
 if TYPE_CHECKING:
-    from .registry import DatasetSplits
+    from .dataset_splits import DatasetSplits
 
 __all__ = ["apply_input_policy", "graph_sizes", "target_values"]
 

@@ -251,7 +251,7 @@ def load_pretrain(
         cache_dir: the cache folder.
         workers: processes building the store.
     """
-    from .registry import DatasetSplits, _unreadable
+    from .dataset_splits import DatasetSplits, unreadable_by_split
 
     cache = open_pretrain(path, smiles_column, cache_dir=cache_dir, workers=workers)
     parts = random_split(len(cache), PRETRAIN_FRACTIONS, seed)
@@ -283,6 +283,6 @@ def load_pretrain(
         featurizer="ogb",
         target_names=list(norm.names),
         evaluator=descriptor_metrics,
-        unreadable=_unreadable(cache.failures, "random"),
+        unreadable=unreadable_by_split(cache.failures, "random"),
         pretrain=_record(path, cache, norm, parts),
     )

@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .features import FEATURE_OFFSET, UNREACHABLE, has_graphormer_features
 from .flat import FlatGraphs
 from .shapes import StaticShapes
+from .structure import FEATURE_OFFSET, UNREACHABLE, has_graphormer_features
 
 if TYPE_CHECKING:  # PyG is imported where PyG graphs are handled (batches of FlatGraphs need none)
     from torch_geometric.data import Batch, Data

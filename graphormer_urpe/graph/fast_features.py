@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .features import FEATURE_OFFSET, UNREACHABLE, GraphStructure
+from .structure import FEATURE_OFFSET, UNREACHABLE, GraphStructure
 
 __all__ = [
     "BatchedStructures",

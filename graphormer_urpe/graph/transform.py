@@ -1,7 +1,7 @@
 """Graphormer's structural features as a PyG transform: :class:`GraphormerFeatures`.
 
 The features themselves (shortest paths, path bond features, degrees) are computed by
-:mod:`graphormer_urpe.graph.features`, which needs no ``torch_geometric``; this module holds
+:mod:`graphormer_urpe.graph.structure`, which needs no ``torch_geometric``; this module holds
 the one class that subclasses PyG's ``BaseTransform`` (``graphormer_urpe.graph.features``
 gives it too, importing it on first use).
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from tqdm.auto import tqdm
 
-from .features import _compact, add_graphormer_features, graph_structure
+from .add_features import add_graphormer_features
+from .structure import store_graphormer_features
 
 __all__ = ["GraphormerFeatures"]
 
@@ -45,21 +45,7 @@ class GraphormerFeatures(BaseTransform):
         self.multi_hop_max_dist = multi_hop_max_dist
 
     def forward(self, data: Data) -> Data:
-        n = data.num_nodes
-        if n is None:
-            raise ValueError("GraphormerFeatures needs data.num_nodes (or data.x)")
-        s = graph_structure(
-            data.edge_index,
-            n,
-            getattr(data, "edge_attr", None),
-            self.multi_hop_max_dist,
-        )
-        hops = s.edge_input.shape[2]
-        data.spatial_pos = _compact(s.spatial_pos.reshape(-1))
-        data.edge_input = _compact(s.edge_input.reshape(n * n * hops, s.edge_input.shape[3]))
-        data.edge_input_hops = torch.tensor([hops], dtype=torch.long)
-        data.degree = torch.from_numpy(s.degree)
-        return data
+        return store_graphormer_features(data, self.multi_hop_max_dist)
 
     def apply_many(self, data_list: Iterable[Data], progress: bool | None = False) -> list[Data]:
         """This transform on a whole list of graphs at once (:func:`add_graphormer_features`).

@@ -263,7 +263,7 @@ _LM_FIELDS = (
 def run_lm(args: argparse.Namespace) -> int:
     """Run the ``lm`` sub-command; returns the process exit status."""
 
-    from ..training.checkpoint import CheckpointError
+    from ..io.checkpoint import CheckpointError
     from .corpus import CorpusUnavailableError
     from .lm import lm_config, train_lm
 

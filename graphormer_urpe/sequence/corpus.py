@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..training.checkpoint import write_atomic
+from ..io.checkpoint import write_atomic
 from .names import CORPORA, CorpusName
 
 __all__ = [

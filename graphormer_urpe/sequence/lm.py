@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..training.checkpoint import (
+from ..io.checkpoint import (
     CheckpointKeeper,
     TrainingInterrupted,
     incompatible_checkpoint,

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..training.checkpoint import write_atomic
+from ..io.checkpoint import write_atomic
 from .model import SequenceModelConfig, SequenceTransformer
 from .tasks import SyntheticBatch, SyntheticTask, TaskName
 

@@ -11,7 +11,7 @@ __getattr__, __dir__ = lazy_exports(
         ".checkpoint": ["CheckpointError", "load_checkpoint", "save_checkpoint"],
         ".config": ["TRAIN_PRESETS", "TrainConfig", "make_config"],
         ".ensemble": ["load_models", "train_ensemble"],
-        ".inference": ["LoadedModel", "evaluate_checkpoint", "load_model", "predict_smiles"],
+        ".inference": ["LoadedModel", "evaluate_checkpoint", "load_model"],
         ".loop": [
             "Precision",
             "linear_schedule",
@@ -29,7 +29,7 @@ __getattr__, __dir__ = lazy_exports(
             "init_from_checkpoint",
             "read_graphormer",
         ],
-        ".stream": ["Prediction", "iter_predictions", "read_smiles"],
+        ".stream": ["Prediction", "iter_predictions", "predict_smiles", "read_smiles"],
     },
 )
 

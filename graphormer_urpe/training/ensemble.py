@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..io.checkpoint import write_atomic
 from .budget import MIN_USEFUL_EPOCHS, RunCosts
-from .checkpoint import write_atomic
 from .config import TrainConfig
 from .inference import LoadedModel, load_model
 

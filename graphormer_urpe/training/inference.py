@@ -6,8 +6,6 @@ Checkpoints carry their config, featuriser and target names, so nothing else is 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..graph.model import Graphormer
-from .checkpoint import incompatible_checkpoint, load_checkpoint
+from ..io.checkpoint import incompatible_checkpoint, load_checkpoint
 from .config import TrainConfig
 from .loop import Precision, load_splits, predict_dataset, resolve_device
 
@@ -26,7 +24,6 @@ __all__ = [
     "LoadedModel",
     "load_model",
     "evaluate_checkpoint",
-    "predict_smiles",
     "checkpoint_task_type",
 ]
 
@@ -130,46 +127,3 @@ def evaluate_checkpoint(
         )
     result = splits.evaluate(pred, y)
     return {"dataset": splits.name, "split": split, "graphs": len(dataset), **result}
-
-
-def predict_smiles(
-    path: str | Path | LoadedModel,
-    smiles: Iterable[str],
-    device: str = "auto",
-    batch_size: int = 256,
-    progress: bool = True,
-    workers: int | None = None,
-    chunk_size: int | None = None,
-) -> tuple[torch.Tensor, list[str | None]]:
-    """Predict every SMILES; invalid ones are reported and get NaN predictions.
-
-    The in-memory form of :func:`~graphormer_urpe.training.stream.iter_predictions` (the one
-    code path), which streams any number of SMILES; ``workers`` and ``chunk_size`` default
-    to its defaults.
-
-    Returns:
-        ``(pred [len(smiles), T], errors)`` where ``errors[i]`` is ``None`` or the reason row
-        ``i`` could not be featurised.
-    """
-    from . import stream
-
-    options = {
-        "workers": stream.DEFAULT_WORKERS if workers is None else workers,
-        "chunk_size": stream.DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size,
-    }
-    lm = path if isinstance(path, LoadedModel) else load_model(path, device)
-    rows: list[torch.Tensor | None] = []
-    errors: list[str | None] = []
-    results = stream.iter_predictions(
-        lm, smiles, batch_size=batch_size, progress=progress, **options
-    )
-    for p in results:
-        if p.error is not None:
-            log.warning("row %d: %s", p.index, p.error)
-        rows.append(p.values)
-        errors.append(p.error)
-    out = torch.full((len(rows), lm.model.config.num_targets), math.nan)
-    keep = [i for i, r in enumerate(rows) if r is not None]
-    if keep:
-        out[torch.tensor(keep)] = torch.stack([rows[i] for i in keep])
-    return out, errors

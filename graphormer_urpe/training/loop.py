@@ -61,16 +61,7 @@ from ..attention_kernel import attention_kernel
 from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from ..graph.shapes import StaticShapes
-from .budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, Schedule, epochs_of
-from .capture import (
-    CaptureBackend,
-    CapturedForward,
-    CapturedStep,
-    default_backend,
-    learning_rate,
-    portable_optimizer_state,
-)
-from .checkpoint import (
+from ..io.checkpoint import (
     CheckpointKeeper,
     TrainingInterrupted,
     incompatible_checkpoint,
@@ -80,6 +71,15 @@ from .checkpoint import (
     set_rng_state,
     stop_requests,
     write_atomic,
+)
+from .budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, Schedule, epochs_of
+from .capture import (
+    CaptureBackend,
+    CapturedForward,
+    CapturedStep,
+    default_backend,
+    learning_rate,
+    portable_optimizer_state,
 )
 from .config import TrainConfig, plan_steps
 from .distributed import DistContext, gather_in_order, init_distributed

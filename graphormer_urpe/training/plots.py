@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import load_checkpoint
+from ..io.checkpoint import load_checkpoint
 
 __all__ = ["plot_run", "plot_curves", "plot_urpe_scale", "plot_comparison"]
 

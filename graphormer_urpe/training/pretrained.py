@@ -36,7 +36,7 @@ from ..graph.interop import (
     v2_to_graphormer,
 )
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
-from .checkpoint import (
+from ..io.checkpoint import (
     SHIPPED,
     CheckpointError,
     folder_problem,

@@ -30,6 +30,8 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import logging
+import math
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -48,7 +50,7 @@ from ..graph.flat import FlatGraphs
 from ..graph.shapes import StaticShapes
 from .capture import CapturedForward, default_backend
 from .ensemble import load_models
-from .inference import LoadedModel
+from .inference import LoadedModel, load_model
 from .loop import Precision
 from .predict_io import (
     DOMAIN_COLUMNS,
@@ -74,11 +76,14 @@ __all__ = [  # the reading and writing of predict_io re-exported, where they wer
     "WriteCounts",
     "default_threads",
     "iter_predictions",
+    "predict_smiles",
     "prediction_columns",
     "read_named_smiles",
     "read_smiles",
     "write_predictions_csv",
 ]
+
+log = logging.getLogger(__name__)
 
 SORT_WINDOW = 8
 """Batches per window of consecutive valid molecules sorted by size (see the module's text)."""
@@ -377,3 +382,42 @@ def iter_predictions(
         for rows, graphs in _windows(chunks, SORT_WINDOW * batch_size):
             yield from _predict_window(forwards, collator, rows, graphs, batch_size, trim_heap)
             bar.update(len(rows))
+
+
+def predict_smiles(
+    path: str | Path | LoadedModel,
+    smiles: Iterable[str],
+    device: str = "auto",
+    batch_size: int = 256,
+    progress: bool = True,
+    workers: int | None = None,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, list[str | None]]:
+    """Predict every SMILES; invalid ones are reported and get NaN predictions.
+
+    The in-memory form of :func:`iter_predictions` (the one
+    code path), which streams any number of SMILES; ``workers`` and ``chunk_size`` default
+    to its defaults.
+
+    Returns:
+        ``(pred [len(smiles), T], errors)`` where ``errors[i]`` is ``None`` or the reason row
+        ``i`` could not be featurised.
+    """
+    options = {
+        "workers": DEFAULT_WORKERS if workers is None else workers,
+        "chunk_size": DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size,
+    }
+    lm = path if isinstance(path, LoadedModel) else load_model(path, device)
+    rows: list[torch.Tensor | None] = []
+    errors: list[str | None] = []
+    results = iter_predictions(lm, smiles, batch_size=batch_size, progress=progress, **options)
+    for p in results:
+        if p.error is not None:
+            log.warning("row %d: %s", p.index, p.error)
+        rows.append(p.values)
+        errors.append(p.error)
+    out = torch.full((len(rows), lm.model.config.num_targets), math.nan)
+    keep = [i for i, r in enumerate(rows) if r is not None]
+    if keep:
+        out[torch.tensor(keep)] = torch.stack([rows[i] for i in keep])
+    return out, errors

@@ -1,8 +1,4 @@
-"""Files the library writes and reads: atomic writes, and why a safe ``torch.load`` failed.
-
-Below every other package (``datasets``, ``training``, ``sequence``): it imports nothing from
-this library.
-"""
+"""Atomic writes, and why a safe ``torch.load`` failed (imports nothing from this library)."""
 
 from __future__ import annotations
 
