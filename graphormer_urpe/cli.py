@@ -237,6 +237,28 @@ _CACHE_DIR_HELP = (
     "folder of the dataset stores (default $GRAPHORMER_URPE_CACHE, else ~/.cache/graphormer-urpe)"
 )
 
+_FLAGS: dict[str, dict] = {
+    "--device": {"default": None, "help": "auto (default), cpu, cuda, cuda:N"},
+    "--no-progress": {"action": "store_true", "help": "no progress bar"},
+    "--cache-dir": {"default": None, "help": _CACHE_DIR_HELP},
+    "--checkpoint": {"required": True, "help": "a best.pt or last.pt file"},
+    "--data-root": {"default": None, "help": "dataset folder, if it moved"},
+    "--smiles-column": {"default": None, "help": "CSV: SMILES column (default smiles)"},
+    "--target-columns": {"nargs": "+", "default": None, "help": "CSV: target column(s)"},
+    "--split-column": {"default": None, "help": "CSV: column holding train/valid/test"},
+    "--batch-size": {"type": int, "default": None, "help": "graphs per batch"},
+}
+"""The flags several sub-commands share, defined once (a command may change a default or
+the help where its meaning differs)."""
+
+
+def _shared(parser: argparse._ActionsContainer, *flags: str, **changes: dict) -> None:
+    """Add the shared ``flags`` to ``parser`` (a parser or an argument group), in order;
+    ``changes`` by flag name without dashes (``smiles_column={"default": "smiles"}``)."""
+    for flag in flags:
+        change = changes.get(flag[2:].replace("-", "_"), {})
+        parser.add_argument(flag, **{**_FLAGS[flag], **change})
+
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -262,19 +284,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
     )
-    d.add_argument(
-        "--data-root", default=None, help="folder of downloaded datasets (default data/<name>)"
-    )
-    d.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
+    root = {"help": "folder of downloaded datasets (default data/<name>)"}
+    _shared(d, "--data-root", "--cache-dir", data_root=root)
     d.add_argument(
         "--preprocess-workers",
         type=int,
         default=None,
         help="processes that build a missing dataset store (default 1)",
     )
-    d.add_argument("--smiles-column", default=None, help="CSV: SMILES column (default smiles)")
-    d.add_argument("--target-columns", nargs="+", default=None, help="CSV: target column(s)")
-    d.add_argument("--split-column", default=None, help="CSV: column holding train/valid/test")
+    _shared(d, "--smiles-column", "--target-columns", "--split-column")
     d.add_argument(
         "--mol-features",
         choices=["none", "rdkit2d"],
@@ -362,7 +380,7 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="optimizer steps in total (replaces the preset's epochs)",
     )
-    t.add_argument("--batch-size", type=int, default=None, help="graphs per batch")
+    _shared(t, "--batch-size")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate")
     t.add_argument("--end-lr", type=float, default=None, help="learning rate at the last step")
     t.add_argument(
@@ -409,7 +427,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     ``pretrain``; returns the group for command-specific ones."""
     r = p.add_argument_group("run")
     r.add_argument("--out", default=None, help="output folder (default runs/DATASET-PRESET-ATTN)")
-    r.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    _shared(r, "--device")
     r.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16"],
@@ -481,7 +499,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         help="on a GPU, run every step eagerly instead of replaying it from a CUDA graph "
         "captured per batch shape (the default on one GPU)",
     )
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _shared(r, "--no-progress")
     return r
 
 
@@ -521,8 +539,7 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         help="SMILES file: .smi / .txt (one SMILES a line, a name may follow; .gz too) or "
         ".csv / .csv.gz with --smiles-column",
     )
-    d.add_argument("--smiles-column", default=None, help="CSV: SMILES column (default smiles)")
-    d.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
+    _shared(d, "--smiles-column", "--cache-dir")
     d.add_argument(
         "--preprocess-workers",
         type=int,
@@ -574,21 +591,20 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         description="Compute the metric of a checkpoint on a split of the dataset it was "
         "trained on; print it and write eval_SPLIT.json next to the checkpoint.",
     )
-    p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
+    _shared(p, "--checkpoint")
     p.add_argument(
         "--split",
         choices=["train", "valid", "test"],
         default="test",
         help="split to evaluate (default test)",
     )
-    p.add_argument("--data-root", default=None, help="dataset folder, if it moved")
-    p.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
+    _shared(p, "--data-root", "--cache-dir")
     p.add_argument(
         "--workers", type=int, default=1, help="processes that build a missing store (default 1)"
     )
-    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    _shared(p, "--device")
     p.add_argument("--output", default=None, help="JSON file to write")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _shared(p, "--no-progress")
     p.set_defaults(func=run_evaluate)
 
 
@@ -702,7 +718,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "when its first line names "
         "--smiles-column, else one SMILES a line)",
     )
-    p.add_argument("--smiles-column", default="smiles", help="SMILES column of --input")
+    column = {"default": "smiles", "help": "SMILES column of --input"}
+    _shared(p, "--smiles-column", smiles_column=column)
     p.add_argument("--output", default=None, help="CSV file to write (default: stdout)")
     p.add_argument(
         "--logits",
@@ -735,14 +752,14 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         help="CPU threads for the model (default: the CPU cores left after --workers, at "
         "least 1; more threads than free cores slow everything down)",
     )
-    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    _shared(p, "--device")
     p.add_argument(
         "--no-similarity",
         action="store_true",
         help="leave the nearest_similarity column empty: skip the search of each molecule's "
         "nearest training fingerprint (the domain column's checks still run)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _shared(p, "--no-progress")
     p.set_defaults(func=run_predict, exit_at_once=True)
 
 
@@ -943,7 +960,7 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data-root", default=None, help="folder of downloaded datasets (default data/<name>)"
     )
-    p.add_argument("--cache-dir", default=None, help=_CACHE_DIR_HELP)
+    _shared(p, "--cache-dir")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     p.add_argument(
         "--chunk-size",
@@ -951,9 +968,8 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
         default=20_000,
         help="pcqm4mv2 / pcqm4m: molecules per resumable chunk of a new build (default 20000)",
     )
-    p.add_argument("--smiles-column", default="smiles", help="CSV: SMILES column")
-    p.add_argument("--target-columns", nargs="+", default=None, help="CSV: target column(s)")
-    p.add_argument("--split-column", default=None, help="CSV: column holding train/valid/test")
+    column = {"default": "smiles", "help": "CSV: SMILES column"}
+    _shared(p, "--smiles-column", "--target-columns", "--split-column", smiles_column=column)
     p.add_argument(
         "--split", choices=["random", "scaffold"], default="random", help="CSV: split rule"
     )
@@ -962,7 +978,7 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--strict", action="store_true", help="fail on any invalid molecule")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _shared(p, "--no-progress")
     p.set_defaults(func=run_preprocess)
 
 
@@ -993,7 +1009,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         "(y_pred_pcqm4m-v2_SPLIT.npz) with OGB's save_test_submission. A split that does not "
         "have the official size is refused unless --allow-partial.",
     )
-    p.add_argument("--checkpoint", required=True, help="a best.pt or last.pt file")
+    _shared(p, "--checkpoint")
     p.add_argument(
         "--split",
         required=True,
@@ -1006,10 +1022,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write a split of non-official size anyway (numpy, OGB's format), e.g. a sample",
     )
-    p.add_argument("--data-root", default=None, help="dataset folder, if it moved")
-    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
-    p.add_argument("--batch-size", type=int, default=None, help="graphs per batch")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _shared(p, "--data-root", "--device", "--batch-size", "--no-progress")
     p.set_defaults(func=run_submit)
 
 
