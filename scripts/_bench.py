@@ -247,6 +247,33 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def untrained_checkpoint(
+    path: Path, preset: str, domain: dict | None = None, **model_overrides
+) -> torch.nn.Module:
+    """Save an untrained checkpoint of ``preset`` at ``path`` (seed 0, OGB featuriser, one
+    regression target ``y``, metric MAE; ``model_overrides``: model config fields), with the
+    training-domain record ``domain`` (checkpoint form) where given; returns the model.
+    Benchmarks of ``predict`` use it: speed does not depend on the weights."""
+    from graphormer_urpe.training import make_config, save_checkpoint
+    from graphormer_urpe.training.loop import build_model
+
+    torch.manual_seed(0)
+    config = make_config(preset, model_overrides=model_overrides or None)
+    model = build_model(config.model, "ogb", 1)
+    config.model = model.config
+    state = {
+        "config": config.to_json(),
+        "model": model.state_dict(),
+        "featurizer": "ogb",
+        "target_names": ["y"],
+        "metric": "mae",
+        "task_type": "regression",
+        **({"domain": domain} if domain is not None else {}),
+    }
+    save_checkpoint(path, state)
+    return model
+
+
 def report(name: str, config: dict, results: dict) -> None:
     """Print the JSON report of one benchmark."""
     out = {

@@ -60,11 +60,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 import torch
+from _bench import untrained_checkpoint
 from _moses import moses_smiles_file
 
 from graphormer_urpe.datasets.domain import record_of_smiles
-from graphormer_urpe.training import make_config, save_checkpoint
-from graphormer_urpe.training.loop import build_model
 from graphormer_urpe.training.stream import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHUNK_SIZE,
@@ -78,20 +77,7 @@ MIB = 2**20
 def make_checkpoint(preset: str, path: Path, domain: dict | None = None) -> dict:
     """An untrained checkpoint of ``preset`` (OGB featuriser, one regression target), with
     the training-domain record ``domain`` (checkpoint form) where given."""
-    torch.manual_seed(0)
-    config = make_config(preset)
-    model = build_model(config.model, "ogb", 1)
-    config.model = model.config
-    state = {
-        "config": config.to_json(),
-        "model": model.state_dict(),
-        "featurizer": "ogb",
-        "target_names": ["y"],
-        "metric": "mae",
-        "task_type": "regression",
-        **({"domain": domain} if domain is not None else {}),
-    }
-    save_checkpoint(path, state)
+    model = untrained_checkpoint(path, preset, domain)
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "hops": model.config.multi_hop_max_dist,

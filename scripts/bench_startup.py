@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench import report
+from _bench import report, untrained_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ("help", "predict", "train", "torch")
@@ -88,29 +88,13 @@ def build_checkpoint(path: Path) -> None:
     """An untrained ``small`` checkpoint (OGB featuriser, one regression target, URPE) with a
     training-domain record as big as records get: 10,000 fingerprints (RDKit's 5,000 NCI
     molecules twice), which ``predict`` loads and searches as for a trained checkpoint."""
-    import torch
-
     from graphormer_urpe.datasets.domain import FINGERPRINT_CAP, record_of_smiles
     from graphormer_urpe.datasets.nci import read_nci_smiles
-    from graphormer_urpe.training import make_config, save_checkpoint
-    from graphormer_urpe.training.loop import build_model
 
-    torch.manual_seed(0)
-    config = make_config("small", model_overrides={"attention": "urpe"})
-    model = build_model(config.model, "ogb", 1)
-    config.model = model.config
-    state = {
-        "config": config.to_json(),
-        "model": model.state_dict(),
-        "featurizer": "ogb",
-        "target_names": ["y"],
-        "metric": "mae",
-        "task_type": "regression",
-    }
     smiles = read_nci_smiles()
     smiles = (smiles * (FINGERPRINT_CAP // len(smiles) + 1))[:FINGERPRINT_CAP]
-    state["domain"] = record_of_smiles(smiles).to_dict()
-    save_checkpoint(path, state)
+    domain = record_of_smiles(smiles).to_dict()
+    untrained_checkpoint(path, "small", domain, attention="urpe")
 
 
 def cli_args(name: str, work: Path, ckpt: Path, run: str) -> list[str]:
