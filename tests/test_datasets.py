@@ -20,7 +20,7 @@ import torch
 from networkx.algorithms import isomorphism
 from torch_geometric.datasets import ZINC
 
-import graphormer_urpe.datasets.store as store_module
+import graphormer_urpe.datasets.chunks as chunks_module
 from graphormer_urpe.datasets import (
     FEATURIZERS,
     ZINC_ATOM_TYPES,
@@ -231,13 +231,13 @@ def _expected_graph(smiles: str, featurizer: str, multi_hop_max_dist: int):
 def featurize_calls(monkeypatch) -> list[int]:
     """The number of molecules of every chunk the stores featurise (a reused store: none)."""
     calls: list[int] = []
-    real = store_module.featurize_chunk
+    real = chunks_module.featurize_chunk
 
     def counting(smiles, *args, **kwargs):
         calls.append(len(smiles))
         return real(smiles, *args, **kwargs)
 
-    monkeypatch.setattr(store_module, "featurize_chunk", counting)
+    monkeypatch.setattr(chunks_module, "featurize_chunk", counting)
     return calls
 
 

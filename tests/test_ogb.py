@@ -33,11 +33,11 @@ from graphormer_urpe.datasets import (
     LSCEvaluator,
     MoleculeCache,
     build_molecule_cache,
+    chunks,
     load_dataset,
     ogb_smiles_to_graph,
     open_lsc,
     preprocess_lsc,
-    store,
 )
 from graphormer_urpe.datasets.pcqm import PCQM4M, PCQM4MV2, load_split_dict
 from graphormer_urpe.graph.batch import collate
@@ -355,7 +355,7 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
     ref = build_molecule_cache(tmp_path / "ref", smiles, y, chunk_size=5, progress=False)
     assert ref.chunks == 8 and [f.index for f in ref.failures] == [len(SMILES)]
 
-    real_write = store.write_chunk
+    real_write = chunks.write_chunk
     written: list[str] = []
 
     def interrupted(chunk_dir, arrays, meta):
@@ -364,22 +364,22 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
         real_write(chunk_dir, arrays, meta)
         written.append(Path(chunk_dir).name)
 
-    monkeypatch.setattr(store, "write_chunk", interrupted)
+    monkeypatch.setattr(chunks, "write_chunk", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=5, progress=False)
     assert not (tmp_path / "run" / "meta.json").exists()
     assert sorted(p.name for p in (tmp_path / "run" / "chunks").iterdir()) == written
     (tmp_path / "run" / "chunks" / ".000007.tmp-1").mkdir()  # a writer's leftover
 
-    monkeypatch.setattr(store, "write_chunk", real_write)
+    monkeypatch.setattr(chunks, "write_chunk", real_write)
     computed: list[int] = []
-    real_featurize = store.featurize_chunk
+    real_featurize = chunks.featurize_chunk
 
     def counting(smiles_part, targets, first_index=0, featurizer="ogb", **kw):
         computed.append(int(kw["rows"][0]))
         return real_featurize(smiles_part, targets, first_index, featurizer, **kw)
 
-    monkeypatch.setattr(store, "featurize_chunk", counting)
+    monkeypatch.setattr(chunks, "featurize_chunk", counting)
     # a different chunk size on resume: the recorded plan wins
     report = build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=7, progress=False)
     assert sorted(computed) == [15, 20, 25, 30, 35] and report.chunks_computed == 5

@@ -13,9 +13,10 @@ from graphormer_urpe.datasets import (
     load_dataset,
     load_nci5k,
     read_nci_smiles,
+    store_build,
     store_dir,
 )
-from graphormer_urpe.datasets import store as store_module
+from graphormer_urpe.datasets import chunks as chunks_module
 from graphormer_urpe.graph.features import GraphormerFeatures
 
 SMILES = [
@@ -75,9 +76,9 @@ def test_csv_store_lives_in_the_cache_folder_and_is_reused(tmp_path, store_cache
     assert "line 6" in store.describe_row(4)
 
     calls = []
-    real = store_module.featurize_chunk
+    real = chunks_module.featurize_chunk
     monkeypatch.setattr(
-        store_module, "featurize_chunk", lambda *a, **k: calls.append(1) or real(*a, **k)
+        chunks_module, "featurize_chunk", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     again = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
     assert calls == [] and again.train.cache.cache_dir == store.cache_dir  # split: no rebuild
@@ -94,8 +95,8 @@ def test_csv_store_lives_in_the_cache_folder_and_is_reused(tmp_path, store_cache
 
 def test_interrupted_csv_store_build_resumes_with_its_finished_chunks(tmp_path, monkeypatch):
     path = _csv(tmp_path / "mols.csv", SMILES)
-    monkeypatch.setattr(store_module, "DEFAULT_CHUNK_SIZE", 3)
-    real_write = store_module.write_chunk
+    monkeypatch.setattr(store_build, "DEFAULT_CHUNK_SIZE", 3)
+    real_write = chunks_module.write_chunk
     written: list[str] = []
 
     def interrupted(chunk_dir, arrays, meta):
@@ -104,18 +105,18 @@ def test_interrupted_csv_store_build_resumes_with_its_finished_chunks(tmp_path, 
         real_write(chunk_dir, arrays, meta)
         written.append(chunk_dir.name)
 
-    monkeypatch.setattr(store_module, "write_chunk", interrupted)
+    monkeypatch.setattr(chunks_module, "write_chunk", interrupted)
     with pytest.raises(KeyboardInterrupt):
         load_dataset(f"csv:{path}", target_columns=["y"])
-    monkeypatch.setattr(store_module, "write_chunk", real_write)
+    monkeypatch.setattr(chunks_module, "write_chunk", real_write)
     rows: list[int] = []
-    real = store_module.featurize_chunk
+    real = chunks_module.featurize_chunk
 
     def counting(*args, **kwargs):
         rows.append(int(kwargs["rows"][0]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "featurize_chunk", counting)
+    monkeypatch.setattr(chunks_module, "featurize_chunk", counting)
     resumed = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
     assert sorted(rows) == [6, 9]  # chunks 0 and 1 (rows 0-5) were not recomputed
     store = resumed.train.cache
@@ -195,7 +196,7 @@ def test_chunk_featurised_at_once_equals_one_molecule_at_a_time(monkeypatch):
 
     monkeypatch.setattr(Chem, "MolFromSmiles", atropisomer_acetanilide)
     smiles = [*SMILES, None]
-    arrays, failures, _ = store_module.featurize_chunk(
+    arrays, failures, _ = chunks_module.featurize_chunk(
         smiles, np.arange(len(smiles), dtype=float), first_index=100
     )
     bad = {2, 4, 9, 12}

@@ -1,0 +1,452 @@
+"""Building a store: chunks planned, featurised in parallel, resumed after an interruption,
+merged (:mod:`.store` describes the whole)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .chunks import ChunkTask, GraphDict, _build_chunk
+from .store_format import (
+    _CHUNK_ARRAYS,
+    _MAX_LOGGED_FAILURES,
+    _OPTIONAL_CHUNK_ARRAYS,
+    CACHE_FORMAT,
+    CHUNKS_DIR,
+    DEFAULT_CHUNK_SIZE,
+    META_FILE,
+    PLAN_FILE,
+    CacheReport,
+    ChunkResult,
+    MoleculeFailure,
+    _pointer,
+    _row_text,
+    cache_is_complete,
+)
+from .store_read import MoleculeCache
+
+__all__ = ["build_molecule_cache", "existing_cache_report"]
+
+logger = logging.getLogger("graphormer_urpe.datasets.store")  # the store's log, as before
+
+# --------------------------------------------------------------------------------------
+# Building a cache
+# --------------------------------------------------------------------------------------
+
+
+def _atomic_write_json(path: Path, obj: Any) -> None:
+    from ..io import write_atomic
+
+    write_atomic(path, json.dumps(obj))
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    # fork (the DataLoader's default on Linux) starts workers in milliseconds; elsewhere spawn.
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")  # pragma: no cover
+
+
+def _read_plan(
+    cache_dir: Path, rows: int, targets: int, chunk_size: int, descriptors: bool = False
+) -> int:
+    """The chunk size of an existing build plan, or a new plan with ``chunk_size``."""
+    plan_path = cache_dir / PLAN_FILE
+    if plan_path.is_file():
+        plan = json.loads(plan_path.read_text(encoding="utf-8"))
+        if (
+            plan.get("format") == CACHE_FORMAT
+            and plan["rows"] == rows
+            and plan["targets"] == targets
+            and plan.get("descriptors", False) == descriptors
+        ):
+            if plan["chunk_size"] != chunk_size:
+                logger.info(
+                    "%s: resuming a build planned with chunk size %d (not %d)",
+                    cache_dir,
+                    plan["chunk_size"],
+                    chunk_size,
+                )
+            return int(plan["chunk_size"])
+        logger.warning("%s: discarding an unfinished build of different data", cache_dir)
+        shutil.rmtree(cache_dir / CHUNKS_DIR, ignore_errors=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    plan = {
+        "format": CACHE_FORMAT,
+        "rows": rows,
+        "targets": targets,
+        "chunk_size": chunk_size,
+        "descriptors": descriptors,
+    }
+    _atomic_write_json(plan_path, plan)
+    return chunk_size
+
+
+def _concat_into(path: Path, arrays: list[np.ndarray], axis: int) -> None:
+    """Concatenate ``arrays`` along ``axis`` into the ``.npy`` file ``path`` (memory-mapped)."""
+    dtype = np.result_type(*arrays)
+    shape = list(arrays[0].shape)
+    shape[axis] = sum(a.shape[axis] for a in arrays)
+    out = np.lib.format.open_memmap(path, "w+", dtype, tuple(shape))
+    start = 0
+    for a in arrays:
+        stop = start + a.shape[axis]
+        if axis == 0:
+            out[start:stop] = a
+        else:
+            out[:, start:stop] = a
+        start = stop
+    out.flush()
+    del out
+
+
+def _merge_chunks(cache_dir: Path, num_chunks: int, meta: dict[str, Any]) -> None:
+    """Concatenate the chunks into the final arrays (through temporary files)."""
+    chunk_dirs = [cache_dir / CHUNKS_DIR / f"{c:06d}" for c in range(num_chunks)]
+    present = {p.stem for p in chunk_dirs[0].glob("*.npy")}
+    names = [n for n in _CHUNK_ARRAYS + _OPTIONAL_CHUNK_ARRAYS if n in present]
+    parts = {n: [np.load(d / f"{n}.npy", mmap_mode="r") for d in chunk_dirs] for n in names}
+    counts = {
+        n: np.concatenate([np.asarray(a, dtype=np.int64) for a in parts[n]])
+        for n in ("num_nodes", "num_edges") + (("smiles_len",) if "smiles_len" in parts else ())
+    }
+    ptrs = {
+        "node_ptr": _pointer(counts["num_nodes"]),
+        "edge_ptr": _pointer(counts["num_edges"]),
+    }
+    if "smiles_len" in counts:
+        ptrs["smiles_ptr"] = _pointer(counts["smiles_len"])
+    tmp = cache_dir / f".merge.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        concatenated = [n for n in names if n not in ("num_nodes", "num_edges", "smiles_len")]
+        for name in concatenated:
+            _concat_into(tmp / f"{name}.npy", parts[name], 1 if name == "edge_index" else 0)
+        for name, ptr in ptrs.items():
+            np.save(tmp / f"{name}.npy", ptr)
+        for name in concatenated + list(ptrs):
+            os.replace(tmp / f"{name}.npy", cache_dir / f"{name}.npy")
+        meta["arrays"] = sorted(concatenated + list(ptrs))
+        _atomic_write_json(cache_dir / META_FILE, meta)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def existing_cache_report(cache_dir: str | os.PathLike[str], workers: int = 1) -> CacheReport:
+    """The :class:`CacheReport` of a finished cache (nothing built; open time measured)."""
+    t0 = time.perf_counter()
+    cache = MoleculeCache(cache_dir)
+    cache.open()
+    load = time.perf_counter() - t0
+    return CacheReport(
+        str(cache_dir),
+        int(cache.meta["rows"]),
+        len(cache),
+        cache.failures,
+        False,
+        0,
+        0,
+        workers,
+        0.0,
+        0.0,
+        None,
+        {},
+        cache.nbytes,
+        load,
+    )
+
+
+def _chunk_tasks(
+    chunks_root: Path,
+    todo: list[int],
+    chunk_size: int,
+    featurizer: str,
+    keep_smiles: bool,
+    descriptors: bool,
+    rows: np.ndarray,
+    targets: np.ndarray,
+    smiles: Sequence[str] | None,
+    graphs: Sequence[GraphDict] | None,
+    split: np.ndarray | None,
+) -> list[ChunkTask]:
+    """The :class:`ChunkTask` of every chunk in ``todo``."""
+    tasks = []
+    for c in todo:
+        part = slice(c * chunk_size, (c + 1) * chunk_size)
+        tasks.append(
+            ChunkTask(
+                str(chunks_root / f"{c:06d}"),
+                c,
+                featurizer,
+                rows[part],
+                targets[part],
+                None if smiles is None else list(smiles[part]),
+                None if graphs is None else list(graphs[part]),
+                None if split is None else split[part],
+                keep_smiles,
+                descriptors,
+            )
+        )
+    return tasks
+
+
+def _run_tasks(tasks: list[ChunkTask], workers: int, bar: tqdm) -> dict[str, float]:
+    """Build every chunk, in ``workers`` processes; the summed time per stage."""
+    stage = {"featurize": 0.0, "arrays": 0.0, "write": 0.0}
+    try:
+        if workers == 1 or len(tasks) <= 1:
+            for task in tasks:
+                _account(_build_chunk(task), stage, bar)
+        else:
+            with _mp_context().Pool(min(workers, len(tasks))) as pool:
+                for r in pool.imap_unordered(_build_chunk, tasks):
+                    _account(r, stage, bar)
+    finally:
+        bar.close()
+    return stage
+
+
+def _reuse(
+    cache_dir: Path, rows: int, workers: int, description: str, descriptors: bool = False
+) -> CacheReport:
+    report = existing_cache_report(cache_dir, workers)
+    if descriptors and not MoleculeCache(cache_dir).has_descriptors:
+        raise ValueError(
+            f"{cache_dir} holds a store without descriptors; a store with them needs its own "
+            "folder (put the option in the store's key) or remove this one to rebuild it"
+        )
+    if report.molecules != rows:
+        raise ValueError(
+            f"{cache_dir} caches {report.molecules} rows, but {description} has {rows}; "
+            "remove the folder to rebuild it"
+        )
+    # leftovers of a build interrupted between meta.json and the clean-up
+    shutil.rmtree(cache_dir / CHUNKS_DIR, ignore_errors=True)
+    (cache_dir / PLAN_FILE).unlink(missing_ok=True)
+    logger.info("%s: reusing the cache in %s (%d graphs)", description, cache_dir, report.graphs)
+    return report
+
+
+def build_molecule_cache(
+    cache_dir: str | os.PathLike[str],
+    smiles: Sequence[str] | None,
+    targets: np.ndarray,
+    *,
+    target_names: Sequence[str] = ("y",),
+    featurizer: str = "ogb",
+    rows: Sequence[int] | None = None,
+    graphs: Sequence[GraphDict] | None = None,
+    split: Sequence[int] | None = None,
+    keep_smiles: bool = False,
+    descriptors: bool = False,
+    skipped: Sequence[MoleculeFailure] = (),
+    workers: int = 1,
+    chunk_size: int | None = None,
+    progress: bool | None = True,
+    description: str = "molecules",
+    extra_meta: dict[str, Any] | None = None,
+) -> CacheReport:
+    """Build (or resume, or reuse) the memory-mapped cache of ``smiles`` (or ``graphs``).
+
+    Args:
+        cache_dir: the cache folder (created).
+        smiles: ``[R]`` SMILES, featurised with ``featurizer``; ``None`` with ``graphs``.
+        targets: ``[R]`` or ``[R, T]`` targets, ``NaN`` = missing.
+        target_names: ``[T]`` names, stored in ``meta.json``.
+        featurizer: ``"ogb"`` or ``"zinc"`` for SMILES; recorded as given for ``graphs``.
+        rows: ``[R]`` source row of each record (default ``0 .. R-1``).
+        graphs: ``[R]`` ready graphs (:data:`GraphDict`) instead of SMILES.
+        split: ``[R]`` split codes (index into :data:`SPLIT_NAMES`) stored with the graphs.
+        keep_smiles: store the SMILES of the cached graphs (scaffold splits, messages).
+        descriptors: also store the RDKit 2D descriptors of every graph (SMILES only).
+        skipped: rows the source already rejected; recorded among the failures.
+        workers: processes featurising chunks in parallel (1: in this process).
+        chunk_size: rows per chunk for a new build (default :data:`DEFAULT_CHUNK_SIZE`; a
+            resumed build keeps its own).
+        progress: show a tqdm bar (molecules); ``None``: only when stderr is a terminal.
+        description: name of the source in messages.
+        extra_meta: more entries for ``meta.json`` (e.g. the source file's digest).
+
+    Returns:
+        The :class:`CacheReport` (also logged).
+    """
+    cache_dir = Path(cache_dir)
+    if (smiles is None) == (graphs is None):
+        raise ValueError("give either smiles or graphs")
+    if descriptors and smiles is None:
+        raise ValueError("descriptors are computed from SMILES; this source gives graphs")
+    records = len(smiles if smiles is not None else graphs)  # type: ignore[arg-type]
+    row_ids = np.arange(records) if rows is None else np.asarray(rows, dtype=np.int64)
+    total_rows = records + len(skipped)
+    targets = np.asarray(targets, dtype=np.float64).reshape(records, -1)
+    if len(target_names) != targets.shape[1]:
+        raise ValueError(f"{len(target_names)} target names for {targets.shape[1]} target columns")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    chunk_size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if cache_is_complete(cache_dir):
+        return _reuse(cache_dir, total_rows, workers, description, descriptors)
+    wall = time.perf_counter()
+    chunk_size = _read_plan(cache_dir, total_rows, targets.shape[1], chunk_size, descriptors)
+    num_chunks = max(1, -(-records // chunk_size))
+    chunks_root = cache_dir / CHUNKS_DIR
+    chunks_root.mkdir(parents=True, exist_ok=True)
+    for stale in chunks_root.glob(".*.tmp-*"):  # left by an interrupted writer
+        shutil.rmtree(stale, ignore_errors=True)
+    done = {int(p.name) for p in chunks_root.iterdir() if p.is_dir() and p.name.isdigit()}
+    todo = [c for c in range(num_chunks) if c not in done]
+    done_rows = sum(min(chunk_size, records - c * chunk_size) for c in done)
+    if done:
+        logger.info(
+            "%s: resuming: %d of %d chunks already built (%d molecules)",
+            description,
+            len(done),
+            num_chunks,
+            done_rows,
+        )
+    split_codes = None if split is None else np.asarray(split, dtype=np.int8)
+    tasks = _chunk_tasks(
+        chunks_root,
+        todo,
+        chunk_size,
+        featurizer,
+        keep_smiles,
+        descriptors,
+        row_ids,
+        targets,
+        smiles,
+        graphs,
+        split_codes,
+    )
+    bar = tqdm(
+        total=records,
+        initial=done_rows,
+        unit="mol",
+        desc=f"preprocessing {description}",
+        disable=None if progress is None else not progress,  # None: only on a terminal
+        dynamic_ncols=True,
+    )
+    t_process = time.perf_counter()
+    stage = _run_tasks(tasks, workers, bar)
+    process_seconds = time.perf_counter() - t_process
+    processed = sum(int(t.rows.size) for t in tasks)
+
+    failures: list[MoleculeFailure] = list(skipped)
+    num_graphs = 0
+    nonfinite = None
+    for c in range(num_chunks):
+        chunk_meta = json.loads((chunks_root / f"{c:06d}" / META_FILE).read_text("utf-8"))
+        num_graphs += chunk_meta["graphs"]
+        failures.extend(MoleculeFailure(**f) for f in chunk_meta["failures"])
+        if descriptors:
+            counts = np.asarray(chunk_meta["descriptor_nonfinite"], dtype=np.int64)
+            nonfinite = counts if nonfinite is None else nonfinite + counts
+    failures.sort(key=lambda f: f.index)
+    edge_dims = {np.ndim(g["edge_feat"]) for g in graphs or []}
+    meta = {
+        "format": CACHE_FORMAT,
+        "source": description,
+        "rows": total_rows,
+        "graphs": num_graphs,
+        "target_names": list(target_names),
+        "featurizer": featurizer,
+        "edge_attr_1d": featurizer == "zinc" or edge_dims == {1},
+        "chunk_size": chunk_size,
+        "failures": [asdict(f) for f in failures],
+        **(extra_meta or {}),
+    }
+    if descriptors:
+        meta["descriptors"] = _descriptor_meta(nonfinite)
+    t_merge = time.perf_counter()
+    _merge_chunks(cache_dir, num_chunks, meta)
+    stage["merge"] = time.perf_counter() - t_merge
+    shutil.rmtree(chunks_root, ignore_errors=True)
+    (cache_dir / PLAN_FILE).unlink(missing_ok=True)
+
+    _log_failures(description, failures, total_rows, meta.get("line_offset"))
+    t0 = time.perf_counter()
+    cache = MoleculeCache(cache_dir)
+    cache.open()
+    load = time.perf_counter() - t0
+    report = CacheReport(
+        str(cache_dir),
+        total_rows,
+        num_graphs,
+        failures,
+        True,
+        num_chunks,
+        len(tasks),
+        workers,
+        time.perf_counter() - wall,
+        process_seconds,
+        processed / process_seconds if processed and process_seconds > 0 else None,
+        {k: round(v, 3) for k, v in stage.items()},
+        cache.nbytes,
+        load,
+    )
+    logger.info(
+        "%s: cached %d graphs in %s (%.1f MB, %d failures); %d molecules in %.1f s "
+        "(%.0f molecules/s, %d workers); opens in %.3f s",
+        description,
+        num_graphs,
+        cache_dir,
+        report.cache_bytes / 1e6,
+        len(failures),
+        processed,
+        process_seconds,
+        report.molecules_per_second or 0.0,
+        workers,
+        load,
+    )
+    return report
+
+
+def _descriptor_meta(nonfinite: np.ndarray | None) -> dict[str, Any]:
+    """``meta.json["descriptors"]``: set, names, and per descriptor the non-finite values."""
+    from .descriptors import DESCRIPTOR_NAMES, descriptor_set_id
+
+    counts = np.zeros(len(DESCRIPTOR_NAMES), np.int64) if nonfinite is None else nonfinite
+    return {
+        "set": descriptor_set_id(),
+        "names": list(DESCRIPTOR_NAMES),
+        "nonfinite": {n: int(c) for n, c in zip(DESCRIPTOR_NAMES, counts, strict=True) if c},
+    }
+
+
+def _account(result: ChunkResult, stage: dict[str, float], bar: tqdm) -> None:
+    for k, v in result.seconds.items():
+        stage[k] = stage.get(k, 0.0) + v
+    bar.update(result.rows)
+
+
+def _log_failures(
+    description: str, failures: list[MoleculeFailure], rows: int, line_offset: int | None
+) -> None:
+    for n, f in enumerate(failures):
+        level = logging.WARNING if n < _MAX_LOGGED_FAILURES else logging.DEBUG
+        where = _row_text(f.index, line_offset)
+        logger.log(level, "%s: %s %r left out: %s", description, where, f.smiles, f.reason)
+    if failures:
+        logger.warning(
+            "%s: %d of %d molecules could not be featurised (listed in meta.json); "
+            "they are excluded from every split",
+            description,
+            len(failures),
+            rows,
+        )

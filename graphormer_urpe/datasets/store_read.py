@@ -1,0 +1,379 @@
+"""Reading a store: the memory-mapped arrays (:class:`MoleculeCache`) and the dataset of a
+split (:class:`CachedGraphDataset`), whose batches get their Graphormer features as they are
+read (:mod:`.store` describes the whole)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from ..graph.fast_features import _ranges, batched_graph_structure
+from ..graph.flat import FlatGraphs
+from .store_format import (
+    _CACHE_ARRAYS,
+    CACHE_FORMAT,
+    META_FILE,
+    MoleculeFailure,
+    _cache_bytes,
+    _pointer,
+    _row_text,
+    cache_is_complete,
+)
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
+    from .descriptors import DescriptorNormalizer
+
+__all__ = ["CachedGraphDataset", "MoleculeCache", "decode_graphs", "flat_graphs", "with_pointers"]
+
+
+# --------------------------------------------------------------------------------------
+# Reading a cache
+# --------------------------------------------------------------------------------------
+
+
+def with_pointers(chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Chunk arrays (:func:`graph_arrays`) with the ``node_ptr`` / ``edge_ptr``
+    offsets that :func:`decode_graphs` reads, as a finished store has them."""
+    n = np.asarray(chunk["num_nodes"], dtype=np.int64)
+    out = dict(chunk)
+    out["node_ptr"] = _pointer(n)
+    out["edge_ptr"] = _pointer(np.asarray(chunk["num_edges"], dtype=np.int64))
+    return out
+
+
+def _gather(arrays: dict[str, np.ndarray], positions: np.ndarray) -> dict[str, np.ndarray]:
+    """The molecules at ``positions`` of store arrays, concatenated in that order."""
+    node_ptr, edge_ptr = arrays["node_ptr"], arrays["edge_ptr"]
+    n0, e0 = node_ptr[positions], edge_ptr[positions]
+    num_nodes = node_ptr[positions + 1] - n0
+    num_edges = edge_ptr[positions + 1] - e0
+    nodes, edges = _ranges(n0, num_nodes), _ranges(e0, num_edges)
+    return {
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
+        "x": np.take(arrays["x"], nodes, axis=0),
+        "edge_index": np.take(arrays["edge_index"], edges, axis=1).astype(np.int64),
+        "edge_attr": np.take(arrays["edge_attr"], edges, axis=0).astype(np.int64),
+        "y": np.asarray(arrays["y"][positions], dtype=np.float32),
+    }
+
+
+def flat_graphs(
+    arrays: dict[str, np.ndarray], indices: Sequence[int], multi_hop_max_dist: int = 5
+) -> tuple[FlatGraphs, dict[str, np.ndarray]]:
+    """The graphs at positions ``indices`` of store arrays with their Graphormer features,
+    computed together from their bonds
+    (:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`).
+
+    Args:
+        arrays: a finished store's arrays, or chunk arrays through :func:`with_pointers`.
+        indices: ``[B]`` positions of the graphs.
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+
+    Returns:
+        ``(flat, raw)``: the :class:`~graphormer_urpe.graph.flat.FlatGraphs` (targets in
+        ``y``), and the graphs' concatenated store arrays (``num_nodes``, ``num_edges``,
+        ``x``, ``edge_index`` local to each graph, ``edge_attr`` ``[sum E, F_e]``, ``y``).
+    """
+    if multi_hop_max_dist < 1:
+        raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
+    raw = _gather(arrays, np.asarray(indices, dtype=np.int64).reshape(-1))
+    s = batched_graph_structure(
+        raw["num_nodes"], raw["edge_index"], raw["num_edges"], raw["edge_attr"], multi_hop_max_dist
+    )
+    return FlatGraphs.from_structures(s, raw["x"], raw["y"]), raw
+
+
+def decode_graphs(
+    arrays: dict[str, np.ndarray],
+    indices: Sequence[int],
+    multi_hop_max_dist: int = 5,
+    edge_attr_1d: bool = False,
+) -> list[Data]:
+    """The graphs at positions ``indices`` of store arrays, with Graphormer features.
+
+    Each ``Data`` has ``x`` ``[N, F]`` long, ``edge_index`` ``[2, E]`` long, ``edge_attr``
+    ``[E, F_e]`` long (``[E]`` with ``edge_attr_1d``), ``y`` ``[1, T]`` float32 and exactly
+    the attributes of :class:`~graphormer_urpe.graph.features.GraphormerFeatures`
+    (``spatial_pos`` ``[N * N]`` int16, ``edge_input`` ``[N * N * D, F_e]`` int16,
+    ``edge_input_hops`` ``[1]``, ``degree`` ``[N]`` long), computed for all the graphs at
+    once (:func:`flat_graphs`).
+
+    Args:
+        arrays: a finished store's arrays, or chunk arrays through :func:`with_pointers`.
+        indices: positions of the graphs.
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+        edge_attr_1d: the source's bond features are ``[E]`` (ZINC), not ``[E, F_e]``.
+    """
+    if len(indices) == 0:
+        if multi_hop_max_dist < 1:
+            raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
+        return []
+    from torch_geometric.data import Data  # the graphs are PyG's; the stores need no PyG
+
+    flat, raw = flat_graphs(arrays, indices, multi_hop_max_dist)
+    edge_ptr = np.concatenate([[0], np.cumsum(raw["num_edges"])])
+    x = torch.from_numpy(raw["x"].astype(np.int64))
+    edge_index = torch.from_numpy(raw["edge_index"])
+    edge_attr = torch.from_numpy(raw["edge_attr"])
+    out = []
+    for g in range(len(flat)):
+        n0, n1 = int(flat.node_ptr[g]), int(flat.node_ptr[g + 1])
+        e0, e1 = int(edge_ptr[g]), int(edge_ptr[g + 1])
+        p0, p1 = int(flat.pair_ptr[g]), int(flat.pair_ptr[g + 1])
+        r0, r1 = int(flat.row_ptr[g]), int(flat.row_ptr[g + 1])
+        ea = edge_attr[e0:e1].clone()
+        out.append(
+            Data(
+                x=x[n0:n1].clone(),
+                edge_index=edge_index[:, e0:e1].clone(),
+                edge_attr=ea.view(-1) if edge_attr_1d else ea,
+                y=torch.from_numpy(flat.y[g : g + 1].copy()),
+                spatial_pos=torch.from_numpy(flat.spatial_pos[p0:p1].copy()),
+                edge_input=torch.from_numpy(flat.edge_input[r0:r1].copy()),
+                edge_input_hops=torch.tensor([int(flat.hops[g])], dtype=torch.long),
+                degree=torch.from_numpy(flat.degree[n0:n1].copy()),
+            )
+        )
+    return out
+
+
+class MoleculeCache:
+    """Read access to a finished store; arrays are memory-mapped on first use.
+
+    Safe to hand to ``DataLoader`` worker processes: the memory maps are not pickled, each
+    process opens its own (the operating system shares the pages).
+
+    Args:
+        cache_dir: a folder written by :func:`build_molecule_cache`.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
+        self.cache_dir = Path(cache_dir)
+        if not cache_is_complete(self.cache_dir):
+            raise FileNotFoundError(
+                f"{self.cache_dir} is not a finished molecule cache (no {META_FILE} of format "
+                f"{CACHE_FORMAT}); build it with build_molecule_cache or graphormer-urpe "
+                "preprocess"
+            )
+        self.meta: dict[str, Any] = json.loads(
+            (self.cache_dir / META_FILE).read_text(encoding="utf-8")
+        )
+        self._arrays: dict[str, np.ndarray] | None = None
+
+    def open(self) -> dict[str, np.ndarray]:
+        """Memory-map every array (idempotent) and return them by name."""
+        if self._arrays is None:
+            arrays = {}
+            for name in self.meta.get("arrays", _CACHE_ARRAYS):
+                path = self.cache_dir / f"{name}.npy"
+                try:
+                    # a plain ndarray view of the map: slicing np.memmap costs ~1 us per call
+                    arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
+                except (OSError, ValueError) as exc:
+                    raise ValueError(f"cache array {path} cannot be read: {exc}") from exc
+            if arrays["node_ptr"].size != self.meta["graphs"] + 1:
+                raise ValueError(
+                    f"{self.cache_dir}: node_ptr has {arrays['node_ptr'].size} entries for "
+                    f"{self.meta['graphs']} graphs; the cache is damaged, remove it to rebuild"
+                )
+            self._arrays = arrays
+        return self._arrays
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_arrays"] = None  # re-mapped lazily in the receiving process
+        return state
+
+    def __len__(self) -> int:
+        return int(self.meta["graphs"])
+
+    @property
+    def target_names(self) -> list[str]:
+        return list(self.meta["target_names"])
+
+    @property
+    def featurizer(self) -> str:
+        """The featuriser the graphs were built with (``"ogb"`` or ``"zinc"``)."""
+        return str(self.meta.get("featurizer", "ogb"))
+
+    @property
+    def failures(self) -> list[MoleculeFailure]:
+        """Source rows that are not in the cache."""
+        return [MoleculeFailure(**f) for f in self.meta["failures"]]
+
+    @property
+    def source_index(self) -> np.ndarray:
+        """``[M]`` source row of each cached graph."""
+        return self.open()["source_index"]
+
+    @property
+    def targets(self) -> np.ndarray:
+        """``[M, T]`` float32 targets (memory-mapped)."""
+        return self.open()["y"]
+
+    @property
+    def split_codes(self) -> np.ndarray | None:
+        """``[M]`` int8 split of each graph (index into :data:`SPLIT_NAMES`, ``-1``: none), or
+        ``None`` when the source gives no split."""
+        return self.open().get("split")
+
+    def describe_row(self, row: int) -> str:
+        """Where source row ``row`` is, for messages (``"row r (line l)"`` for text files)."""
+        return _row_text(row, self.meta.get("line_offset"))
+
+    def smiles(self, positions: Sequence[int] | np.ndarray) -> list[str]:
+        """The SMILES of the graphs at ``positions`` (the store must keep them)."""
+        a = self.open()
+        if "smiles_ptr" not in a:
+            raise ValueError(f"{self.cache_dir} keeps no SMILES (its source has none)")
+        ptr, raw = a["smiles_ptr"], a["smiles_bytes"]
+        return [bytes(raw[ptr[p] : ptr[p + 1]]).decode("utf-8") for p in np.asarray(positions)]
+
+    @property
+    def has_descriptors(self) -> bool:
+        """Whether the store was built with ``descriptors=True``."""
+        return "descriptors" in self.meta
+
+    @property
+    def descriptor_names(self) -> list[str]:
+        """``[K]`` names of the stored descriptors (empty without them)."""
+        return list(self.meta.get("descriptors", {}).get("names", []))
+
+    @property
+    def descriptors(self) -> np.ndarray:
+        """``[M, K]`` float32 raw RDKit 2D descriptors (memory-mapped; ``NaN`` = failed)."""
+        if not self.has_descriptors:
+            raise ValueError(f"{self.cache_dir} was built without descriptors")
+        return self.open()["descriptors"]
+
+    @property
+    def has_smiles(self) -> bool:
+        return "smiles_ptr" in self.meta.get("arrays", ())
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the cache on disk."""
+        return _cache_bytes(self.cache_dir)
+
+    def graphs(self, indices: Sequence[int], multi_hop_max_dist: int = 5) -> list[Data]:
+        """The graphs at cache positions ``indices`` (see :func:`decode_graphs`)."""
+        size = len(self)
+        positions = []
+        for i in indices:
+            i = int(i)
+            if not -size <= i < size:
+                raise IndexError(f"graph {i} out of range for a cache of {size} graphs")
+            positions.append(i % size)
+        edge_1d = bool(self.meta.get("edge_attr_1d", False))
+        return decode_graphs(self.open(), positions, multi_hop_max_dist, edge_1d)
+
+    def graph(self, i: int, multi_hop_max_dist: int = 5) -> Data:
+        """One graph (see :meth:`graphs`)."""
+        return self.graphs([i], multi_hop_max_dist)[0]
+
+    def __repr__(self) -> str:
+        return f"MoleculeCache({str(self.cache_dir)!r}, graphs={len(self)})"
+
+
+class CachedGraphDataset(Dataset):
+    """A split of a :class:`MoleculeCache` as a map-style dataset of PyG ``Data``.
+
+    ``DataLoader`` fetches whole batches through :meth:`__getitems__`, so the path features of
+    a batch are rebuilt together.
+
+    Args:
+        cache: the cache.
+        positions: ``[N]`` cache positions of this split's graphs, in order.
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+        name: the split's name, for messages.
+        mol_features: a fitted :class:`~.descriptors.DescriptorNormalizer` of the store's
+            descriptors: each ``Data`` then carries ``mol_x`` ``[1, K]`` float32, its
+            normalised descriptors (the model joins them to the graph token); ``None``: none.
+    """
+
+    def __init__(
+        self,
+        cache: MoleculeCache,
+        positions: np.ndarray,
+        multi_hop_max_dist: int = 5,
+        name: str = "",
+        *,
+        mol_features: DescriptorNormalizer | None = None,
+    ) -> None:
+        self.cache = cache
+        self.positions = np.asarray(positions, dtype=np.int64)
+        self.multi_hop_max_dist = int(multi_hop_max_dist)
+        self.name = name
+        if mol_features is not None and list(mol_features.names) != cache.descriptor_names:
+            raise ValueError(
+                f"{cache.cache_dir}: its descriptors are not those of the molecule-feature "
+                "normaliser (a store built with descriptors=True of the same descriptor set)"
+            )
+        self.mol_features = mol_features
+
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    def with_positions(self, positions: np.ndarray) -> CachedGraphDataset:
+        """The same kind of split over other store ``positions`` ``[n]``."""
+        return CachedGraphDataset(
+            self.cache,
+            positions,
+            self.multi_hop_max_dist,
+            self.name,
+            mol_features=self.mol_features,
+        )
+
+    def _pos(self, idx: int) -> int:
+        n = len(self)
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} out of range for {self.name or 'split'} of {n} graphs")
+        return int(self.positions[idx])
+
+    def __getitem__(self, idx: int) -> Data:
+        return self.__getitems__([idx])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Data]:
+        pos = [self._pos(int(i)) for i in indices]
+        graphs = self.cache.graphs(pos, self.multi_hop_max_dist)
+        if self.mol_features is not None:
+            raw = self.cache.descriptors[np.asarray(pos, dtype=np.int64)]  # [n, K]
+            mol_x = torch.from_numpy(self.mol_features.transform(raw))
+            for g, row in zip(graphs, mol_x, strict=True):
+                g.mol_x = row.view(1, -1)
+        return graphs
+
+    def target_matrix(self) -> Tensor:
+        """``[N, T]`` float targets of the split, read without building any graph."""
+        return torch.from_numpy(np.asarray(self.cache.targets[self.positions], dtype=np.float32))
+
+    @property
+    def source_index(self) -> np.ndarray:
+        """``[N]`` source row of each graph."""
+        return np.asarray(self.cache.source_index[self.positions])
+
+    def smiles(self) -> list[str]:
+        """``[N]`` SMILES of the split's graphs (stores of SMILES sources only)."""
+        return self.cache.smiles(self.positions)
+
+    def describe(self, idx: Sequence[int] | np.ndarray) -> list[str]:
+        """Where the graphs at split positions ``idx`` come from: source row (and SMILES)."""
+        pos = self.positions[np.asarray(idx, dtype=np.int64)]
+        rows = [self.cache.describe_row(int(r)) for r in self.cache.source_index[pos]]
+        if not self.cache.has_smiles:
+            return rows
+        return [f"{r} {s!r}" for r, s in zip(rows, self.cache.smiles(pos), strict=True)]
+
+    def __repr__(self) -> str:
+        return f"CachedGraphDataset({self.name!r}, {len(self)} graphs)"
