@@ -1,0 +1,142 @@
+"""The ``graphormer-urpe`` command: a thin layer over the library.
+
+Every sub-command parses its flags into the library's config objects and calls library
+functions; errors reach the user as one line (``graphormer-urpe: error: ...``) and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from .._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
+from .predict import (
+    _add_evaluate,
+    _add_predict,
+    _add_submit,
+    run_evaluate,
+    run_predict,
+    run_submit,
+)
+from .tools import (
+    _add_convert,
+    _add_demo,
+    _add_export,
+    _add_lm,
+    _add_plot,
+    _add_preprocess,
+    _add_synthetic,
+    run_convert,
+    run_demo,
+    run_export,
+    run_plot,
+    run_preprocess,
+)
+from .train import _add_pretrain, _add_train, run_pretrain, run_train, train_config
+
+__all__ = [  # the sub-commands are in train, predict and tools; their flags in flags
+    "IMPORTED_AT",
+    "build_parser",
+    "main",
+    "run_convert",
+    "run_demo",
+    "run_evaluate",
+    "run_export",
+    "run_plot",
+    "run_predict",
+    "run_preprocess",
+    "run_pretrain",
+    "run_submit",
+    "run_train",
+    "train_config",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (one sub-parser per command)."""
+    parser = argparse.ArgumentParser(
+        prog="graphormer-urpe",
+        description="Graphormer and Universal RPE attention for molecular property prediction.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _COMMANDS:
+        add(sub)
+    return parser
+
+
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_train,
+    _add_pretrain,
+    _add_evaluate,
+    _add_predict,
+    _add_plot,
+    _add_synthetic,
+    _add_lm,
+    _add_demo,
+    _add_preprocess,
+    _add_submit,
+    _add_convert,
+    _add_export,
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``graphormer-urpe`` console script (``argv`` None: this process is
+    the command, and a command that holds nothing open ends it at once, see
+    :func:`_exit_now`)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # this process is the command (argv None): its start is the package's import, else now
+    args.started = IMPORTED_AT if argv is None else time.perf_counter()
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    code = _run(args)
+    if argv is None and getattr(args, "exit_at_once", False):
+        _exit_now(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit status, with one line on standard error for a
+    failure (``--verbose``: the traceback) or an interruption."""
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGINT during training (saved)
+        print(f"graphormer-urpe: {str(exc) or 'interrupted'}", file=sys.stderr)
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))
+    except Exception as exc:  # one line for the user; --verbose shows the traceback
+        if args.verbose:
+            raise
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        text = str(msg).strip().splitlines()[0] if str(msg).strip() else type(exc).__name__
+        if not isinstance(exc, (ValueError, KeyError, OSError, RuntimeError)):
+            text = f"{type(exc).__name__}: {text} (run with --verbose for the traceback)"
+        print(f"graphormer-urpe: error: {text}", file=sys.stderr)
+        return 2
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` once its output is flushed, without Python's teardown.
+
+    A process that imported torch spends about a second ending on a 2-core machine
+    (finalisers of torch's operator libraries, the collection of every object): a third of
+    a one-molecule ``predict``. Commands that leave nothing open (``predict``: its file is
+    closed and its featurising processes stopped when it returns) skip it.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (| head) or stream: nothing to add
+            pass
+    os._exit(code)

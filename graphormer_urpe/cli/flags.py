@@ -1,0 +1,233 @@
+"""The flags sub-commands share: one definition each (:data:`_FLAGS`), and the model,
+training and run groups of ``train`` and ``pretrain``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+MODEL_HELP = {
+    "num_layers": "transformer layers L",
+    "hidden_dim": "model width d",
+    "ffn_dim": "feed-forward hidden width",
+    "num_heads": "attention heads H",
+    "dropout": "dropout on residual branches",
+    "attention_dropout": "dropout on attention probabilities (after URPE's C)",
+    "input_dropout": "dropout on the input embeddings",
+    "activation_dropout": "dropout after the feed-forward GELU",
+    "num_atoms": "rows of the node-feature embedding table",
+    "num_degree": "rows of each degree embedding table",
+    "num_edges": "rows of the bond-feature embedding table",
+    "num_spatial": "rows of the spatial (shortest-path) bias table",
+    "num_edge_dis": "number of per-hop HxH edge-encoding matrices",
+    "multi_hop_max_dist": "hops of path bond features kept (20 for ZINC, 5 for PCQM4M)",
+    "spatial_pos_max": "mask pairs at shortest-path distance >= this",
+    "attention": "graphormer (plain RPE) or urpe (adds the learned C)",
+    "urpe_num_buckets": "rows of each URPE C table (distances beyond share the last)",
+    "urpe_share_layers": "one URPE C table for all layers instead of one per layer",
+    "num_targets": "outputs of the head (set from the dataset when training)",
+    "num_mol_features": "per-molecule features joined before the head (set by --mol-features)",
+    "pre_ln": "pre-LN layers (default; --no-pre-ln: post-LN as in Graphormer v2)",
+    "embedding_norm": "LayerNorm on the input embeddings (Graphormer v2)",
+    "final_norm": "LayerNorm after the last layer (default; Graphormer v2 has none)",
+    "embed_scale": "multiply the input embeddings by this",
+    "head": "linear (default) or transform: Graphormer v2's LN(GELU(Linear)) -> Linear head",
+}
+
+
+_SET_BY_THE_DATA = ("num_targets", "num_mol_features", "target_mean", "target_std")
+"""Model fields a run sets from its dataset (``--normalize-targets`` decides the scaling)."""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    from ..graph.config import GraphormerConfig
+
+    g = p.add_argument_group("model (override the preset's architecture)")
+    for f in dataclasses.fields(GraphormerConfig):
+        if f.name in _SET_BY_THE_DATA:
+            continue
+        kw: dict = {"dest": f"model.{f.name}", "default": None, "help": MODEL_HELP[f.name]}
+        if f.name == "attention":
+            kw["choices"] = ["graphormer", "urpe"]
+        elif f.name == "head":
+            kw["choices"] = ["linear", "transform"]
+        elif f.type in ("bool", bool):
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
+            kw["metavar"] = f.name.split("_")[-1].upper() if kw["type"] is not str else "VALUE"
+        g.add_argument(_flag(f.name), **kw)
+
+
+_CACHE_DIR_HELP = (
+    "folder of the dataset stores (default $GRAPHORMER_URPE_CACHE, else ~/.cache/graphormer-urpe)"
+)
+
+_FLAGS: dict[str, dict] = {
+    "--device": {"default": None, "help": "auto (default), cpu, cuda, cuda:N"},
+    "--no-progress": {"action": "store_true", "help": "no progress bar"},
+    "--cache-dir": {"default": None, "help": _CACHE_DIR_HELP},
+    "--checkpoint": {"required": True, "help": "a best.pt or last.pt file"},
+    "--data-root": {"default": None, "help": "dataset folder, if it moved"},
+    "--smiles-column": {"default": None, "help": "CSV: SMILES column (default smiles)"},
+    "--target-columns": {"nargs": "+", "default": None, "help": "CSV: target column(s)"},
+    "--split-column": {"default": None, "help": "CSV: column holding train/valid/test"},
+    "--batch-size": {"type": int, "default": None, "help": "graphs per batch"},
+}
+"""The flags several sub-commands share, defined once (a command may change a default or
+the help where its meaning differs)."""
+
+
+def _shared(parser: argparse._ActionsContainer, *flags: str, **changes: dict) -> None:
+    """Add the shared ``flags`` to ``parser`` (a parser or an argument group), in order;
+    ``changes`` by flag name without dashes (``smiles_column={"default": "smiles"}``)."""
+    for flag in flags:
+        change = changes.get(flag[2:].replace("-", "_"), {})
+        parser.add_argument(flag, **{**_FLAGS[flag], **change})
+
+
+def _add_training_flags(p: argparse.ArgumentParser) -> None:
+    """The optimisation flags of ``train`` and ``pretrain``."""
+    t = p.add_argument_group("training")
+    t.add_argument(
+        "--preset",
+        default=None,
+        help="small (default), zinc-slim, pcqm4mv2-small or pcqm4mv2-base: model + optimisation",
+    )
+    t.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epochs (replaces the preset's step count; ignored with --max-steps)",
+    )
+    t.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="optimizer steps in total (replaces the preset's epochs)",
+    )
+    _shared(t, "--batch-size")
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    t.add_argument("--end-lr", type=float, default=None, help="learning rate at the last step")
+    t.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="linear warm-up steps (default: the preset's, scaled to the preset recipe's "
+        "fraction of the run when longer than a tenth of it)",
+    )
+    t.add_argument(
+        "--weight-decay",
+        type=float,
+        default=None,
+        help="AdamW weight decay of all parameters but URPE's C",
+    )
+    t.add_argument(
+        "--urpe-weight-decay",
+        type=float,
+        default=None,
+        help="AdamW weight decay of URPE's C tables (default 0)",
+    )
+    t.add_argument("--clip-norm", type=float, default=None, help="gradient-norm clipping")
+    t.add_argument("--no-clip", action="store_true", help="disable gradient clipping")
+    t.add_argument(
+        "--loss",
+        choices=["l1", "mse", "smooth_l1"],
+        default=None,
+        help="regression loss (default: mse for csv: datasets, selecting on RMSE, as Chemprop; "
+        "l1 for the benchmarks); binary tasks always use BCE on logits",
+    )
+    t.add_argument(
+        "--normalize-targets",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="regression: train on targets standardised with the training split's mean and "
+        "std, predict in their units (default: on for csv: datasets, off for the benchmarks)",
+    )
+    t.add_argument("--seed", type=int, default=None, help="random seed")
+    t.add_argument("--eval-every", type=int, default=None, help="validate every N epochs")
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The run flags (output, device, checkpoints, resume, time limit) of ``train`` and
+    ``pretrain``; returns the group for command-specific ones."""
+    r = p.add_argument_group("run")
+    r.add_argument("--out", default=None, help="output folder (default runs/DATASET-PRESET-ATTN)")
+    _shared(r, "--device")
+    r.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        default=None,
+        help="auto: bf16 autocast on CUDA, fp32 on CPU",
+    )
+    r.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="data-loader worker processes (default: 0 on the CPU, min(8, cores - 2) on a GPU)",
+    )
+    r.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    r.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="stop cleanly when this wall-clock budget is spent (checkpoint, test at the best "
+        "checkpoint); without --epochs or --max-steps the steps are planned to fill it (from "
+        "a measured step rate), else the schedule stays planned over the configured steps; "
+        "with --ensemble K it is the whole ensemble's, each member getting an equal share of "
+        "what is left when it starts",
+    )
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in OUT (last.pt, else OUT/checkpoints)",
+    )
+    r.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="also checkpoint every STEPS optimizer steps (default: at epoch ends only)",
+    )
+    r.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        default=None,
+        metavar="K",
+        help="rolling checkpoints kept in OUT/checkpoints (default 3)",
+    )
+    r.add_argument(
+        "--bucket-size",
+        type=int,
+        default=None,
+        metavar="K",
+        help="size-bucketed batches: sort chunks of K batches by graph size (default 0: off)",
+    )
+    r.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="run the model through torch.compile",
+    )
+    r.add_argument(
+        "--attention-kernel",
+        choices=["auto", "fused", "eager"],
+        default=None,
+        help="attention product: auto (default: the fused Triton kernel for URPE on CUDA "
+        "GPUs), fused (wherever Triton runs) or eager (PyTorch operators)",
+    )
+    r.add_argument(
+        "--no-capture",
+        dest="capture",
+        action="store_false",
+        default=None,
+        help="on a GPU, run every step eagerly instead of replaying it from a CUDA graph "
+        "captured per batch shape (the default on one GPU)",
+    )
+    _shared(r, "--no-progress")
+    return r

@@ -1,0 +1,259 @@
+"""The sub-commands that use a trained model: ``evaluate``, ``predict`` (streaming, with its
+interruption and names) and ``submit`` (OGB-LSC)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+from itertools import chain
+
+from .flags import _shared
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """``graphormer-urpe evaluate``."""
+    from ..io.checkpoint import write_atomic
+    from ..training import evaluate_checkpoint
+
+    result = evaluate_checkpoint(
+        args.checkpoint,
+        args.split,
+        args.data_root,
+        args.device or "auto",
+        progress=not args.no_progress,
+        cache_dir=args.cache_dir,
+        workers=args.workers,
+    )
+    out = args.output or os.path.join(
+        os.path.dirname(os.path.abspath(args.checkpoint)), f"eval_{args.split}.json"
+    )
+    write_atomic(out, json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate a checkpoint on a split",
+        description="Compute the metric of a checkpoint on a split of the dataset it was "
+        "trained on; print it and write eval_SPLIT.json next to the checkpoint.",
+    )
+    _shared(p, "--checkpoint")
+    p.add_argument(
+        "--split",
+        choices=["train", "valid", "test"],
+        default="test",
+        help="split to evaluate (default test)",
+    )
+    _shared(p, "--data-root", "--cache-dir")
+    p.add_argument(
+        "--workers", type=int, default=1, help="processes that build a missing store (default 1)"
+    )
+    _shared(p, "--device")
+    p.add_argument("--output", default=None, help="JSON file to write")
+    _shared(p, "--no-progress")
+    p.set_defaults(func=run_evaluate)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """``graphormer-urpe predict``: streams rows to the output as their batches finish.
+
+    SIGTERM ends it as Ctrl-C does: the rows written so far stay a valid CSV, the featurising
+    processes are stopped, and the last line says how many rows were written."""
+    import torch
+
+    from ..training.ensemble import load_models
+    from ..training.predict_io import (
+        WriteCounts,
+        carry_names,
+        interrupts_between_rows,
+        read_named_smiles,
+    )
+    from ..training.stream import default_threads, iter_predictions, write_predictions_csv
+
+    torch.set_num_threads(args.threads or default_threads(args.workers))
+    models = load_models(args.checkpoint, args.device or "auto")
+    lm = models[0]
+    binary = lm.task_type == "binary"
+    if args.logits and not binary:
+        raise ValueError(
+            f"--logits applies to binary tasks; {args.checkpoint} predicts regression targets"
+        )
+    smiles, with_names, named = args.smiles, None, False
+    if args.input:
+        rows = read_named_smiles(args.input, args.smiles_column)
+        first = next(rows, None)
+        named = first is not None and first[1] is not None  # one SMILES a line: its names
+        smiles, with_names = carry_names(chain([first] if first else [], rows))
+    counts = WriteCounts()
+    predictions = iter_predictions(
+        models,
+        smiles,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        chunk_size=args.chunk_size,
+        progress=not args.no_progress,
+        similarity=not args.no_similarity,
+    )
+    results = with_names(predictions) if with_names else predictions
+    where = f" to {args.output}" if args.output else ""
+    try:
+        with interrupts_between_rows(counts), contextlib.ExitStack() as stack:
+            out = sys.stdout
+            if args.output:  # written line by line: an interrupted run leaves a valid prefix
+                out = stack.enter_context(open(args.output, "w", newline="", encoding="utf-8"))
+            write_predictions_csv(
+                results,
+                out,
+                lm.target_names,
+                binary,
+                args.logits,
+                std=len(models) > 1,
+                domain=True,
+                names=named,
+                counts=counts,
+            )
+    except KeyboardInterrupt as exc:
+        results.close()  # stops the featurising processes now
+        predictions.close()
+        signum = getattr(exc, "signum", signal.SIGINT)
+        exc.args = (
+            f"{signal.Signals(signum).name}: stopped after writing {counts.rows} rows{where} "
+            f"(the input's first {counts.rows}, a valid CSV)",
+        )
+        raise
+    domain = f"{counts.outside} out of the training domain"
+    if lm.domain is None:
+        domain = "training domain unknown (the checkpoint does not record it)"
+    print(
+        f"graphormer-urpe: wrote {counts.rows} rows{where}: {counts.rows - counts.failed} "
+        f"molecules predicted, {counts.failed} could not be read, {domain}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    from ..training.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+
+    p = sub.add_parser(
+        "predict",
+        help="predict molecules from SMILES",
+        description="Predict the targets of molecules with a trained checkpoint. Streams CSV "
+        "(smiles, name for one-SMILES-a-line input, one column per target, domain, "
+        "nearest_similarity, error) to --output or "
+        "standard output, one row per "
+        "input row in input order, as each batch finishes; invalid SMILES get an empty "
+        "prediction and the reason. domain says 'in', or 'out: <reasons>' for a molecule "
+        "unlike every training molecule (an element or charge never seen, more fragments or "
+        "heavy atoms than any); nearest_similarity is the Tanimoto similarity of its nearest "
+        "training molecule (Morgan fingerprints). Binary tasks (ogbg-molhiv, ...) give "
+        "probabilities in prob_<task> columns, or raw scores in logit_<task> with --logits.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a best.pt or last.pt file, or the folder of a train --ensemble run (each row "
+        "then gets the members' mean and, in <target>_std columns, their standard deviation)",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
+    src.add_argument(
+        "--input",
+        help="a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
+        "line (a name may follow: it goes to the name column), or - for standard input (CSV "
+        "when its first line names "
+        "--smiles-column, else one SMILES a line)",
+    )
+    column = {"default": "smiles", "help": "SMILES column of --input"}
+    _shared(p, "--smiles-column", smiles_column=column)
+    p.add_argument("--output", default=None, help="CSV file to write (default: stdout)")
+    p.add_argument(
+        "--logits",
+        action="store_true",
+        help="binary tasks: write the raw scores (logit_<task>) instead of sigmoid "
+        "probabilities (prob_<task>)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"featurisation processes (default {DEFAULT_WORKERS}; 0: in the main process)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"molecules per model batch (default {DEFAULT_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK_SIZE,
+        help=f"SMILES per featurisation task (default {DEFAULT_CHUNK_SIZE})",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for the model (default: the CPU cores left after --workers, at "
+        "least 1; more threads than free cores slow everything down)",
+    )
+    _shared(p, "--device")
+    p.add_argument(
+        "--no-similarity",
+        action="store_true",
+        help="leave the nearest_similarity column empty: skip the search of each molecule's "
+        "nearest training fingerprint (the domain column's checks still run)",
+    )
+    _shared(p, "--no-progress")
+    p.set_defaults(func=run_predict, exit_at_once=True)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    """``graphormer-urpe submit``."""
+    from ..training.submit import submit_checkpoint
+
+    result = submit_checkpoint(
+        args.checkpoint,
+        args.split,
+        args.out,
+        data_root=args.data_root,
+        device=args.device or "auto",
+        batch_size=args.batch_size,
+        allow_partial=args.allow_partial,
+        progress=not args.no_progress,
+    )
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _add_submit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "submit",
+        help="write an OGB-LSC test submission (PCQM4Mv2 / PCQM4M)",
+        description="Predict every molecule of a PCQM4Mv2 test split (test-dev or "
+        "test-challenge; test for PCQM4M) with a checkpoint and write OGB's submission file "
+        "(y_pred_pcqm4m-v2_SPLIT.npz) with OGB's save_test_submission. A split that does not "
+        "have the official size is refused unless --allow-partial.",
+    )
+    _shared(p, "--checkpoint")
+    p.add_argument(
+        "--split",
+        required=True,
+        choices=["test-dev", "test-challenge", "test"],
+        help="test-dev or test-challenge (PCQM4Mv2), test (PCQM4M)",
+    )
+    p.add_argument("--out", required=True, help="folder for the submission file")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="write a split of non-official size anyway (numpy, OGB's format), e.g. a sample",
+    )
+    _shared(p, "--data-root", "--device", "--batch-size", "--no-progress")
+    p.set_defaults(func=run_submit)

@@ -1,0 +1,262 @@
+"""``graphormer-urpe train`` and ``pretrain``: their flags into a
+:class:`~graphormer_urpe.training.TrainConfig`, then the library's training loop."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+
+from .flags import _add_model_flags, _add_run_flags, _add_training_flags, _shared
+
+
+def _overrides(args: argparse.Namespace) -> tuple[dict, dict]:
+    model, train = {}, {}
+    for k, v in vars(args).items():
+        if k.startswith("model."):
+            model[k[6:]] = v
+        else:
+            train[k] = v
+    return model, train
+
+
+def train_config(args: argparse.Namespace):
+    """The :class:`~graphormer_urpe.training.TrainConfig` of ``graphormer-urpe train ARGS``.
+
+    Every flag typed (its value is not ``None``) beats the preset, or the saved config of
+    ``--config``; the model's attention is URPE unless ``--attention`` or the saved config
+    says otherwise.
+    """
+    from ..training.config import make_config, override_config, read_config
+
+    model_over, over = _overrides(args)
+    keep = {f.name for f in dataclasses.fields(_train_config_cls())} - {"model", "preset"}
+    given = {k: v for k, v in over.items() if k in keep and v is not None}
+    if args.no_clip:
+        given["clip_norm"] = 0.0
+    if args.config:
+        if args.preset is not None:
+            raise ValueError(
+                f"--preset cannot be combined with --config: {args.config} names its preset"
+            )
+        cfg = override_config(read_config(args.config), model_over, **given)
+        if "out" not in given and not args.resume and _holds_run(cfg.out):
+            raise ValueError(
+                f"{cfg.out} already holds the run of {args.config}; pass --out to repeat it "
+                "elsewhere (or --resume to continue it)"
+            )
+        return cfg
+    if model_over.get("attention") is None:
+        model_over["attention"] = "urpe"
+    cfg = make_config(args.preset or "small", model_overrides=model_over, **given)
+    if cfg.time_limit is not None and not {"epochs", "max_steps"} & set(given):
+        cfg = dataclasses.replace(cfg, fill_time_limit=True)  # steps planned to fill it
+    if "out" not in given:
+        tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in _dataset_tag(cfg.dataset))
+        out = os.path.join("runs", f"{tag}-{cfg.preset}-{cfg.model.attention}")
+        cfg = dataclasses.replace(cfg, out=out)
+    return cfg
+
+
+def _dataset_tag(dataset: str) -> str:
+    """A run folder's name for ``dataset``: a CSV's file stem (``csv:data/mols.csv`` ->
+    ``mols``; three files: the first's), else the dataset's name."""
+    if not dataset.startswith("csv:"):
+        return dataset
+    first = dataset[4:].split(",")[0].strip()
+    name = os.path.basename(first)
+    for suffix in (".gz", ".csv", ".smi", ".txt"):
+        name = name.removesuffix(suffix)
+    return name or "csv"
+
+
+def _holds_run(out: str) -> bool:
+    return any(os.path.exists(os.path.join(out, f)) for f in ("metrics.json", "last.pt"))
+
+
+def _started(args: argparse.Namespace) -> float | None:
+    """The moment ``--time-limit`` counts from (:func:`main` sets it)."""
+    return getattr(args, "started", None)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """``graphormer-urpe train``."""
+    from ..training import train
+
+    cfg = train_config(args)
+    if args.ensemble > 1:
+        from ..training.ensemble import train_ensemble
+
+        metrics = train_ensemble(
+            cfg, args.ensemble, args.resume, not args.no_progress, started=_started(args)
+        )
+    else:
+        metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _train_config_cls():
+    from ..training import TrainConfig
+
+    return TrainConfig
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a molecular property regressor",
+        description="Train Graphormer or URPE-Graphormer; select on the validation split, "
+        "report the test metric at the best checkpoint. With no flags: the embedded NCI "
+        "molecules (from RDKit) labelled with the ZINC target, the small preset, on the CPU "
+        "in a few minutes. Preset values apply unless a flag overrides them.",
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="CONFIG_JSON",
+        help="repeat a run: start from its saved config.json (flags typed with it override "
+        "its fields; --out is needed when its output folder already holds the run)",
+    )
+    d = p.add_argument_group("data")
+    d.add_argument(
+        "--dataset",
+        default=None,
+        help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
+        "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
+        "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
+    )
+    root = {"help": "folder of downloaded datasets (default data/<name>)"}
+    _shared(d, "--data-root", "--cache-dir", data_root=root)
+    d.add_argument(
+        "--preprocess-workers",
+        type=int,
+        default=None,
+        help="processes that build a missing dataset store (default 1)",
+    )
+    _shared(d, "--smiles-column", "--target-columns", "--split-column")
+    d.add_argument(
+        "--mol-features",
+        choices=["none", "rdkit2d"],
+        default=None,
+        help="CSV: rdkit2d joins each molecule's 202 RDKit 2D descriptors (normalised on the "
+        "training split, cached in the store) to the graph representation before the head, "
+        "as Chemprop's rdkit_2d_normalized features; predict computes them too; default none",
+    )
+    d.add_argument(
+        "--task",
+        choices=["regression", "classification"],
+        default=None,
+        help="CSV: classification reads the targets as binary labels 0/1 (BCE, one logit per "
+        "target, selected on ROC-AUC, PRC-AUC reported; predict writes probabilities); "
+        "default regression",
+    )
+    d.add_argument(
+        "--split",
+        choices=["random", "scaffold"],
+        default=None,
+        help="CSV without split column: seeded random or scaffold split 80/10/10",
+    )
+    d.add_argument("--split-seed", type=int, default=None, help="seed of the random split (0)")
+    d.add_argument(
+        "--featurizer",
+        choices=["zinc", "ogb"],
+        default=None,
+        help="CSV: ZINC atom types or OGB features (default ogb)",
+    )
+    d.add_argument(
+        "--max-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="leave training graphs above N atoms out (logged); valid/test graphs are always kept",
+    )
+    d.add_argument(
+        "--strict",
+        action="store_true",
+        default=None,
+        help="stop at the first invalid SMILES instead of skipping it",
+    )
+    _add_training_flags(p)
+    r = _add_run_flags(p)
+    r.add_argument(
+        "--init-from",
+        default=None,
+        metavar="CHECKPOINT",
+        help="fine-tune: start from this checkpoint's weights: 'pretrained' (the shipped "
+        "small URPE model pretrained on MOSES molecules), a checkpoint of this library (e.g. "
+        "from graphormer-urpe convert or pretrain), or a Hugging Face folder; its "
+        "architecture, this run's dropouts and --attention; the output layer is "
+        "re-initialised when the number of outputs differs",
+    )
+    r.add_argument(
+        "--ensemble",
+        type=int,
+        default=1,
+        metavar="K",
+        help="train K members with seeds SEED..SEED+K-1 into OUT/member-<i> and score their "
+        "mean on the test split; predict --checkpoint OUT then writes the mean and, as an "
+        "uncertainty, the members' standard deviation (default 1: one model)",
+    )
+    _add_model_flags(p)
+    p.set_defaults(func=run_train)
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    """``graphormer-urpe pretrain``: ``train`` on ``pretrain:INPUT`` (descriptor targets)."""
+    from ..training import train
+
+    args.dataset = f"pretrain:{args.input}"
+    if args.loss is None:
+        args.loss = "smooth_l1"
+    if args.out is None:
+        stem = os.path.basename(args.input).split(".")[0] or "smiles"
+        args.out = os.path.join("runs", f"pretrain-{stem}-{args.preset or 'small'}")
+    metrics = train(train_config(args), args.resume, not args.no_progress, started=_started(args))
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _add_pretrain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pretrain",
+        help="self-supervised pretraining on any SMILES file (RDKit descriptor targets)",
+        description="Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules "
+        "of a SMILES file: multi-target regression on the normalised descriptors (smooth L1 "
+        "by default, mean over descriptors), with the training loop, checkpoints, --resume, "
+        "--time-limit, torchrun and presets of train. The molecules and their descriptors "
+        "are cached in a store (built once, in parallel with --preprocess-workers); a random "
+        "1%% of the molecules selects the best checkpoint, another 1%% is the test split. "
+        "The checkpoints record the descriptor names, their normalisation and the RDKit "
+        "version; fine-tune with train --init-from OUT/best.pt (the head is reset).",
+    )
+    p.set_defaults(config=None)
+    d = p.add_argument_group("data")
+    d.add_argument(
+        "--input",
+        required=True,
+        help="SMILES file: .smi / .txt (one SMILES a line, a name may follow; .gz too) or "
+        ".csv / .csv.gz with --smiles-column",
+    )
+    _shared(d, "--smiles-column", "--cache-dir")
+    d.add_argument(
+        "--preprocess-workers",
+        type=int,
+        default=None,
+        help="processes that build the store (featurisation + descriptors; default 1)",
+    )
+    d.add_argument(
+        "--split-seed", type=int, default=None, help="seed of the 98/1/1 random split (0)"
+    )
+    d.add_argument(
+        "--max-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="leave training graphs above N atoms out (logged)",
+    )
+    _add_training_flags(p)
+    _add_run_flags(p)
+    _add_model_flags(p)
+    p.set_defaults(func=run_pretrain)
