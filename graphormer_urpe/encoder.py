@@ -27,7 +27,9 @@ from typing import Protocol
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Dropout, PreparedBias, TokenLayout, URPEAttention, dropout_add, prepare_bias
+from .attention import PreparedBias, URPEAttention, prepare_bias
+from .dropout import Dropout, dropout_add
+from .token_layout import TokenLayout
 
 __all__ = ["EncoderLayer", "Encoder", "LayerScales"]
 
