@@ -19,7 +19,7 @@ from ._lazy import lazy_exports
 
 # Every public name is imported from its module on first use (PEP 562): importing the package,
 # or its command line, costs nothing until a name is needed.
-__getattr__, __dir__ = lazy_exports(
+__getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         ".attention": ["URPEAttention", "urpe_attention"],
@@ -41,27 +41,4 @@ __getattr__, __dir__ = lazy_exports(
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "PRESETS",
-    "Encoder",
-    "EncoderLayer",
-    "Graphormer",
-    "GraphormerBatch",
-    "GraphormerCollator",
-    "GraphormerConfig",
-    "GraphormerEncoder",
-    "GraphormerFeatures",
-    "Prediction",
-    "URPEAttention",
-    "add_graphormer_features",
-    "collate",
-    "convert_checkpoint",
-    "export_huggingface",
-    "get_preset",
-    "graph_structure",
-    "init_from_checkpoint",
-    "iter_predictions",
-    "read_graphormer",
-    "urpe_attention",
-    "__version__",
-]
+__all__ += ["__version__"]

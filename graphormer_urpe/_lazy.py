@@ -2,7 +2,8 @@
 
 A package lists its public names and the submodule defining each; :func:`lazy_exports` gives
 the package a module ``__getattr__`` that imports a name's submodule on first use (and keeps
-the value, so later look-ups are plain attribute reads) and a ``__dir__`` that lists them.
+the value, so later look-ups are plain attribute reads), a ``__dir__`` that lists them, and the
+``__all__`` of the names, in the order given.
 ``import graphormer_urpe`` then costs nothing, and the command line imports torch only when
 a command needs it. A name that is not exported but is a submodule (``graphormer_urpe.graph``,
 ``graphormer_urpe.training.loop``) is imported as such, as attribute access did when the
@@ -23,8 +24,9 @@ __all__ = ["lazy_exports"]
 
 def lazy_exports(
     package: str, exports: Mapping[str, Iterable[str]]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module ``__getattr__`` and ``__dir__`` of a package with lazy public names.
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """The module ``__getattr__``, ``__dir__`` and ``__all__`` of a package with lazy public
+    names.
 
     Args:
         package: the package's ``__name__``.
@@ -32,11 +34,11 @@ def lazy_exports(
             package re-exports.
 
     Returns:
-        ``(__getattr__, __dir__)``, to bind at the package's module level.
+        ``(__getattr__, __dir__, __all__)``, to bind at the package's module level.
 
     Example::
 
-        __getattr__, __dir__ = lazy_exports(__name__, {".model": ["Graphormer"]})
+        __getattr__, __dir__, __all__ = lazy_exports(__name__, {".model": ["Graphormer"]})
     """
     where = {name: module for module, names in exports.items() for name in names}
 
@@ -59,4 +61,4 @@ def lazy_exports(
     def __dir__() -> list[str]:
         return sorted(set(sys.modules[package].__dict__) | set(where))
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, list(where)

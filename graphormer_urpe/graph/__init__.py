@@ -5,7 +5,7 @@ The public names are imported from their modules on first use (PEP 562).
 
 from .._lazy import lazy_exports
 
-__getattr__, __dir__ = lazy_exports(
+__getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         ".batch": ["GraphormerBatch", "GraphormerCollator", "collate"],
@@ -17,24 +17,3 @@ __getattr__, __dir__ = lazy_exports(
         ".transform": ["GraphormerFeatures"],
     },
 )
-
-__all__ = [
-    "AttentionBias",
-    "Graphormer",
-    "GraphormerBatch",
-    "GraphormerCollator",
-    "GraphormerConfig",
-    "GraphormerEncoder",
-    "GraphormerFeatures",
-    "GraphStructure",
-    "InteropError",
-    "NodeEmbedding",
-    "PRESETS",
-    "SpatialScale",
-    "TransformHead",
-    "add_graphormer_features",
-    "collate",
-    "get_preset",
-    "graph_structure",
-    "hf_inputs",
-]

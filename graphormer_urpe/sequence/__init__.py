@@ -24,7 +24,7 @@ The public names are imported from their modules on first use (PEP 562).
 
 from .._lazy import lazy_exports
 
-__getattr__, __dir__ = lazy_exports(
+__getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         ".cli": ["add_lm_parser", "add_synthetic_parser", "run_lm", "run_synthetic"],
@@ -66,47 +66,3 @@ __getattr__, __dir__ = lazy_exports(
         ".xl": ["TransformerXL", "TransformerXLConfig"],
     },
 )
-
-__all__ = [
-    "CORPORA",
-    "CorpusUnavailableError",
-    "LMConfig",
-    "LMCorpus",
-    "LM_PRESETS",
-    "LM_PE_SCHEMES",
-    "LMPEName",
-    "TransformerXL",
-    "TransformerXLConfig",
-    "Vocabulary",
-    "add_lm_parser",
-    "evaluate_lm",
-    "lm_config",
-    "load_corpus",
-    "pydoc_corpus",
-    "run_lm",
-    "train_lm",
-    "wikitext_corpus",
-    "FIRST_INPUT_TOKEN",
-    "NUM_SPECIAL_TOKENS",
-    "PAD_INDEX",
-    "PE_SCHEMES",
-    "PEName",
-    "RUN_PRESETS",
-    "RelativePositionTable",
-    "SequenceModelConfig",
-    "SequenceTransformer",
-    "SyntheticBatch",
-    "SyntheticConfig",
-    "SyntheticTask",
-    "TaskName",
-    "add_synthetic_parser",
-    "evaluate",
-    "linear_warmup_decay",
-    "masked_loss_and_hits",
-    "plot_positional_tables",
-    "relative_position_index",
-    "run_synthetic",
-    "synthetic_config",
-    "t5_relative_bucket",
-    "train_synthetic",
-]

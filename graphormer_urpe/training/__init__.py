@@ -5,7 +5,7 @@ The public names are imported from their modules on first use (PEP 562).
 
 from .._lazy import lazy_exports
 
-__getattr__, __dir__ = lazy_exports(
+__getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         ".checkpoint": ["CheckpointError", "load_checkpoint", "save_checkpoint"],
@@ -32,34 +32,3 @@ __getattr__, __dir__ = lazy_exports(
         ".stream": ["Prediction", "iter_predictions", "predict_smiles", "read_smiles"],
     },
 )
-
-__all__ = [
-    "CheckpointError",
-    "InitReport",
-    "LoadedModel",
-    "PretrainedSource",
-    "Prediction",
-    "Precision",
-    "TRAIN_PRESETS",
-    "TrainConfig",
-    "convert_checkpoint",
-    "evaluate_checkpoint",
-    "export_huggingface",
-    "init_from_checkpoint",
-    "iter_predictions",
-    "linear_schedule",
-    "load_checkpoint",
-    "load_model",
-    "load_models",
-    "make_config",
-    "masked_loss",
-    "plot_run",
-    "predict",
-    "predict_smiles",
-    "read_graphormer",
-    "read_smiles",
-    "resolve_device",
-    "save_checkpoint",
-    "train",
-    "train_ensemble",
-]
