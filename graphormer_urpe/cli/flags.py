@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+from collections.abc import Callable
 
 MODEL_HELP = {
     "num_layers": "transformer layers L",
@@ -37,6 +39,27 @@ MODEL_HELP = {
 
 _SET_BY_THE_DATA = ("num_targets", "num_mol_features", "target_mean", "target_std")
 """Model fields a run sets from its dataset (``--normalize-targets`` decides the scaling)."""
+
+
+def _command(
+    sub: argparse._SubParsersAction,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    **defaults: object,
+) -> argparse.ArgumentParser:
+    """The sub-command ``name``: its parser, which runs ``func(args)``; ``help`` is its line in
+    the command list, ``func``'s docstring its description (``defaults``: more namespace
+    values the command sets, as ``set_defaults``)."""
+    p = sub.add_parser(name, help=help, description=func.__doc__)
+    p.set_defaults(func=func, **defaults)
+    return p
+
+
+def _print_json(report: dict) -> int:
+    """Print ``report`` as indented JSON, a command's result; exit status 0."""
+    print(json.dumps(report, indent=2))
+    return 0
 
 
 def _flag(name: str) -> str:

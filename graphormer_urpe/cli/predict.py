@@ -11,11 +11,12 @@ import signal
 import sys
 from itertools import chain
 
-from .flags import _shared
+from .flags import _command, _print_json, _shared
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    """``graphormer-urpe evaluate``."""
+    """Compute the metric of a checkpoint on a split of the dataset it was trained on; print
+    it and write eval_SPLIT.json next to the checkpoint."""
     from ..io.checkpoint import write_atomic
     from ..training import evaluate_checkpoint
 
@@ -32,17 +33,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         os.path.dirname(os.path.abspath(args.checkpoint)), f"eval_{args.split}.json"
     )
     write_atomic(out, json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    return 0
+    return _print_json(result)
 
 
 def _add_evaluate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "evaluate",
-        help="evaluate a checkpoint on a split",
-        description="Compute the metric of a checkpoint on a split of the dataset it was "
-        "trained on; print it and write eval_SPLIT.json next to the checkpoint.",
-    )
+    p = _command(sub, "evaluate", run_evaluate, "evaluate a checkpoint on a split")
     _shared(p, "--checkpoint")
     p.add_argument(
         "--split",
@@ -57,14 +52,20 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     _shared(p, "--device")
     p.add_argument("--output", default=None, help="JSON file to write")
     _shared(p, "--no-progress")
-    p.set_defaults(func=run_evaluate)
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """``graphormer-urpe predict``: streams rows to the output as their batches finish.
-
-    SIGTERM ends it as Ctrl-C does: the rows written so far stay a valid CSV, the featurising
-    processes are stopped, and the last line says how many rows were written."""
+    """Predict the targets of molecules with a trained checkpoint. Streams CSV (smiles, name
+    for one-SMILES-a-line input, one column per target, domain, nearest_similarity, error)
+    to --output or standard output, one row per input row in input order, as each batch
+    finishes; invalid SMILES get an empty prediction and the reason. domain says 'in', or
+    'out: <reasons>' for a molecule unlike every training molecule (an element or charge
+    never seen, more fragments or heavy atoms than any); nearest_similarity is the Tanimoto
+    similarity of its nearest training molecule (Morgan fingerprints). Binary tasks (ogbg-molhiv,
+    ...) give probabilities in prob_<task> columns, or raw scores in logit_<task>
+    with --logits."""
+    # SIGTERM ends it as Ctrl-C does: the rows written so far stay a valid CSV, the
+    # featurising processes are stopped, and the last line says how many rows were written.
     import torch
 
     from ..training.ensemble import load_models
@@ -141,20 +142,7 @@ def run_predict(args: argparse.Namespace) -> int:
 def _add_predict(sub: argparse._SubParsersAction) -> None:
     from ..training.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 
-    p = sub.add_parser(
-        "predict",
-        help="predict molecules from SMILES",
-        description="Predict the targets of molecules with a trained checkpoint. Streams CSV "
-        "(smiles, name for one-SMILES-a-line input, one column per target, domain, "
-        "nearest_similarity, error) to --output or "
-        "standard output, one row per "
-        "input row in input order, as each batch finishes; invalid SMILES get an empty "
-        "prediction and the reason. domain says 'in', or 'out: <reasons>' for a molecule "
-        "unlike every training molecule (an element or charge never seen, more fragments or "
-        "heavy atoms than any); nearest_similarity is the Tanimoto similarity of its nearest "
-        "training molecule (Morgan fingerprints). Binary tasks (ogbg-molhiv, ...) give "
-        "probabilities in prob_<task> columns, or raw scores in logit_<task> with --logits.",
-    )
+    p = _command(sub, "predict", run_predict, "predict molecules from SMILES", exit_at_once=True)
     p.add_argument(
         "--checkpoint",
         required=True,
@@ -212,11 +200,13 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "nearest training fingerprint (the domain column's checks still run)",
     )
     _shared(p, "--no-progress")
-    p.set_defaults(func=run_predict, exit_at_once=True)
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    """``graphormer-urpe submit``."""
+    """Predict every molecule of a PCQM4Mv2 test split (test-dev or test-challenge; test for
+    PCQM4M) with a checkpoint and write OGB's submission file (y_pred_pcqm4m-v2_SPLIT.npz)
+    with OGB's save_test_submission. A split that does not have the official size is refused
+    unless --allow-partial."""
     from ..training.submit import submit_checkpoint
 
     result = submit_checkpoint(
@@ -229,19 +219,11 @@ def run_submit(args: argparse.Namespace) -> int:
         allow_partial=args.allow_partial,
         progress=not args.no_progress,
     )
-    print(json.dumps(result, indent=2))
-    return 0
+    return _print_json(result)
 
 
 def _add_submit(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "submit",
-        help="write an OGB-LSC test submission (PCQM4Mv2 / PCQM4M)",
-        description="Predict every molecule of a PCQM4Mv2 test split (test-dev or "
-        "test-challenge; test for PCQM4M) with a checkpoint and write OGB's submission file "
-        "(y_pred_pcqm4m-v2_SPLIT.npz) with OGB's save_test_submission. A split that does not "
-        "have the official size is refused unless --allow-partial.",
-    )
+    p = _command(sub, "submit", run_submit, "write an OGB-LSC test submission (PCQM4Mv2 / PCQM4M)")
     _shared(p, "--checkpoint")
     p.add_argument(
         "--split",
@@ -256,4 +238,3 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         help="write a split of non-official size anyway (numpy, OGB's format), e.g. a sample",
     )
     _shared(p, "--data-root", "--device", "--batch-size", "--no-progress")
-    p.set_defaults(func=run_submit)

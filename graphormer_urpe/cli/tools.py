@@ -7,11 +7,12 @@ import argparse
 import json
 import time
 
-from .flags import _shared
+from .flags import _command, _print_json, _shared
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Forward and backward pass of a URPE-Graphormer on real molecules (RDKit's NCI set)."""
+    """Run a URPE-Graphormer forward and backward pass on molecules from the NCI set that
+    ships with RDKit, and print a JSON summary."""
     import torch
     from torch_geometric.data import Batch
 
@@ -47,16 +48,12 @@ def run_demo(args: argparse.Namespace) -> int:
         "prediction_shape": list(pred.shape),
         "forward_backward_seconds": round(seconds, 3),
     }
-    print(json.dumps(report, indent=2))
-    return 0
+    return _print_json(report)
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="forward + backward pass on real molecules (no download needed)",
-        description="Run a URPE-Graphormer forward and backward pass on molecules from the NCI "
-        "set that ships with RDKit, and print a JSON summary.",
+    p = _command(
+        sub, "demo", run_demo, "forward + backward pass on real molecules (no download needed)"
     )
     p.add_argument("--molecules", type=int, default=64, help="number of molecules (default 64)")
     p.add_argument("--preset", default="pcqm4mv2-base", help="model preset (default pcqm4mv2-base)")
@@ -65,11 +62,13 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--layers", type=int, default=2, help="number of layers (default 2)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.set_defaults(func=run_demo)
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    """``graphormer-urpe convert``."""
+    """Convert a Hugging Face Graphormer folder (config.json + model.safetensors or
+    pytorch_model.bin) or a Microsoft fairseq Graphormer checkpoint (.pt) into a checkpoint
+    that evaluate, predict and train --init-from read. With --attention urpe the model gets
+    URPE's C tables, all 1: same outputs, ready to fine-tune with URPE."""
     from ..training.pretrained import convert_checkpoint
 
     options = {}
@@ -100,18 +99,15 @@ def run_convert(args: argparse.Namespace) -> int:
         "multi_hop_max_dist": c.multi_hop_max_dist,
         "ignored": src.ignored,
     }
-    print(json.dumps(report, indent=2))
-    return 0
+    return _print_json(report)
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "convert",
-        help="import published Graphormer weights (Hugging Face or fairseq) as a checkpoint",
-        description="Convert a Hugging Face Graphormer folder (config.json + model.safetensors "
-        "or pytorch_model.bin) or a Microsoft fairseq Graphormer checkpoint (.pt) into a "
-        "checkpoint that evaluate, predict and train --init-from read. With --attention urpe "
-        "the model gets URPE's C tables, all 1: same outputs, ready to fine-tune with URPE.",
+        run_convert,
+        "import published Graphormer weights (Hugging Face or fairseq) as a checkpoint",
     )
     p.add_argument("source", help="Hugging Face folder or fairseq .pt file (format detected)")
     p.add_argument("--out", required=True, help="checkpoint file to write (e.g. model.pt)")
@@ -149,11 +145,13 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--featurizer", choices=["ogb", "zinc"], default=None, help="input features (default ogb)"
     )
-    p.set_defaults(func=run_convert)
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """``graphormer-urpe export``."""
+    """Write CHECKPOINT as a Hugging Face folder (config.json + model.safetensors) that
+    transformers' GraphormerForGraphClassification.from_pretrained loads. The model needs
+    Hugging Face's switches (--head transform, --no-final-norm); URPE models are refused
+    unless --graphormer-only."""
     from ..training.pretrained import export_huggingface
 
     folder = export_huggingface(args.checkpoint, args.out, graphormer_only=args.graphormer_only)
@@ -162,13 +160,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "export",
-        help="export a checkpoint as a Hugging Face Graphormer folder",
-        description="Write CHECKPOINT as a Hugging Face folder (config.json + "
-        "model.safetensors) that transformers' GraphormerForGraphClassification.from_pretrained "
-        "loads. The model needs Hugging Face's switches (--head transform, --no-final-norm); "
-        "URPE models are refused unless --graphormer-only.",
+    p = _command(
+        sub, "export", run_export, "export a checkpoint as a Hugging Face Graphormer folder"
     )
     p.add_argument("checkpoint", help="a checkpoint of this library (best.pt, last.pt, model.pt)")
     p.add_argument("--out", required=True, help="folder to write")
@@ -177,11 +170,11 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="export a URPE model's plain-Graphormer part (its C tables are left out)",
     )
-    p.set_defaults(func=run_export)
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """``graphormer-urpe plot``."""
+    """Write RUN_DIR/curves.png (training loss, validation metric) and, for URPE models,
+    RUN_DIR/urpe_scale.png (learned C per head against shortest-path distance)."""
     from ..training import plot_run
 
     for run in args.run_dir:
@@ -195,21 +188,20 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def _add_plot(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "plot",
-        help="plot learning curves and the learned URPE C of a run",
-        description="Write RUN_DIR/curves.png (training loss, validation metric) and, for URPE "
-        "models, RUN_DIR/urpe_scale.png (learned C per head against shortest-path distance).",
-    )
+    p = _command(sub, "plot", run_plot, "plot learning curves and the learned URPE C of a run")
     p.add_argument("run_dir", nargs="+", help="one or more folders written by train")
     p.add_argument(
         "--compare", default=None, help="also write one PNG comparing the runs' validation curves"
     )
-    p.set_defaults(func=run_plot)
 
 
 def run_preprocess(args: argparse.Namespace) -> int:
-    """``graphormer-urpe preprocess``."""
+    """Download (when absent) and preprocess a dataset into its memory-mapped store in the
+    cache folder: SMILES -> graph -> shortest paths, in resumable chunks with --workers
+    processes (an interrupted run continues where it stopped). Prints a JSON report: the
+    store folder(s), graphs, failures, size and time (for pcqm4mv2 / pcqm4m also molecules/s
+    and the projection to the full dataset). train and evaluate build a missing store
+    themselves; this command does it ahead of time."""
     import time
 
     from ..datasets import LSC_DATASETS, load_dataset, preprocess_lsc
@@ -240,20 +232,15 @@ def run_preprocess(args: argparse.Namespace) -> int:
             workers=args.workers,
         )
         report = {"seconds": round(time.perf_counter() - t0, 3), **store_report(splits)}
-    print(json.dumps(report, indent=2))
-    return 0
+    return _print_json(report)
 
 
 def _add_preprocess(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "preprocess",
-        help="build a dataset's store once (parallel, resumable) and report it",
-        description="Download (when absent) and preprocess a dataset into its memory-mapped "
-        "store in the cache folder: SMILES -> graph -> shortest paths, in resumable chunks "
-        "with --workers processes (an interrupted run continues where it stopped). Prints a "
-        "JSON report: the store folder(s), graphs, failures, size and time (for pcqm4mv2 / "
-        "pcqm4m also molecules/s and the projection to the full dataset). train and "
-        "evaluate build a missing store themselves; this command does it ahead of time.",
+        run_preprocess,
+        "build a dataset's store once (parallel, resumable) and report it",
     )
     p.add_argument(
         "--dataset",
@@ -284,7 +271,6 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", help="fail on any invalid molecule")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
     _shared(p, "--no-progress")
-    p.set_defaults(func=run_preprocess)
 
 
 def _add_synthetic(sub: argparse._SubParsersAction) -> None:

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 
-from .flags import _add_model_flags, _add_run_flags, _add_training_flags, _shared
+from .flags import (
+    _add_model_flags,
+    _add_run_flags,
+    _add_training_flags,
+    _command,
+    _print_json,
+    _shared,
+)
 
 
 def _overrides(args: argparse.Namespace) -> tuple[dict, dict]:
@@ -81,7 +87,10 @@ def _started(args: argparse.Namespace) -> float | None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """``graphormer-urpe train``."""
+    """Train Graphormer or URPE-Graphormer; select on the validation split, report the test
+    metric at the best checkpoint. With no flags: the embedded NCI molecules (from RDKit)
+    labelled with the ZINC target, the small preset, on the CPU in a few minutes. Preset
+    values apply unless a flag overrides them."""
     from ..training import train
 
     cfg = train_config(args)
@@ -93,8 +102,7 @@ def run_train(args: argparse.Namespace) -> int:
         )
     else:
         metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
-    print(json.dumps(metrics, indent=2))
-    return 0
+    return _print_json(metrics)
 
 
 def _train_config_cls():
@@ -104,14 +112,7 @@ def _train_config_cls():
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train",
-        help="train a molecular property regressor",
-        description="Train Graphormer or URPE-Graphormer; select on the validation split, "
-        "report the test metric at the best checkpoint. With no flags: the embedded NCI "
-        "molecules (from RDKit) labelled with the ZINC target, the small preset, on the CPU "
-        "in a few minutes. Preset values apply unless a flag overrides them.",
-    )
+    p = _command(sub, "train", run_train, "train a molecular property regressor")
     p.add_argument(
         "--config",
         default=None,
@@ -200,11 +201,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "uncertainty, the members' standard deviation (default 1: one model)",
     )
     _add_model_flags(p)
-    p.set_defaults(func=run_train)
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    """``graphormer-urpe pretrain``: ``train`` on ``pretrain:INPUT`` (descriptor targets)."""
+    """Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules of a SMILES
+    file: multi-target regression on the normalised descriptors (smooth L1 by default, mean
+    over descriptors), with the training loop, checkpoints, --resume, --time-limit, torchrun
+    and presets of train. The molecules and their descriptors are cached in a store (built
+    once, in parallel with --preprocess-workers); a random 1%% of the molecules selects the
+    best checkpoint, another 1%% is the test split. The checkpoints record the descriptor
+    names, their normalisation and the RDKit version; fine-tune with train --init-from
+    OUT/best.pt (the head is reset)."""
     from ..training import train
 
     args.dataset = f"pretrain:{args.input}"
@@ -214,22 +221,15 @@ def run_pretrain(args: argparse.Namespace) -> int:
         stem = os.path.basename(args.input).split(".")[0] or "smiles"
         args.out = os.path.join("runs", f"pretrain-{stem}-{args.preset or 'small'}")
     metrics = train(train_config(args), args.resume, not args.no_progress, started=_started(args))
-    print(json.dumps(metrics, indent=2))
-    return 0
+    return _print_json(metrics)
 
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "pretrain",
-        help="self-supervised pretraining on any SMILES file (RDKit descriptor targets)",
-        description="Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules "
-        "of a SMILES file: multi-target regression on the normalised descriptors (smooth L1 "
-        "by default, mean over descriptors), with the training loop, checkpoints, --resume, "
-        "--time-limit, torchrun and presets of train. The molecules and their descriptors "
-        "are cached in a store (built once, in parallel with --preprocess-workers); a random "
-        "1%% of the molecules selects the best checkpoint, another 1%% is the test split. "
-        "The checkpoints record the descriptor names, their normalisation and the RDKit "
-        "version; fine-tune with train --init-from OUT/best.pt (the head is reset).",
+        run_pretrain,
+        "self-supervised pretraining on any SMILES file (RDKit descriptor targets)",
     )
     p.set_defaults(config=None)
     d = p.add_argument_group("data")
@@ -259,4 +259,3 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     _add_training_flags(p)
     _add_run_flags(p)
     _add_model_flags(p)
-    p.set_defaults(func=run_pretrain)
