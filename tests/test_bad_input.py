@@ -225,6 +225,13 @@ def _split_rows(n_train: int = 8, n_valid: int = 2, n_test: int = 2) -> list[dic
     ]
 
 
+def _load_split_rows(tmp_path, path):
+    """``path`` (written from :func:`_split_rows`) loaded with its two targets and fold."""
+    return load_dataset(
+        f"csv:{path}", root=str(tmp_path / "r"), target_columns=["t1", "t2"], split_column="fold"
+    )
+
+
 def test_missing_targets_unlabelled_train_rows_skipped_partial_rows_masked(tmp_path, caplog):
     rows = _split_rows()
     for i in (1, 4):  # every target missing
@@ -233,12 +240,7 @@ def test_missing_targets_unlabelled_train_rows_skipped_partial_rows_masked(tmp_p
     rows[9]["t1"] = rows[9]["t2"] = ""  # an unlabelled valid row: kept
     path = _csv(tmp_path / "t.csv", rows)
     with caplog.at_level(logging.INFO):
-        splits = load_dataset(
-            f"csv:{path}",
-            root=str(tmp_path / "r"),
-            target_columns=["t1", "t2"],
-            split_column="fold",
-        )
+        splits = _load_split_rows(tmp_path, path)
     assert (len(splits.train), len(splits.valid), len(splits.test)) == (6, 2, 2)
     assert splits.dropped_train_unlabelled == 2 and splits.dropped_train_oversize == 0
     assert (
@@ -257,24 +259,14 @@ def test_missing_targets_unlabelled_train_rows_skipped_partial_rows_masked(tmp_p
         r["t1"] = r["t2"] = ""
     bare = _csv(tmp_path / "bare.csv", rows)
     with pytest.raises(ValueError, match=r"the train split is empty after filtering: of its 8"):
-        load_dataset(
-            f"csv:{bare}",
-            root=str(tmp_path / "r"),
-            target_columns=["t1", "t2"],
-            split_column="fold",
-        )
+        _load_split_rows(tmp_path, bare)
     # a validation split without labels cannot select a checkpoint
     rows = _split_rows()
     for r in rows[8:10]:
         r["t1"] = r["t2"] = ""
     novalid = _csv(tmp_path / "novalid.csv", rows)
     with pytest.raises(ValueError, match=r"the valid split \(2 graphs\) has no target value"):
-        load_dataset(
-            f"csv:{novalid}",
-            root=str(tmp_path / "r"),
-            target_columns=["t1", "t2"],
-            split_column="fold",
-        )
+        _load_split_rows(tmp_path, novalid)
     # infinite or non-numeric targets are errors naming the row and column
     rows = _split_rows()
     rows[5]["t2"] = "inf"

@@ -375,19 +375,28 @@ def _scale_matrix(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table[index.long()].permute(0, 3, 1, 2)  # [B|1, H, N_q, N_k]
 
 
-def test_matches_attention_core_with_dropout_mask():
-    inputs = make_inputs(b=2, h=3, n_q=29, n_k=29, d=24, pad=4)
-    seed = torch.tensor([2024], dtype=torch.int64, device=DEVICE)
-    names = list(GRAD_NAMES)
+def _fused_and_core(
+    inputs: dict, seed: torch.Tensor, p: float
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """The fused product with dropout ``p``, and :class:`_AttentionCore` on twins of the
+    leaves with the same keep mask; the twins for their gradients."""
     out = fused_urpe_attention(
-        *(inputs[n] for n in ("q", "k", "v", "bias", "table", "index")), dropout_p=0.2, seed=seed
+        *(inputs[n] for n in ("q", "k", "v", "bias", "table", "index")), dropout_p=p, seed=seed
     )
-    mask = dropout_keep_mask(seed, (2, 3, 29, 29), 0.2)
-    twins = {n: inputs[n].detach().clone().requires_grad_(True) for n in names}
+    mask = dropout_keep_mask(seed, (*inputs["q"].shape[:3], inputs["k"].shape[2]), p)
+    twins = {n: inputs[n].detach().clone().requires_grad_(True) for n in GRAD_NAMES}
     core = _AttentionCore.apply(
         twins["q"], twins["k"], twins["v"], twins["bias"],
         _scale_matrix(twins["table"], inputs["index"]), mask,
     )  # fmt: skip
+    return out, core, twins
+
+
+def test_matches_attention_core_with_dropout_mask():
+    inputs = make_inputs(b=2, h=3, n_q=29, n_k=29, d=24, pad=4)
+    seed = torch.tensor([2024], dtype=torch.int64, device=DEVICE)
+    names = list(GRAD_NAMES)
+    out, core, twins = _fused_and_core(inputs, seed, 0.2)
     assert_close(out, core, 1e-5, "output vs _AttentionCore")
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(out)
     ours = torch.autograd.grad(out, [inputs[n] for n in names], grad)
@@ -597,15 +606,7 @@ def test_cuda_broadcast_inputs_match_float64_reference():
 def test_cuda_matches_attention_core_at_graphormer_sizes():
     inputs = make_inputs(b=64, h=32, n_q=65, n_k=65, d=24, pad=7)
     seed = torch.tensor([7], dtype=torch.int64, device="cuda")
-    out = fused_urpe_attention(
-        *(inputs[n] for n in ("q", "k", "v", "bias", "table", "index")), dropout_p=0.1, seed=seed
-    )
-    mask = dropout_keep_mask(seed, (64, 32, 65, 65), 0.1)
-    twins = {n: inputs[n].detach().clone().requires_grad_(True) for n in GRAD_NAMES}
-    core = _AttentionCore.apply(
-        twins["q"], twins["k"], twins["v"], twins["bias"],
-        _scale_matrix(twins["table"], inputs["index"]), mask,
-    )  # fmt: skip
+    out, core, twins = _fused_and_core(inputs, seed, 0.1)
     assert_close(out, core, 1e-4, "output vs _AttentionCore")
     grad = torch.randn_like(out)
     ours = torch.autograd.grad(out, [inputs[n] for n in GRAD_NAMES], grad)
