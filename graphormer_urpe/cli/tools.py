@@ -219,18 +219,11 @@ def run_preprocess(args: argparse.Namespace) -> int:
         )
     else:
         t0 = time.perf_counter()
-        splits = load_dataset(
-            args.dataset,
-            args.data_root,
-            strict=args.strict,
-            smiles_column=args.smiles_column,
-            target_columns=args.target_columns,
-            split_column=args.split_column,
-            split=args.split,
-            featurizer=args.featurizer,
-            cache_dir=args.cache_dir,
-            workers=args.workers,
-        )
+        # the flags named as load_dataset's keyword arguments
+        names = ("strict", "smiles_column", "target_columns", "split_column", "split")
+        names += ("featurizer", "cache_dir", "workers")
+        options = {name: getattr(args, name) for name in names}
+        splits = load_dataset(args.dataset, args.data_root, **options)
         report = {"seconds": round(time.perf_counter() - t0, 3), **store_report(splits)}
     return _print_json(report)
 
