@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 from collections.abc import Callable
 
@@ -45,13 +46,13 @@ def _command(
     sub: argparse._SubParsersAction,
     name: str,
     func: Callable[[argparse.Namespace], int],
-    help: str,
     **defaults: object,
 ) -> argparse.ArgumentParser:
-    """The sub-command ``name``: its parser, which runs ``func(args)``; ``help`` is its line in
-    the command list, ``func``'s docstring its description (``defaults``: more namespace
-    values the command sets, as ``set_defaults``)."""
-    p = sub.add_parser(name, help=help, description=func.__doc__)
+    """The sub-command ``name``: its parser, which runs ``func(args)``. ``func``'s docstring
+    gives its line in the command list (the summary line) and its description (the rest);
+    ``defaults``: more namespace values the command sets, as ``set_defaults``."""
+    summary, _, description = inspect.cleandoc(func.__doc__ or "").partition("\n\n")
+    p = sub.add_parser(name, help=summary, description=description)
     p.set_defaults(func=func, **defaults)
     return p
 

@@ -15,7 +15,9 @@ from .flags import _command, _print_json, _shared
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    """Compute the metric of a checkpoint on a split of the dataset it was trained on; print
+    """evaluate a checkpoint on a split
+
+    Compute the metric of a checkpoint on a split of the dataset it was trained on; print
     it and write eval_SPLIT.json next to the checkpoint."""
     from ..io.checkpoint import write_atomic
     from ..training import evaluate_checkpoint
@@ -37,7 +39,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _add_evaluate(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "evaluate", run_evaluate, "evaluate a checkpoint on a split")
+    p = _command(sub, "evaluate", run_evaluate)
     _shared(p, "--checkpoint")
     p.add_argument(
         "--split",
@@ -55,7 +57,9 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """Predict the targets of molecules with a trained checkpoint. Streams CSV (smiles, name
+    """predict molecules from SMILES
+
+    Predict the targets of molecules with a trained checkpoint. Streams CSV (smiles, name
     for one-SMILES-a-line input, one column per target, domain, nearest_similarity, error)
     to --output or standard output, one row per input row in input order, as each batch
     finishes; invalid SMILES get an empty prediction and the reason. domain says 'in', or
@@ -142,7 +146,7 @@ def run_predict(args: argparse.Namespace) -> int:
 def _add_predict(sub: argparse._SubParsersAction) -> None:
     from ..training.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 
-    p = _command(sub, "predict", run_predict, "predict molecules from SMILES", exit_at_once=True)
+    p = _command(sub, "predict", run_predict, exit_at_once=True)
     p.add_argument(
         "--checkpoint",
         required=True,
@@ -203,7 +207,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    """Predict every molecule of a PCQM4Mv2 test split (test-dev or test-challenge; test for
+    """write an OGB-LSC test submission (PCQM4Mv2 / PCQM4M)
+
+    Predict every molecule of a PCQM4Mv2 test split (test-dev or test-challenge; test for
     PCQM4M) with a checkpoint and write OGB's submission file (y_pred_pcqm4m-v2_SPLIT.npz)
     with OGB's save_test_submission. A split that does not have the official size is refused
     unless --allow-partial."""
@@ -223,7 +229,7 @@ def run_submit(args: argparse.Namespace) -> int:
 
 
 def _add_submit(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "submit", run_submit, "write an OGB-LSC test submission (PCQM4Mv2 / PCQM4M)")
+    p = _command(sub, "submit", run_submit)
     _shared(p, "--checkpoint")
     p.add_argument(
         "--split",

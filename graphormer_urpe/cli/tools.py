@@ -11,7 +11,9 @@ from .flags import _command, _print_json, _shared
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Run a URPE-Graphormer forward and backward pass on molecules from the NCI set that
+    """forward + backward pass on real molecules (no download needed)
+
+    Run a URPE-Graphormer forward and backward pass on molecules from the NCI set that
     ships with RDKit, and print a JSON summary."""
     import torch
     from torch_geometric.data import Batch
@@ -52,9 +54,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = _command(
-        sub, "demo", run_demo, "forward + backward pass on real molecules (no download needed)"
-    )
+    p = _command(sub, "demo", run_demo)
     p.add_argument("--molecules", type=int, default=64, help="number of molecules (default 64)")
     p.add_argument("--preset", default="pcqm4mv2-base", help="model preset (default pcqm4mv2-base)")
     p.add_argument(
@@ -65,7 +65,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    """Convert a Hugging Face Graphormer folder (config.json + model.safetensors or
+    """import published Graphormer weights (Hugging Face or fairseq) as a checkpoint
+
+    Convert a Hugging Face Graphormer folder (config.json + model.safetensors or
     pytorch_model.bin) or a Microsoft fairseq Graphormer checkpoint (.pt) into a checkpoint
     that evaluate, predict and train --init-from read. With --attention urpe the model gets
     URPE's C tables, all 1: same outputs, ready to fine-tune with URPE."""
@@ -103,12 +105,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
-    p = _command(
-        sub,
-        "convert",
-        run_convert,
-        "import published Graphormer weights (Hugging Face or fairseq) as a checkpoint",
-    )
+    p = _command(sub, "convert", run_convert)
     p.add_argument("source", help="Hugging Face folder or fairseq .pt file (format detected)")
     p.add_argument("--out", required=True, help="checkpoint file to write (e.g. model.pt)")
     p.add_argument(
@@ -148,7 +145,9 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """Write CHECKPOINT as a Hugging Face folder (config.json + model.safetensors) that
+    """export a checkpoint as a Hugging Face Graphormer folder
+
+    Write CHECKPOINT as a Hugging Face folder (config.json + model.safetensors) that
     transformers' GraphormerForGraphClassification.from_pretrained loads. The model needs
     Hugging Face's switches (--head transform, --no-final-norm); URPE models are refused
     unless --graphormer-only."""
@@ -160,9 +159,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    p = _command(
-        sub, "export", run_export, "export a checkpoint as a Hugging Face Graphormer folder"
-    )
+    p = _command(sub, "export", run_export)
     p.add_argument("checkpoint", help="a checkpoint of this library (best.pt, last.pt, model.pt)")
     p.add_argument("--out", required=True, help="folder to write")
     p.add_argument(
@@ -173,7 +170,9 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """Write RUN_DIR/curves.png (training loss, validation metric) and, for URPE models,
+    """plot learning curves and the learned URPE C of a run
+
+    Write RUN_DIR/curves.png (training loss, validation metric) and, for URPE models,
     RUN_DIR/urpe_scale.png (learned C per head against shortest-path distance)."""
     from ..training import plot_run
 
@@ -188,7 +187,7 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def _add_plot(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "plot", run_plot, "plot learning curves and the learned URPE C of a run")
+    p = _command(sub, "plot", run_plot)
     p.add_argument("run_dir", nargs="+", help="one or more folders written by train")
     p.add_argument(
         "--compare", default=None, help="also write one PNG comparing the runs' validation curves"
@@ -196,7 +195,9 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
 
 
 def run_preprocess(args: argparse.Namespace) -> int:
-    """Download (when absent) and preprocess a dataset into its memory-mapped store in the
+    """build a dataset's store once (parallel, resumable) and report it
+
+    Download (when absent) and preprocess a dataset into its memory-mapped store in the
     cache folder: SMILES -> graph -> shortest paths, in resumable chunks with --workers
     processes (an interrupted run continues where it stopped). Prints a JSON report: the
     store folder(s), graphs, failures, size and time (for pcqm4mv2 / pcqm4m also molecules/s
@@ -229,12 +230,7 @@ def run_preprocess(args: argparse.Namespace) -> int:
 
 
 def _add_preprocess(sub: argparse._SubParsersAction) -> None:
-    p = _command(
-        sub,
-        "preprocess",
-        run_preprocess,
-        "build a dataset's store once (parallel, resumable) and report it",
-    )
+    p = _command(sub, "preprocess", run_preprocess)
     p.add_argument(
         "--dataset",
         required=True,

@@ -87,7 +87,9 @@ def _started(args: argparse.Namespace) -> float | None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Train Graphormer or URPE-Graphormer; select on the validation split, report the test
+    """train a molecular property regressor
+
+    Train Graphormer or URPE-Graphormer; select on the validation split, report the test
     metric at the best checkpoint. With no flags: the embedded NCI molecules (from RDKit)
     labelled with the ZINC target, the small preset, on the CPU in a few minutes. Preset
     values apply unless a flag overrides them."""
@@ -112,7 +114,7 @@ def _train_config_cls():
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "train", run_train, "train a molecular property regressor")
+    p = _command(sub, "train", run_train)
     p.add_argument(
         "--config",
         default=None,
@@ -204,7 +206,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    """Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules of a SMILES
+    """self-supervised pretraining on any SMILES file (RDKit descriptor targets)
+
+    Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules of a SMILES
     file: multi-target regression on the normalised descriptors (smooth L1 by default, mean
     over descriptors), with the training loop, checkpoints, --resume, --time-limit, torchrun
     and presets of train. The molecules and their descriptors are cached in a store (built
@@ -225,12 +229,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = _command(
-        sub,
-        "pretrain",
-        run_pretrain,
-        "self-supervised pretraining on any SMILES file (RDKit descriptor targets)",
-    )
+    p = _command(sub, "pretrain", run_pretrain)
     p.set_defaults(config=None)
     d = p.add_argument_group("data")
     d.add_argument(
