@@ -52,8 +52,8 @@ __all__ = [
 FORMAT = "graphormer-urpe/1"
 
 SHIPPED: dict[str, str] = {"pretrained": "urpe-small-moses.pt"}
-"""Names of the checkpoints shipped in ``graphormer_urpe/weights/`` (see the README's
-"Pretraining" section for how each was made)."""
+"""Names of the checkpoints shipped in ``graphormer_urpe/weights/`` (docs/guides/pretraining.md
+says how each was made)."""
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
 
 
