@@ -297,13 +297,23 @@ def open_lsc(
     name: str = "pcqm4mv2",
     root: str | os.PathLike[str] | None = None,
     *,
-    workers: int = 1,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
     download: bool = True,
     progress: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> LSCData:
-    """Open an OGB-LSC dataset, preprocessing it first if its store is not complete."""
+    """Open an OGB-LSC dataset, preprocessing it first if its store is not complete.
+
+    Args:
+        name: ``pcqm4mv2`` or ``pcqm4m``.
+        root: the dataset root (default ``data``).
+        download: fetch OGB's zip when the files are absent.
+        progress: show progress bars.
+        cache_dir: the cache folder (:func:`~.source.default_cache_dir`).
+        workers, chunk_size: the build's processes and chunk size, when the store is
+            missing or unfinished (:func:`preprocess_lsc`).
+    """
     info = _info(name)
     folder = ensure_lsc_files(info, root, download=download, progress=progress)
     store = _store_dir(info, folder / "raw" / "data.csv.gz", cache_dir)
