@@ -10,7 +10,6 @@ are the CPU ones of the other test modules: the float64 attention formula of
 from __future__ import annotations
 
 import copy
-import csv
 import json
 import os
 import subprocess
@@ -34,8 +33,9 @@ from graphormer_urpe.training.loop import (
 
 from .conftest import graph_zoo
 from .test_attention import _inputs, naive_attention
-from .test_cli import SMILES, _train_args
+from .test_cli import _train_args
 from .test_model import tiny_config
+from .test_resume import table  # noqa: F401 - the shared 40-molecule CSV fixture
 
 pytestmark = [
     pytest.mark.cuda,
@@ -255,16 +255,6 @@ def test_checkpoint_rng_state_restores_the_gpus_random_stream():
     assert torch.equal(torch.rand(64, device=dev), a)
 
 
-def _table(tmp_path: Path) -> Path:
-    path = tmp_path / "mols.csv"
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["smiles", "heavy_atoms"])
-        for s in SMILES:
-            w.writerow([s, sum(ch.isalpha() and ch not in "lr" for ch in s)])
-    return path
-
-
 def _cli(args: list[str], cwd: Path, torchrun: bool = False) -> subprocess.CompletedProcess:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"] if torchrun else []
     cmd = (
@@ -278,8 +268,7 @@ def _cli(args: list[str], cwd: Path, torchrun: bool = False) -> subprocess.Compl
     return proc
 
 
-def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(tmp_path):
-    table = _table(tmp_path)
+def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(table, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
     _cli([*args, "--precision", "fp32", "--threads", "1"], tmp_path)
@@ -294,8 +283,7 @@ def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(tmp_path):
     assert cpu_mae == pytest.approx(metrics["test_mae"], rel=1e-4, abs=1e-5)
 
 
-def test_one_process_nccl_torchrun(tmp_path):
-    table = _table(tmp_path)
+def test_one_process_nccl_torchrun(table, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
     proc = _cli(args, tmp_path, torchrun=True)
@@ -345,8 +333,7 @@ def test_compiled_model_matches_eager_and_stops_recompiling(attention):
     assert counts[-1] == counts[2], counts
 
 
-def test_train_with_compile_on_cuda(tmp_path):
-    table = _table(tmp_path)
+def test_train_with_compile_on_cuda(table, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out, "--device", "cuda", "--compile")
     _cli([*args, "--precision", "bf16"], tmp_path)

@@ -33,7 +33,6 @@ from graphormer_urpe.datasets import (
     LSCEvaluator,
     MoleculeCache,
     build_molecule_cache,
-    chunks,
     load_dataset,
     ogb_smiles_to_graph,
     open_lsc,
@@ -44,6 +43,8 @@ from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import GraphormerFeatures, graph_structure
 from graphormer_urpe.training.loop import masked_loss
 from graphormer_urpe.training.submit import SubmissionError, write_submission
+
+from .test_store import count_chunk_rows, interrupted_chunk_writes
 
 SMILES = [
     "CCO",
@@ -355,31 +356,13 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
     ref = build_molecule_cache(tmp_path / "ref", smiles, y, chunk_size=5, progress=False)
     assert ref.chunks == 8 and [f.index for f in ref.failures] == [len(SMILES)]
 
-    real_write = chunks.write_chunk
-    written: list[str] = []
-
-    def interrupted(chunk_dir, arrays, meta):
-        if len(written) == 3:
-            raise KeyboardInterrupt
-        real_write(chunk_dir, arrays, meta)
-        written.append(Path(chunk_dir).name)
-
-    monkeypatch.setattr(chunks, "write_chunk", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_chunk_writes(monkeypatch, after=3) as written:
         build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=5, progress=False)
     assert not (tmp_path / "run" / "meta.json").exists()
     assert sorted(p.name for p in (tmp_path / "run" / "chunks").iterdir()) == written
     (tmp_path / "run" / "chunks" / ".000007.tmp-1").mkdir()  # a writer's leftover
 
-    monkeypatch.setattr(chunks, "write_chunk", real_write)
-    computed: list[int] = []
-    real_featurize = chunks.featurize_chunk
-
-    def counting(smiles_part, targets, first_index=0, featurizer="ogb", **kw):
-        computed.append(int(kw["rows"][0]))
-        return real_featurize(smiles_part, targets, first_index, featurizer, **kw)
-
-    monkeypatch.setattr(chunks, "featurize_chunk", counting)
+    computed = count_chunk_rows(monkeypatch)
     # a different chunk size on resume: the recorded plan wins
     report = build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=7, progress=False)
     assert sorted(computed) == [15, 20, 25, 30, 35] and report.chunks_computed == 5
@@ -559,6 +542,22 @@ def test_masked_bce_ignores_missing_labels():
     assert torch.isfinite(masked_loss(pred, target, "l1"))
 
 
+def _tiny_train(dataset: str, root: Path, out: Path, epochs: str, lr: str) -> list[str]:
+    """``train`` arguments: a 1-layer model of width 16, batch 8, 2 warm-up steps, one thread."""
+    return [
+        "train",
+        "--dataset",
+        dataset,
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        *("--num-layers", "1", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"),
+        *("--batch-size", "8", "--epochs", epochs, "--warmup-steps", "2", "--lr", lr),
+        *("--threads", "1", "--no-progress"),
+    ]
+
+
 def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path, capsys):
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 2, size=(len(SMILES), 12)).astype(float)
@@ -566,18 +565,7 @@ def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path, capsys):
     labels[-12:, 0] = [0, 1] * 6  # both classes in valid and test
     write_ogbg_layout(tmp_path, "ogbg-moltox21", SMILES, labels)
     out = tmp_path / "run"
-    args = [
-        "train",
-        "--dataset",
-        "ogbg-moltox21",
-        "--data-root",
-        str(tmp_path),
-        "--out",
-        str(out),
-        *("--num-layers", "1", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"),
-        *("--batch-size", "8", "--epochs", "3", "--warmup-steps", "2", "--lr", "3e-3"),
-        *("--threads", "1", "--no-progress"),
-    ]
+    args = _tiny_train("ogbg-moltox21", tmp_path, out, epochs="3", lr="3e-3")
     assert cli.main(args) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["loss"] == "bce" and metrics["task_type"] == "binary"
@@ -624,18 +612,7 @@ def test_cli_preprocess_train_evaluate_submit(tmp_path, capsys):
     assert report["molecules_per_second"] > 0 and report["load_seconds"] >= 0
 
     out = tmp_path / "run"
-    train = [
-        "train",
-        "--dataset",
-        "pcqm4mv2",
-        "--data-root",
-        str(root),
-        "--out",
-        str(out),
-        *("--num-layers", "1", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"),
-        *("--batch-size", "8", "--epochs", "2", "--warmup-steps", "2", "--lr", "1e-3"),
-        *("--threads", "1", "--no-progress"),
-    ]
+    train = _tiny_train("pcqm4mv2", root, out, epochs="2", lr="1e-3")
     assert cli.main(train) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test_has_labels"] is False and "test_mae" not in metrics

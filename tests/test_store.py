@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -46,6 +50,39 @@ def _same(got, want) -> None:
     for key in KEYS:
         a, b = getattr(got, key), getattr(want, key)
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+
+
+@contextlib.contextmanager
+def interrupted_chunk_writes(monkeypatch, after: int) -> Iterator[list[str]]:
+    """A store build in the ``with`` block stops (``KeyboardInterrupt``, expected) once
+    ``after`` chunks are written; yields the written chunks' names. The writer is real again
+    afterwards."""
+    real_write = chunks_module.write_chunk
+    written: list[str] = []
+
+    def interrupted(chunk_dir, arrays, meta):
+        if len(written) == after:
+            raise KeyboardInterrupt
+        real_write(chunk_dir, arrays, meta)
+        written.append(Path(chunk_dir).name)
+
+    monkeypatch.setattr(chunks_module, "write_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        yield written
+    monkeypatch.setattr(chunks_module, "write_chunk", real_write)
+
+
+def count_chunk_rows(monkeypatch) -> list[int]:
+    """The list that receives the first row of every chunk featurised from now on."""
+    rows: list[int] = []
+    real = chunks_module.featurize_chunk
+
+    def counting(*args, **kwargs):
+        rows.append(int(kwargs["rows"][0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(chunks_module, "featurize_chunk", counting)
+    return rows
 
 
 def test_cache_folder_follows_argument_then_environment_then_xdg(tmp_path, monkeypatch):
@@ -96,27 +133,9 @@ def test_csv_store_lives_in_the_cache_folder_and_is_reused(tmp_path, store_cache
 def test_interrupted_csv_store_build_resumes_with_its_finished_chunks(tmp_path, monkeypatch):
     path = _csv(tmp_path / "mols.csv", SMILES)
     monkeypatch.setattr(store_build, "DEFAULT_CHUNK_SIZE", 3)
-    real_write = chunks_module.write_chunk
-    written: list[str] = []
-
-    def interrupted(chunk_dir, arrays, meta):
-        if len(written) == 2:
-            raise KeyboardInterrupt
-        real_write(chunk_dir, arrays, meta)
-        written.append(chunk_dir.name)
-
-    monkeypatch.setattr(chunks_module, "write_chunk", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_chunk_writes(monkeypatch, after=2):
         load_dataset(f"csv:{path}", target_columns=["y"])
-    monkeypatch.setattr(chunks_module, "write_chunk", real_write)
-    rows: list[int] = []
-    real = chunks_module.featurize_chunk
-
-    def counting(*args, **kwargs):
-        rows.append(int(kwargs["rows"][0]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(chunks_module, "featurize_chunk", counting)
+    rows = count_chunk_rows(monkeypatch)
     resumed = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
     assert sorted(rows) == [6, 9]  # chunks 0 and 1 (rows 0-5) were not recomputed
     store = resumed.train.cache

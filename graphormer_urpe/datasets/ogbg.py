@@ -32,7 +32,6 @@ import os.path as osp
 import shutil
 import tempfile
 import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,8 +42,8 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
+from .download import download_file
 from .source import MoleculeRecords, file_digest, open_store, store_dir
 from .splitting import SPLITS
 from .store import MoleculeCache
@@ -173,12 +172,7 @@ def _download(name: str, root: Path, folder: Path, timeout: float) -> None:
     try:
         part = osp.join(tmp, "download.zip")
         logger.info("downloading %s from %s", name, url)
-        with open(part, "wb") as fh, urllib.request.urlopen(url, timeout=timeout) as resp:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=name) as bar:
-                for block in iter(lambda: resp.read(1 << 20), b""):
-                    fh.write(block)
-                    bar.update(len(block))
+        download_file(url, part, timeout=timeout, desc=name)
         with zipfile.ZipFile(part) as zf:
             zf.extractall(tmp)
         src = osp.join(tmp, meta["download_name"])

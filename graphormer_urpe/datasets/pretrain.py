@@ -145,25 +145,15 @@ class DescriptorTargets(CachedGraphDataset):
     ``normalizer.transform(descriptors)`` (finite; missing values are 0).
 
     Args:
-        cache: a store built with ``descriptors=True``.
-        positions: ``[N]`` store positions of the split.
-        multi_hop_max_dist: hops of path bond features in ``edge_input``.
-        name: the split's name, for messages.
+        *args, **kwargs: those of :class:`~.store.CachedGraphDataset` (``cache``: a store
+            built with ``descriptors=True``; ``positions``, ``multi_hop_max_dist``, ``name``).
         normalizer: the fitted :class:`~.descriptors.DescriptorNormalizer`.
     """
 
-    def __init__(
-        self,
-        cache: MoleculeCache,
-        positions: np.ndarray,
-        multi_hop_max_dist: int = 5,
-        name: str = "",
-        *,
-        normalizer: DescriptorNormalizer,
-    ) -> None:
-        super().__init__(cache, positions, multi_hop_max_dist, name)
-        if list(normalizer.names) != cache.descriptor_names:
-            raise ValueError(f"{cache.cache_dir}: its descriptors are not the normaliser's")
+    def __init__(self, *args: Any, normalizer: DescriptorNormalizer, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if list(normalizer.names) != self.cache.descriptor_names:
+            raise ValueError(f"{self.cache.cache_dir}: its descriptors are not the normaliser's")
         self.normalizer = normalizer
 
     def with_positions(self, positions: np.ndarray) -> DescriptorTargets:

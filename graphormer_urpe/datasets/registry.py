@@ -245,17 +245,17 @@ def load_csv(
     spec: str,
     multi_hop_max_dist: int = 20,
     *,
-    strict: bool = False,
     smiles_column: str = "smiles",
     target_columns: list[str] | None = None,
+    task: str = "regression",
     split_column: str | None = None,
     split: str = "random",
     seed: int = 0,
     featurizer: str | None = None,
+    descriptors: bool = False,
+    strict: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
-    task: str = "regression",
-    descriptors: bool = False,
 ) -> DatasetSplits:
     """A SMILES CSV (``PATH``) or three per-split CSVs (``TRAIN,VALID,TEST``).
 
@@ -264,6 +264,16 @@ def load_csv(
     inferred from the train file apply to all three. ``task="classification"``: every
     target is a binary label (0 / 1, empty = missing), trained with BCE on one logit per
     target and selected on the mean ROC-AUC (PRC-AUC reported too).
+
+    Args:
+        spec: ``PATH`` or ``TRAIN,VALID,TEST``.
+        multi_hop_max_dist: hops of path bond features in ``edge_input``.
+        smiles_column, target_columns, task: the table's columns and what its targets are
+            (``None``: every numeric column).
+        split_column, split, seed: how one file is split.
+        featurizer, descriptors, strict: the store's graphs (default featuriser ``ogb``), its
+            RDKit 2D descriptors, and whether an invalid SMILES raises.
+        cache_dir, workers: where the store lives and the processes that build it.
     """
     if task not in ("regression", "classification"):
         raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")

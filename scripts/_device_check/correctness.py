@@ -1,0 +1,90 @@
+"""The ``correctness`` section: ``pytest -m cuda`` (the tests skip on the CPU, check on CUDA)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from .runner import Check, SectionTimeout
+
+CUDA_TEST_PROCESSES = 4  # pytest-xdist workers sharing the GPU, where xdist is installed
+CUDA_TEST_FILES = (  # the files holding tests marked cuda
+    "tests/test_cuda.py",
+    "tests/test_capture.py",
+    "tests/test_fused_attention.py",
+    "tests/test_attention_kernel.py",
+)
+
+
+def section_correctness(check: Check, res: dict) -> None:
+    """``pytest -m cuda`` over the files holding CUDA tests: counts and each case's outcome."""
+    junit = check.logs / "correctness_junit.xml"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "cuda",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "-v",
+        "--durations=0",
+        f"--junitxml={junit}",
+        *CUDA_TEST_FILES,
+    ]
+    if importlib.util.find_spec("xdist") is not None:  # compiling dominates: use the CPU cores
+        cmd[-1:-1] = ["-n", str(CUDA_TEST_PROCESSES)]
+    try:
+        check.run("correctness_pytest", cmd)
+    except RuntimeError as exc:
+        res.update(_junit_summary(junit))
+        raise RuntimeError(f"{res.get('failed', '?')} cuda test(s) failed: {exc}") from None
+    except SectionTimeout:
+        res.update(_verbose_summary(check.logs / "correctness_pytest.log"))  # no JUnit file
+        raise
+    res.update(_junit_summary(junit))
+    if res.get("tests", 0) == 0:
+        raise RuntimeError("pytest -m cuda collected no tests")
+
+
+def _verbose_summary(log: Path) -> dict[str, Any]:
+    """The outcomes ``pytest -v`` printed before it was stopped."""
+    cases: dict[str, str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        for outcome in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
+            if "::" in line and f" {outcome}" in line:  # "[gw0] [ 3%] PASSED a.py::t" too
+                test = next(t for t in line.split() if "::" in t)
+                cases[test.split("::", 1)[1]] = outcome.lower()
+    counts = {o: sum(v == o for v in cases.values()) for o in ("passed", "failed", "skipped")}
+    return {"tests_before_stop": len(cases), **counts, "cases": cases}
+
+
+def _junit_summary(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    root = ET.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return {}
+    out: dict[str, Any] = {
+        k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")
+    }
+    out["passed"] = out["tests"] - out["failures"] - out["errors"] - out["skipped"]
+    out["failed"] = out["failures"] + out["errors"]
+    cases: dict[str, str] = {}
+    for case in suite.iter("testcase"):
+        name = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
+        status = "passed"
+        for tag in ("failure", "error", "skipped"):
+            el = case.find(tag)
+            if el is not None:
+                status = tag if tag != "skipped" else "skipped"
+                if tag != "skipped":
+                    status += ": " + (el.get("message") or "")[:300]
+        cases[name] = status
+    out["cases"] = cases
+    return out
