@@ -50,7 +50,7 @@ from graphormer_urpe.sequence import (  # noqa: E402
     train_lm,
 )
 from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
-from graphormer_urpe.sequence.train import png_bytes  # noqa: E402
+from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
 from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
 PE_SCHEMES = LM_PE_SCHEMES

@@ -36,7 +36,7 @@ if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
     sys.path.insert(0, str(_ROOT))
 
 from graphormer_urpe.sequence import PE_SCHEMES, synthetic_config, train_synthetic  # noqa: E402
-from graphormer_urpe.sequence.train import png_bytes  # noqa: E402
+from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
 from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
 TASKS = ("pi", "etp")
