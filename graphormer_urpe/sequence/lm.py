@@ -49,7 +49,7 @@ from ..io.checkpoint import (
     write_atomic,
 )
 from .corpus import CORPORA, LMCorpus, load_corpus
-from .loop import Checkpoints, TrainingLoop, adamw, cosine_warmup
+from .loop import Checkpoints, Curve, TrainingLoop, adamw, cosine_warmup
 from .outputs import write_run_files
 from .xl import TransformerXL, TransformerXLConfig
 
@@ -66,6 +66,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 LM_CURVE_COLUMNS = ("step", "lr", "train_loss", "valid_loss", "elapsed_s")
+_CURVE = Curve(LM_CURVE_COLUMNS, bar_metric=("valid", "valid_loss"))
 
 
 @dataclass
@@ -358,19 +359,8 @@ def train_lm(
             f"the training split ({corpus.train.numel()} tokens) is too short for "
             f"{config.batch_size} columns of tgt_len {config.model.tgt_len}"
         )
-    loop = TrainingLoop(
-        model,
-        optimizer,
-        scheduler,
-        config.steps,
-        config.eval_every,
-        config.clip_norm,
-        name=f"lm/{config.model.pe}",
-        log=logger,
-        columns=LM_CURVE_COLUMNS,
-        bar_metric=("valid", "valid_loss"),
-        progress=progress,
-    )
+    name = f"lm/{config.model.pe}"
+    loop = TrainingLoop(model, optimizer, scheduler, config, name, logger, _CURVE, progress)
     validation = _Validation(model, corpus.valid, config, out)
     loop.checkpoints = Checkpoints(
         keeper, config.checkpoint_every, lambda: _checkpoint_state(loop, stream, validation, device)
@@ -400,7 +390,7 @@ def train_lm(
     if out is not None:
         files = ["config.json", "metrics.json", "curve.csv", "best.pt", "last.pt"]
         title = f"{config.corpus} / {config.model.pe.upper()}"
-        write_run_files(out, metrics, (loop.rows, LM_CURVE_COLUMNS), model, title, files, logger)
+        write_run_files(out, loop, metrics, title, files)
     return metrics
 
 

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,8 @@ from ..io.checkpoint import CheckpointKeeper, TrainingInterrupted, stop_requests
 
 __all__ = [
     "Checkpoints",
+    "Curve",
+    "LoopSettings",
     "SCHEDULES",
     "TrainingLoop",
     "adamw",
@@ -124,20 +126,33 @@ class Checkpoints:
     state: Callable[[], dict[str, Any]]
 
 
+class LoopSettings(Protocol):
+    """The fields of a run's configuration that the loop reads."""
+
+    steps: int  # the last update
+    eval_every: int  # validate every this many updates (and after the last one)
+    clip_norm: float | None  # gradient-norm clipping, ``None`` for none
+
+
+@dataclass(frozen=True)
+class Curve:
+    """What a run records: its curve ``columns`` in order (``step``, ``lr``, ``train_loss``,
+    ..., ``elapsed_s``) and the ``(label, validation metric)`` on the progress bar."""
+
+    columns: tuple[str, ...]
+    bar_metric: tuple[str, str]
+
+
 @dataclass
 class TrainingLoop:
-    """Updates ``model`` from update ``step`` to ``steps``, recording the curve.
+    """Updates ``model`` from update ``step`` to ``settings.steps``, recording the curve.
 
     Attributes:
         model, optimizer, scheduler: what is trained, and how.
-        steps: the last update.
-        eval_every: validate every this many updates (and after the last one).
-        clip_norm: gradient-norm clipping, ``None`` for none.
+        settings: the number of updates, the validation cadence and the clipping.
         name: the run's name on the progress bar and in the log lines (``"pi/urpe"``).
         log: the logger of the log lines.
-        columns: the curve columns, in order (``step``, ``lr``, ``train_loss``, ...,
-            ``elapsed_s``).
-        bar_metric: ``(label, validation metric)`` shown on the progress bar.
+        curve: the curve columns and the metric on the progress bar.
         progress: show the tqdm progress bar.
         checkpoints: resumable checkpoints and signal handling; ``None`` for neither.
         step: updates done (non-zero when resumed).
@@ -148,13 +163,10 @@ class TrainingLoop:
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    steps: int
-    eval_every: int
-    clip_norm: float | None
+    settings: LoopSettings
     name: str
     log: logging.Logger
-    columns: tuple[str, ...]
-    bar_metric: tuple[str, str]
+    curve: Curve
     progress: bool = True
     checkpoints: Checkpoints | None = None
     step: int = 0
@@ -197,7 +209,7 @@ class TrainingLoop:
         train_loss: Callable[[int], tuple[Tensor, dict[str, Any]]],
         validate: Callable[[int], dict[str, float]],
     ) -> float:
-        """Train to update ``steps``.
+        """Train to update ``settings.steps``.
 
         Args:
             train_loss: the scalar loss of update ``step`` (0-based) in the model's training
@@ -208,28 +220,34 @@ class TrainingLoop:
         Returns:
             The wall time of this call in seconds.
         """
+        steps = self.settings.steps
         start = time.perf_counter()
         elapsed0 = self.rows[-1]["elapsed_s"] if self.rows else 0.0
         self.model.train()
         bar = tqdm(
-            total=self.steps,
+            total=steps,
             initial=self.step,
             desc=self.name,
             disable=not self.progress,
             dynamic_ncols=True,
         )
         with self._stop_requests() as stop:
-            while self.step < self.steps:
+            while self.step < steps:
                 lr = self.optimizer.param_groups[0]["lr"]
                 loss, extra = train_loss(self.step)
                 self.step += 1
                 value = optimizer_update(
-                    self.model, self.optimizer, self.scheduler, loss, self.clip_norm, self.step
+                    self.model,
+                    self.optimizer,
+                    self.scheduler,
+                    loss,
+                    self.settings.clip_norm,
+                    self.step,
                 )
-                row = dict.fromkeys(self.columns)
+                row = dict.fromkeys(self.curve.columns)
                 row.update(step=self.step, lr=lr, train_loss=round(value, 6), **extra)
                 row["elapsed_s"] = round(elapsed0 + time.perf_counter() - start, 3)
-                if self.step % self.eval_every == 0 or self.step == self.steps:
+                if self.step % self.settings.eval_every == 0 or self.step == steps:
                     self._validated(row, value, validate(self.step), bar)
                 self.rows.append(row)
                 bar.update(1)
@@ -251,15 +269,16 @@ class TrainingLoop:
             f", {METRIC_LABELS[k]} %.4f" for k in metrics
         )
         self.log.info(message, self.name, self.step, train_loss, *metrics.values())
-        label, key = self.bar_metric
+        label, key = self.curve.bar_metric
         bar.set_postfix(**{"loss": f"{train_loss:.3f}", label: f"{metrics[key]:.3f}"})
 
     def _checkpoint(self, stop: dict[str, int], bar: Any) -> None:
         if self.checkpoints is None:
             return
         every = self.checkpoints.every
-        due = self.step == self.steps or (every and self.step % every == 0)
-        stopping = bool(stop["signal"]) and self.step < self.steps  # SIGTERM / SIGINT
+        last = self.step == self.settings.steps
+        due = last or (every and self.step % every == 0)
+        stopping = bool(stop["signal"]) and not last  # SIGTERM / SIGINT
         keeper = self.checkpoints.keeper
         if keeper is not None and (due or stopping):
             saved = keeper.save(self.checkpoints.state(), self.step)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from ..io.checkpoint import write_atomic
+
+if TYPE_CHECKING:
+    from .loop import TrainingLoop
 
 __all__ = ["curve_csv", "plot_positional_tables", "png_bytes", "write_run_files"]
 
@@ -86,20 +88,15 @@ def png_bytes(fig: Any) -> bytes:
 
 
 def write_run_files(
-    out: Path,
-    metrics: dict[str, Any],
-    curve: tuple[list[dict[str, Any]], tuple[str, ...]],
-    model: nn.Module,
-    title: str,
-    files: list[str],
-    log: logging.Logger,
+    out: Path, loop: TrainingLoop, metrics: dict[str, Any], title: str, files: list[str]
 ) -> None:
-    """Write ``curve.csv`` (``curve`` = rows and columns), ``pe_tables.png`` (when the model has
-    relative tables) and ``metrics.json`` into ``out``; ``metrics["files"]`` becomes ``files``
-    (the run's other files) with ``pe_tables.png`` when written. Logged to ``log``."""
-    write_atomic(out / "curve.csv", curve_csv(*curve))
-    if plot_positional_tables(model, out / "pe_tables.png", title=title):
+    """Write ``curve.csv`` (the loop's rows), ``pe_tables.png`` (when its model has relative
+    tables; ``title`` on top) and ``metrics.json`` into ``out``; ``metrics["files"]`` becomes
+    ``files`` (the run's other files) with ``pe_tables.png`` when written. Logged to the
+    loop's logger."""
+    write_atomic(out / "curve.csv", curve_csv(loop.rows, loop.curve.columns))
+    if plot_positional_tables(loop.model, out / "pe_tables.png", title=title):
         files.append("pe_tables.png")
     metrics["files"] = files
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    log.info("wrote %s to %s", ", ".join(files), out)
+    loop.log.info("wrote %s to %s", ", ".join(files), out)

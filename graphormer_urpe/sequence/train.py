@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .loop import TrainingLoop, adamw, linear_warmup_decay
+from .loop import Curve, TrainingLoop, adamw, linear_warmup_decay
 from .loop import optimizer_update as optimizer_update  # re-exported from its earlier home
 from .model import SequenceModelConfig, SequenceTransformer
 from .outputs import plot_positional_tables, write_run_files
@@ -58,6 +58,7 @@ CURVE_COLUMNS = (
     "valid_accuracy",
     "elapsed_s",
 )
+_CURVE = Curve(CURVE_COLUMNS, bar_metric=("valid_acc", "valid_accuracy"))
 
 
 @dataclass
@@ -288,19 +289,7 @@ def train_synthetic(
         eps=config.adam_eps,
     )
     name = f"{config.task}/{config.model.pe}"
-    loop = TrainingLoop(
-        model,
-        optimizer,
-        scheduler,
-        config.steps,
-        config.eval_every,
-        config.clip_norm,
-        name=name,
-        log=logger,
-        columns=CURVE_COLUMNS,
-        bar_metric=("valid_acc", "valid_accuracy"),
-        progress=progress,
-    )
+    loop = TrainingLoop(model, optimizer, scheduler, config, name, logger, _CURVE, progress)
     logger.info(
         "synthetic %s / %s: %d parameters, %d updates of %d sequences (L=%d, V=%d)",
         config.task,
@@ -326,9 +315,7 @@ def train_synthetic(
     if out_dir is not None:
         title = f"{config.task.upper()} / {config.model.pe.upper()} (V={config.model.vocab})"
         files = ["metrics.json", "curve.csv"]
-        write_run_files(
-            Path(out_dir), metrics, (loop.rows, CURVE_COLUMNS), model, title, files, logger
-        )
+        write_run_files(Path(out_dir), loop, metrics, title, files)
     return metrics
 
 
