@@ -142,23 +142,12 @@ class LMConfig:
         return cls(model=model, **data)
 
 
-_CPU: dict[str, Any] = dict(
-    pe="urpe",
-    width=128,
-    layers=3,
-    heads=4,
-    ffn=512,
-    tgt_len=64,
-    mem_len=64,
-    dropout=0.1,
-    init_std=0.02,
-    steps=1000,
-    batch_size=16,
-    lr=2e-3,
-    warmup_steps=50,
-    clip_norm=0.25,
-    eval_every=200,
-    eval_batch_size=16,
+# The cpu set-up by what each field is about.
+_CPU: dict[str, Any] = (
+    dict(pe="urpe", width=128, layers=3, heads=4, ffn=512, init_std=0.02)  # the model
+    | dict(tgt_len=64, mem_len=64, dropout=0.1)  # segments, memory, dropout
+    | dict(steps=1000, batch_size=16, lr=2e-3, warmup_steps=50, clip_norm=0.25)  # updates
+    | dict(eval_every=200, eval_batch_size=16)  # validation
 )
 
 #: Named run set-ups: run fields and model fields together.
@@ -167,40 +156,21 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
     "cpu": _CPU,
     # The cpu model at half width and two layers, trained 10x longer: the reproduction's
     # set-up, long enough for the validation curves to flatten within an hour per few runs.
-    "cpu-small": {
-        **_CPU,
-        "width": 64,
-        "layers": 2,
-        "ffn": 256,
-        "steps": 10_000,
-        "warmup_steps": 500,
-        "eval_every": 500,
-        "checkpoint_every": 1_000,
-    },
+    "cpu-small": (
+        _CPU
+        | dict(width=64, layers=2, ffn=256)
+        | dict(steps=10_000, warmup_steps=500, eval_every=500, checkpoint_every=1_000)
+    ),
     # Transformer-XL base on WikiText-103 (Dai et al. 2019; run_wt103_base.sh): 16 layers,
     # d 410, 10 heads of 41, d_inner 2100, tgt_len = mem_len = 150, dropout 0.1, Adam at
     # 2.5e-4 with cosine decay and no warm-up, clip 0.25, 200k updates of 60 columns; its
     # relative attention and tied adaptive softmax (cutoffs 20k / 40k / 200k, div_val 1).
-    "paper": dict(
-        pe="xl",
-        adaptive_cutoffs=[20_000, 40_000, 200_000],
-        width=410,
-        layers=16,
-        heads=10,
-        ffn=2100,
-        tgt_len=150,
-        mem_len=150,
-        dropout=0.1,
-        attention_dropout=0.0,
-        init_std=0.02,
-        steps=200_000,
-        batch_size=60,
-        lr=2.5e-4,
-        warmup_steps=0,
-        clip_norm=0.25,
-        eval_every=4_000,
-        eval_batch_size=10,
-        checkpoint_every=4_000,
+    "paper": (
+        dict(pe="xl", width=410, layers=16, heads=10, ffn=2100, init_std=0.02)
+        | dict(adaptive_cutoffs=[20_000, 40_000, 200_000])
+        | dict(tgt_len=150, mem_len=150, dropout=0.1, attention_dropout=0.0)
+        | dict(steps=200_000, batch_size=60, lr=2.5e-4, warmup_steps=0, clip_norm=0.25)
+        | dict(eval_every=4_000, eval_batch_size=10, checkpoint_every=4_000)
     ),
 }
 

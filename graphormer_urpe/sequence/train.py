@@ -121,38 +121,18 @@ class SyntheticConfig:
         return asdict(self)
 
 
+# Shared by both tasks of a preset: sequences per update and in the validation set.
+_CPU = dict(batch_size=32, valid_size=256)
+_PAPER = dict(batch_size=128, valid_size=6_400)
+
 #: Run settings of the presets, per task. ``max_len`` is the task length ``L``.
 RUN_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "cpu": {
-        "pi": dict(
-            max_len=128,
-            steps=2000,
-            batch_size=32,
-            lr=2e-3,
-            warmup_steps=200,
-            valid_size=256,
-            eval_every=100,
-        ),
-        "etp": dict(
-            max_len=16,
-            steps=8000,
-            batch_size=32,
-            lr=1e-3,
-            warmup_steps=800,
-            valid_size=256,
-            eval_every=250,
-        ),
+        "pi": dict(_CPU, max_len=128, steps=2000, lr=2e-3, warmup_steps=200, eval_every=100),
+        "etp": dict(_CPU, max_len=16, steps=8000, lr=1e-3, warmup_steps=800, eval_every=250),
     },
     "paper": {
-        task: dict(
-            max_len=128,
-            steps=40_000,
-            batch_size=128,
-            lr=7e-5,
-            warmup_steps=6_000,
-            valid_size=6_400,
-            eval_every=1_000,
-        )
+        task: dict(_PAPER, max_len=128, steps=40_000, lr=7e-5, warmup_steps=6_000, eval_every=1_000)
         for task in ("pi", "etp")
     },
 }
