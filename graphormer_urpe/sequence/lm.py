@@ -50,6 +50,7 @@ from ..io.checkpoint import (
 )
 from .corpus import CORPORA, LMCorpus, load_corpus
 from .loop import Checkpoints, Curve, TrainingLoop, adamw, cosine_warmup
+from .names import check_choice
 from .outputs import write_run_files
 from .xl import TransformerXL, TransformerXLConfig
 
@@ -115,8 +116,7 @@ class LMConfig:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        if self.corpus not in CORPORA:
-            raise ValueError(f"unknown corpus {self.corpus!r}; expected one of {CORPORA}")
+        check_choice("corpus", self.corpus, CORPORA)
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if not 0 <= self.warmup_steps < self.steps:
@@ -199,8 +199,7 @@ def lm_config(
             :class:`~graphormer_urpe.sequence.xl.TransformerXLConfig`; ``None`` values are
             ignored. Overriding ``steps`` alone keeps the preset's warm-up fraction.
     """
-    if preset not in LM_PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(LM_PRESETS)}")
+    check_choice("preset", preset, sorted(LM_PRESETS))
     overrides = {k: v for k, v in overrides.items() if v is not None}
     model_fields = {f.name for f in fields(TransformerXLConfig)}
     run_fields = {f.name for f in fields(LMConfig)} - {"model"}

@@ -32,6 +32,7 @@ from torch import Tensor
 from .loop import Curve, TrainingLoop, adamw, linear_warmup_decay
 from .loop import optimizer_update as optimizer_update  # re-exported from its earlier home
 from .model import SequenceModelConfig, SequenceTransformer
+from .names import check_choice
 from .outputs import plot_positional_tables, write_run_files
 from .outputs import png_bytes as png_bytes  # re-exported from its earlier home
 from .tasks import SyntheticBatch, SyntheticTask, TaskName
@@ -169,8 +170,7 @@ def synthetic_config(
     Returns:
         The :class:`SyntheticConfig`.
     """
-    if preset not in RUN_PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(RUN_PRESETS)}")
+    check_choice("preset", preset, sorted(RUN_PRESETS))
     if task not in RUN_PRESETS[preset]:
         raise ValueError(f"unknown synthetic task {task!r}; expected 'pi' or 'etp'")
     overrides = {k: v for k, v in overrides.items() if v is not None}
