@@ -35,12 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 # Run against the source tree this script lives in, even if another copy is installed.
 _ROOT = Path(__file__).resolve().parents[1]
 if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
     sys.path.insert(0, str(_ROOT))
+
+from _reproduce import add_output_flags, set_up  # noqa: E402
 
 from graphormer_urpe.sequence import (  # noqa: E402
     LM_PE_SCHEMES,
@@ -50,7 +50,7 @@ from graphormer_urpe.sequence import (  # noqa: E402
     train_lm,
 )
 from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
-from graphormer_urpe.sequence.train import png_bytes  # noqa: E402
+from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
 from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
 PE_SCHEMES = LM_PE_SCHEMES
@@ -86,14 +86,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds (default: 1 2)")
     p.add_argument("--preset", choices=sorted(LM_PRESETS), default="cpu-small", help="base preset")
     p.add_argument("--steps", type=int, help="updates per run (default: the preset's)")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
-    p.add_argument(
-        "--out-dir",
-        type=Path,
-        default=Path("runs/lm_repro"),
-        help="output folder (default: runs/lm_repro)",
-    )
-    p.add_argument("--figure", type=Path, help="also write the figure to this path")
+    add_output_flags(p, "lm_repro", threads=1)
     p.add_argument("--table-md", type=Path, help="also write the Markdown table to this path")
     p.add_argument("--table-json", type=Path, help="also write results.json to this path")
     p.add_argument(
@@ -261,8 +254,7 @@ def _figure(
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    torch.set_num_threads(args.threads)
+    set_up(args)
     corpus = load_corpus(args.corpus, args.data_root)
     unit = _unit(corpus.level)
 

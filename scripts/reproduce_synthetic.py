@@ -28,15 +28,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 # Run against the source tree this script lives in, even if another copy is installed.
 _ROOT = Path(__file__).resolve().parents[1]
 if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
     sys.path.insert(0, str(_ROOT))
 
+from _reproduce import add_output_flags, set_up  # noqa: E402
+
 from graphormer_urpe.sequence import PE_SCHEMES, synthetic_config, train_synthetic  # noqa: E402
-from graphormer_urpe.sequence.train import png_bytes  # noqa: E402
+from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
 from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
 TASKS = ("pi", "etp")
@@ -87,14 +87,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, help="encoder layers (default: the preset's)")
     p.add_argument("--heads", type=int, help="attention heads (default: the preset's)")
     p.add_argument("--seed", type=int, default=1, help="seed of every run (default: 1)")
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default: 2)")
-    p.add_argument(
-        "--out-dir",
-        type=Path,
-        default=Path("runs/synthetic_repro"),
-        help="output folder (default: runs/synthetic_repro)",
-    )
-    p.add_argument("--figure", type=Path, help="also write the figure to this path")
+    add_output_flags(p, "synthetic_repro", threads=2)
     p.add_argument(
         "--resume",
         action="store_true",
@@ -210,8 +203,7 @@ def _figure(rows: list[dict[str, Any]], evals: dict[tuple, list[dict]], tasks: l
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    torch.set_num_threads(args.threads)
+    set_up(args)
     steps = _per_task(args.steps, int, "steps")
     length = _per_task(args.length, int, "length")
     lr = _per_task(args.lr, float, "lr")

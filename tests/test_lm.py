@@ -360,24 +360,10 @@ def test_cosine_schedule_and_stream_columns() -> None:
 
 
 def _tiny(pe: str = "urpe", **kw):
-    base = dict(
-        steps=40,
-        width=32,
-        layers=1,
-        heads=2,
-        ffn=64,
-        tgt_len=16,
-        mem_len=16,
-        batch_size=8,
-        eval_every=20,
-        eval_batch_size=32,
-        lr=3e-3,
-        warmup_steps=4,
-        checkpoint_every=20,
-        seed=3,
-    )
-    base.update(kw)
-    return lm_config("cpu", "pydoc", pe, **base)
+    model = dict(width=32, layers=1, heads=2, ffn=64, tgt_len=16, mem_len=16)
+    run = dict(steps=40, batch_size=8, lr=3e-3, warmup_steps=4, seed=3)
+    cadence = dict(eval_every=20, eval_batch_size=32, checkpoint_every=20)
+    return lm_config("cpu", "pydoc", pe, **{**model, **run, **cadence, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ re-exports every name here).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "AttentionKind",
@@ -122,53 +122,33 @@ TABLES: dict[str, dict[str, int]] = {
 """Embedding-table sizes that fit each featuriser's vocabulary."""
 
 
+def _sized(*, layers: int, width: int, heads: int, **fields: Any) -> GraphormerConfig:
+    """A configuration of ``layers`` layers of width ``width`` (feed-forward width too) with
+    ``heads`` heads and the other ``fields``."""
+    return GraphormerConfig(
+        num_layers=layers, hidden_dim=width, ffn_dim=width, num_heads=heads, **fields
+    )
+
+
+# Both PCQM4Mv2 models: OGB-sized tables (9 atom / 3 bond features, 512 values each), 5 hops
+# of path features, 32 rows per URPE C table.
+_PCQM: dict[str, Any] = dict(multi_hop_max_dist=5, urpe_num_buckets=32, **TABLES["ogb"])
+# Graphormer v2's dropouts (its attention dropout, 0.1, is v1's).
+_V2_DROPOUT = dict(dropout=0.0, input_dropout=0.0, activation_dropout=0.1)
+
 PRESETS: dict[str, GraphormerConfig] = {
     # Graphormer v1 "slim" on ZINC-subset (489k parameters): ZINC-sized tables.
     "zinc-slim": GraphormerConfig(),
     # A small model for CPU runs (the default of `graphormer-urpe train`).
-    "small": GraphormerConfig(
-        num_layers=4,
-        hidden_dim=64,
-        ffn_dim=64,
-        num_heads=8,
-        dropout=0.0,
-        attention_dropout=0.1,
-        input_dropout=0.0,
-        multi_hop_max_dist=5,
-        num_spatial=40,
-        num_edge_dis=40,
+    "small": _sized(
+        layers=4, width=64, heads=8, dropout=0.0, input_dropout=0.0, multi_hop_max_dist=5
     ),
-    # Graphormer base on PCQM4Mv2 (v2 hyper-parameters, v1 pre-LN architecture): OGB-sized
-    # tables (9 atom / 3 bond features, 512 values each), 5 hops of path features.
-    "pcqm4mv2-base": GraphormerConfig(
-        num_layers=12,
-        hidden_dim=768,
-        ffn_dim=768,
-        num_heads=32,
-        dropout=0.0,
-        attention_dropout=0.1,
-        input_dropout=0.0,
-        activation_dropout=0.1,
-        multi_hop_max_dist=5,
-        urpe_num_buckets=32,
-        **TABLES["ogb"],
-    ),
+    # Graphormer base on PCQM4Mv2 (v2 hyper-parameters, v1 pre-LN architecture).
+    "pcqm4mv2-base": _sized(layers=12, width=768, heads=32, **_V2_DROPOUT, **_PCQM),
     # Graphormer-Small on PCQM4M (12.5M parameters in the v1 README): L=6, d=ffn=512, H=32
     # (spec 3.2, by parameter count) with v1's defaults (dropout, attention and input dropout
-    # 0.1); the same OGB-sized tables and 5 hops of path features as the base model.
-    "pcqm4mv2-small": GraphormerConfig(
-        num_layers=6,
-        hidden_dim=512,
-        ffn_dim=512,
-        num_heads=32,
-        dropout=0.1,
-        attention_dropout=0.1,
-        input_dropout=0.1,
-        activation_dropout=0.0,
-        multi_hop_max_dist=5,
-        urpe_num_buckets=32,
-        **TABLES["ogb"],
-    ),
+    # 0.1); the same tables and path features as the base model.
+    "pcqm4mv2-small": _sized(layers=6, width=512, heads=32, **_PCQM),
 }
 
 

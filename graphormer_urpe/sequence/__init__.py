@@ -2,7 +2,7 @@
 
 Position Identification / Even Token Prediction data (:mod:`.tasks`), a RoBERTa-style
 sequence transformer with no PE, learned absolute PE, RPE or URPE (:mod:`.model`), its
-training loop (:mod:`.train`) and the ``synthetic`` command-line sub-command (:mod:`.cli`)::
+training (:mod:`.train`) and the ``synthetic`` command-line sub-command (:mod:`.cli`)::
 
     from graphormer_urpe.sequence import synthetic_config, train_synthetic
 
@@ -11,13 +11,16 @@ training loop (:mod:`.train`) and the ``synthetic`` command-line sub-command (:m
 
 Causal language modelling on the same core: a small Transformer-XL (:mod:`.xl`; its relative
 attention in :mod:`.xl_attention`, its adaptive softmax in :mod:`.adaptive_softmax`), its corpora
-(:mod:`.corpus`: Python's documentation text, WikiText-2/103) and training loop (:mod:`.lm`,
+(:mod:`.corpus`: Python's documentation text, WikiText-2/103) and training (:mod:`.lm`,
 the ``lm`` sub-command)::
 
     from graphormer_urpe.sequence import lm_config, train_lm
 
     metrics = train_lm(lm_config("cpu", corpus="pydoc", pe="urpe"), "runs/lm_urpe")
     metrics["test_bpc"]
+
+Both train with the one loop of :mod:`.loop` (optimiser steps, schedule, validation cadence,
+checkpoints and interruption) and write their files with :mod:`.outputs`.
 
 The public names are imported from their modules on first use (PEP 562).
 """
@@ -37,6 +40,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "wikitext_corpus",
         ],
         ".lm": ["LM_PRESETS", "LMConfig", "evaluate_lm", "lm_config", "train_lm"],
+        ".loop": ["linear_warmup_decay"],
         ".model": [
             "RelativePositionTable",
             "SequenceModelConfig",
@@ -44,6 +48,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "relative_position_index",
             "t5_relative_bucket",
         ],
+        ".outputs": ["plot_positional_tables"],
         ".tasks": [
             "FIRST_INPUT_TOKEN",
             "NUM_SPECIAL_TOKENS",
@@ -56,9 +61,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "RUN_PRESETS",
             "SyntheticConfig",
             "evaluate",
-            "linear_warmup_decay",
             "masked_loss_and_hits",
-            "plot_positional_tables",
             "synthetic_config",
             "train_synthetic",
         ],

@@ -41,7 +41,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..io.checkpoint import write_atomic
-from .names import CORPORA, CorpusName
+from .names import CORPORA, CorpusName, check_choice
 
 __all__ = [
     "CORPORA",
@@ -296,8 +296,7 @@ def download_wikitext(name: str, root: str | os.PathLike, timeout: float = 30.0)
         CorpusUnavailableError: the download or the archive failed (one line, saying where to
             put the files by hand).
     """
-    if name not in WIKITEXT_URLS:
-        raise ValueError(f"unknown WikiText corpus {name!r}; expected one of {list(WIKITEXT_URLS)}")
+    check_choice("WikiText corpus", name, list(WIKITEXT_URLS))
     root = Path(root)
     folder = root / name
     url = WIKITEXT_URLS[name]
@@ -361,8 +360,7 @@ def wikitext_corpus(
     Raises:
         CorpusUnavailableError: files missing (and not downloadable), in one line.
     """
-    if name not in WIKITEXT_URLS:
-        raise ValueError(f"unknown WikiText corpus {name!r}; expected one of {list(WIKITEXT_URLS)}")
+    check_choice("WikiText corpus", name, list(WIKITEXT_URLS))
     folder = Path(root) / name
     if not all((folder / f).is_file() for f in WIKITEXT_FILES.values()):
         if not download:

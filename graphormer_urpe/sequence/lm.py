@@ -31,7 +31,6 @@ import copy
 import json
 import logging
 import math
-import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -39,21 +38,20 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ..io.checkpoint import (
     CheckpointKeeper,
-    TrainingInterrupted,
     incompatible_checkpoint,
     load_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
-    stop_requests,
     write_atomic,
 )
 from .corpus import CORPORA, LMCorpus, load_corpus
-from .train import _curve_csv, linear_warmup_decay, optimizer_update, plot_positional_tables
+from .loop import Checkpoints, Curve, TrainingLoop, adamw, cosine_warmup
+from .names import check_choice
+from .outputs import write_run_files
 from .xl import TransformerXL, TransformerXLConfig
 
 __all__ = [
@@ -69,6 +67,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 LM_CURVE_COLUMNS = ("step", "lr", "train_loss", "valid_loss", "elapsed_s")
+_CURVE = Curve(LM_CURVE_COLUMNS, bar_metric=("valid", "valid_loss"))
 
 
 @dataclass
@@ -117,8 +116,7 @@ class LMConfig:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        if self.corpus not in CORPORA:
-            raise ValueError(f"unknown corpus {self.corpus!r}; expected one of {CORPORA}")
+        check_choice("corpus", self.corpus, CORPORA)
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if not 0 <= self.warmup_steps < self.steps:
@@ -144,23 +142,12 @@ class LMConfig:
         return cls(model=model, **data)
 
 
-_CPU: dict[str, Any] = dict(
-    pe="urpe",
-    width=128,
-    layers=3,
-    heads=4,
-    ffn=512,
-    tgt_len=64,
-    mem_len=64,
-    dropout=0.1,
-    init_std=0.02,
-    steps=1000,
-    batch_size=16,
-    lr=2e-3,
-    warmup_steps=50,
-    clip_norm=0.25,
-    eval_every=200,
-    eval_batch_size=16,
+# The cpu set-up by what each field is about.
+_CPU: dict[str, Any] = (
+    dict(pe="urpe", width=128, layers=3, heads=4, ffn=512, init_std=0.02)  # the model
+    | dict(tgt_len=64, mem_len=64, dropout=0.1)  # segments, memory, dropout
+    | dict(steps=1000, batch_size=16, lr=2e-3, warmup_steps=50, clip_norm=0.25)  # updates
+    | dict(eval_every=200, eval_batch_size=16)  # validation
 )
 
 #: Named run set-ups: run fields and model fields together.
@@ -169,40 +156,21 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
     "cpu": _CPU,
     # The cpu model at half width and two layers, trained 10x longer: the reproduction's
     # set-up, long enough for the validation curves to flatten within an hour per few runs.
-    "cpu-small": {
-        **_CPU,
-        "width": 64,
-        "layers": 2,
-        "ffn": 256,
-        "steps": 10_000,
-        "warmup_steps": 500,
-        "eval_every": 500,
-        "checkpoint_every": 1_000,
-    },
+    "cpu-small": (
+        _CPU
+        | dict(width=64, layers=2, ffn=256)
+        | dict(steps=10_000, warmup_steps=500, eval_every=500, checkpoint_every=1_000)
+    ),
     # Transformer-XL base on WikiText-103 (Dai et al. 2019; run_wt103_base.sh): 16 layers,
     # d 410, 10 heads of 41, d_inner 2100, tgt_len = mem_len = 150, dropout 0.1, Adam at
     # 2.5e-4 with cosine decay and no warm-up, clip 0.25, 200k updates of 60 columns; its
     # relative attention and tied adaptive softmax (cutoffs 20k / 40k / 200k, div_val 1).
-    "paper": dict(
-        pe="xl",
-        adaptive_cutoffs=[20_000, 40_000, 200_000],
-        width=410,
-        layers=16,
-        heads=10,
-        ffn=2100,
-        tgt_len=150,
-        mem_len=150,
-        dropout=0.1,
-        attention_dropout=0.0,
-        init_std=0.02,
-        steps=200_000,
-        batch_size=60,
-        lr=2.5e-4,
-        warmup_steps=0,
-        clip_norm=0.25,
-        eval_every=4_000,
-        eval_batch_size=10,
-        checkpoint_every=4_000,
+    "paper": (
+        dict(pe="xl", width=410, layers=16, heads=10, ffn=2100, init_std=0.02)
+        | dict(adaptive_cutoffs=[20_000, 40_000, 200_000])
+        | dict(tgt_len=150, mem_len=150, dropout=0.1, attention_dropout=0.0)
+        | dict(steps=200_000, batch_size=60, lr=2.5e-4, warmup_steps=0, clip_norm=0.25)
+        | dict(eval_every=4_000, eval_batch_size=10, checkpoint_every=4_000)
     ),
 }
 
@@ -231,8 +199,7 @@ def lm_config(
             :class:`~graphormer_urpe.sequence.xl.TransformerXLConfig`; ``None`` values are
             ignored. Overriding ``steps`` alone keeps the preset's warm-up fraction.
     """
-    if preset not in LM_PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(LM_PRESETS)}")
+    check_choice("preset", preset, sorted(LM_PRESETS))
     overrides = {k: v for k, v in overrides.items() if v is not None}
     model_fields = {f.name for f in fields(TransformerXLConfig)}
     run_fields = {f.name for f in fields(LMConfig)} - {"model"}
@@ -248,15 +215,6 @@ def lm_config(
     model = TransformerXLConfig(**{k: v for k, v in merged.items() if k in model_fields})
     run = {k: v for k, v in merged.items() if k in run_fields}
     return LMConfig(corpus=corpus, model=model, **run)
-
-
-def cosine_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
-    r"""Learning-rate multiplier of update ``step`` (0-based): a linear ramp over ``W``
-    updates, then :math:`\tfrac12 (1 + \cos(\pi (s - W) / (T - W)))` (0 at ``T``)."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
 def batchify(stream: Tensor, columns: int) -> Tensor:
@@ -354,74 +312,35 @@ def train_lm(
     device = torch.device(device)
     out = None if out_dir is None else Path(out_dir)
     keeper = None if out is None else CheckpointKeeper(out, config.keep_checkpoints)
-    ckpt = None
-    ckpt_path: Path | None = None
-    if resume and keeper is not None:
-        found = keeper.latest()
-        if found is None:
-            logger.info("nothing to resume in %s: starting afresh", out)
-        else:
-            ckpt_path, ckpt = found
-            path = ckpt_path
-            with incompatible_checkpoint(path):
-                saved = LMConfig.from_dict(ckpt["config"])
-            if config.steps != saved.steps:
-                logger.info("resuming with steps %d (checkpoint: %d)", config.steps, saved.steps)
-                saved.steps = config.steps
-            config = saved
-            logger.info("resuming from %s at update %d", path, int(ckpt["step"]))
+    config, found = _resumed_config(config, keeper if resume else None)
     if corpus is None:
         corpus = load_corpus(config.corpus, config.data_root, seed=config.corpus_seed)
-    if config.model.vocab_size == 0:
-        config = copy.deepcopy(config)
-        config.model.vocab_size = len(corpus.vocab)
-    elif config.model.vocab_size != len(corpus.vocab):
-        raise ValueError(
-            f"model vocab_size {config.model.vocab_size} != corpus vocabulary {len(corpus.vocab)}"
-        )
+    config = _with_vocab(config, len(corpus.vocab))
 
     torch.manual_seed(config.seed)
     model = TransformerXL(config.model).to(device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    optimizer, scheduler = adamw(
+        model, config.lr, config.weight_decay, (config.schedule, config.warmup_steps, config.steps)
     )
-    decay = cosine_warmup if config.schedule == "cosine" else linear_warmup_decay
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: decay(s, config.warmup_steps, config.steps)
-    )
-    train_data = batchify(corpus.train, config.batch_size).to(device)
-    segments = _segments(train_data.shape[1], config.model.tgt_len, partial=False)
-    if not segments:
+    stream = _TrainStream(model, batchify(corpus.train, config.batch_size).to(device))
+    if not stream.segments:
         raise ValueError(
             f"the training split ({corpus.train.numel()} tokens) is too short for "
             f"{config.batch_size} columns of tgt_len {config.model.tgt_len}"
         )
-    num_params = sum(p.numel() for p in model.parameters())
-
-    step = 0
-    memory: list[Tensor] | None = None
-    rows: list[dict[str, Any]] = []
-    evals: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"loss": math.inf, "step": 0, "state": None}
-    initial_valid = None
-    if ckpt is not None and ckpt_path is not None:
-        with incompatible_checkpoint(ckpt_path):
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-            scheduler.load_state_dict(ckpt["scheduler"])
-            step = int(ckpt["step"])
-            memory = [t.to(device) for t in ckpt["memory"]] or None
-            history = json.loads(ckpt["history"])
-            rows, evals, initial_valid = history["rows"], history["evals"], history["initial"]
-            best = {"loss": history["best_loss"], "step": history["best_step"], "state": None}
-            set_rng_state(ckpt["rng"], device)
-        if out is not None and (out / "best.pt").is_file():
-            best["state"] = load_checkpoint(out / "best.pt", map_location=device)["model"]
+    name = f"lm/{config.model.pe}"
+    loop = TrainingLoop(model, optimizer, scheduler, config, name, logger, _CURVE, progress)
+    validation = _Validation(model, corpus.valid, config, out)
+    loop.checkpoints = Checkpoints(
+        keeper, config.checkpoint_every, lambda: _checkpoint_state(loop, stream, validation, device)
+    )
+    if found is not None:
+        _restore(found, loop, stream, validation, device)
     logger.info(
         "lm %s / %s: %d parameters, %d updates of %d x %d tokens (memory %d), %s",
         config.corpus,
         config.model.pe,
-        num_params,
+        loop.num_parameters,
         config.steps,
         config.batch_size,
         config.model.tgt_len,
@@ -430,115 +349,166 @@ def train_lm(
     )
     if out is not None:
         write_atomic(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+    if validation.initial is None:
+        validation.initial = validation.loss()
+    wall = loop.run(stream.loss, validation)
 
-    def checkpoint_state() -> dict[str, Any]:
-        history = {
-            "rows": rows,
-            "evals": evals,
-            "initial": initial_valid,
-            "best_loss": best["loss"],
-            "best_step": best["step"],
-        }
-        return {
-            "config": config.to_dict(),
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "step": step,
-            "memory": [] if memory is None else [t.cpu() for t in memory],
-            "history": json.dumps(history),
-            "rng": rng_state(device),
-        }
+    if validation.best_state is not None:
+        model.load_state_dict(validation.best_state)
+    metrics = _final_metrics(model, corpus, config, loop, validation, loop.facts(wall, device))
+    if out is not None:
+        files = ["config.json", "metrics.json", "curve.csv", "best.pt", "last.pt"]
+        title = f"{config.corpus} / {config.model.pe.upper()}"
+        write_run_files(out, loop, metrics, title, files)
+    return metrics
 
-    if initial_valid is None:
-        initial_valid, _ = evaluate_lm(
-            model, corpus.valid, config.eval_batch_size, config.max_eval_tokens
+
+def _resumed_config(
+    config: LMConfig, keeper: CheckpointKeeper | None
+) -> tuple[LMConfig, tuple[Path, dict[str, Any]] | None]:
+    """The configuration to run and the newest checkpoint of ``keeper`` (``None``: start
+    afresh). A resumed run takes the checkpoint's configuration with ``config.steps``."""
+    found = None if keeper is None else keeper.latest()
+    if keeper is not None and found is None:
+        logger.info("nothing to resume in %s: starting afresh", keeper.out)
+    if found is None:
+        return config, None
+    path, ckpt = found
+    with incompatible_checkpoint(path):
+        saved = LMConfig.from_dict(ckpt["config"])
+    if config.steps != saved.steps:
+        logger.info("resuming with steps %d (checkpoint: %d)", config.steps, saved.steps)
+        saved.steps = config.steps
+    logger.info("resuming from %s at update %d", path, int(ckpt["step"]))
+    return saved, found
+
+
+def _with_vocab(config: LMConfig, vocab_size: int) -> LMConfig:
+    """``config`` with the model's ``vocab_size`` filled in from the corpus (0) or checked."""
+    if config.model.vocab_size == 0:
+        config = copy.deepcopy(config)
+        config.model.vocab_size = vocab_size
+    elif config.model.vocab_size != vocab_size:
+        raise ValueError(
+            f"model vocab_size {config.model.vocab_size} != corpus vocabulary {vocab_size}"
         )
-    start = time.perf_counter()
-    elapsed0 = rows[-1]["elapsed_s"] if rows else 0.0
-    model.train()
-    bar = tqdm(
-        total=config.steps,
-        initial=step,
-        desc=f"lm/{config.model.pe}",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    with stop_requests() as stop:
-        while step < config.steps:
-            seg = step % len(segments)
-            if seg == 0:
-                memory = None  # a new pass over the data
-            s0, n = segments[seg]
-            x = train_data[:, s0 : s0 + n]
-            y = train_data[:, s0 + 1 : s0 + n + 1]
-            lr = optimizer.param_groups[0]["lr"]
-            logits, memory = model(x, memory)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-            step += 1
-            train_loss = optimizer_update(model, optimizer, scheduler, loss, config.clip_norm, step)
-            row: dict[str, Any] = {
-                "step": step,
-                "lr": lr,
-                "train_loss": round(train_loss, 6),
-                "valid_loss": None,
-                "elapsed_s": round(elapsed0 + time.perf_counter() - start, 3),
-            }
-            if step % config.eval_every == 0 or step == config.steps:
-                v_loss, _ = evaluate_lm(
-                    model, corpus.valid, config.eval_batch_size, config.max_eval_tokens
-                )
-                row["valid_loss"] = round(v_loss, 6)
-                evals.append({"step": step, "valid_loss": v_loss})
-                if v_loss < best["loss"]:
-                    best = {
-                        "loss": v_loss,
-                        "step": step,
-                        "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                    }
-                    if out is not None:
-                        save_checkpoint(
-                            out / "best.pt",
-                            {
-                                "config": json.dumps(config.to_dict()),
-                                "model": best["state"],
-                                "step": step,
-                            },
-                        )
-                logger.info(
-                    "lm/%s step %d: train loss %.4f, valid loss %.4f",
-                    config.model.pe,
-                    step,
-                    train_loss,
-                    v_loss,
-                )
-                bar.set_postfix(loss=f"{train_loss:.3f}", valid=f"{v_loss:.3f}")
-            rows.append(row)
-            bar.update(1)
-            due = step == config.steps or (
-                config.checkpoint_every and step % config.checkpoint_every == 0
-            )
-            stopping = bool(stop["signal"]) and step < config.steps  # SIGTERM / SIGINT
-            if keeper is not None and (due or stopping):
-                state = checkpoint_state()
-                state["config"] = json.dumps(state["config"])
-                saved = keeper.save(state, step)
-                if stopping:  # after this update, resumable from it
-                    bar.close()
-                    raise TrainingInterrupted(stop["signal"], saved)
-            elif stopping:
-                raise KeyboardInterrupt  # no run folder: nothing to save
-    bar.close()
-    wall = time.perf_counter() - start
+    return config
 
-    if best["state"] is not None:
-        model.load_state_dict(best["state"])
+
+class _TrainStream:
+    """The training columns ``[B, T]`` read in segments of ``tgt_len``, one per update, with
+    the memory carried from one update to the next (reset at every pass over the data)."""
+
+    def __init__(self, model: TransformerXL, data: Tensor) -> None:
+        self.model = model
+        self.data = data
+        self.segments = _segments(data.shape[1], model.config.tgt_len, partial=False)
+        self.memory: list[Tensor] | None = None
+
+    def loss(self, step: int) -> tuple[Tensor, dict[str, Any]]:
+        """Mean next-token cross-entropy of update ``step`` (0-based); no extra columns."""
+        seg = step % len(self.segments)
+        if seg == 0:
+            self.memory = None  # a new pass over the data
+        s0, n = self.segments[seg]
+        x = self.data[:, s0 : s0 + n]
+        y = self.data[:, s0 + 1 : s0 + n + 1]
+        logits, self.memory = self.model(x, self.memory)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        return loss, {}
+
+
+class _Validation:
+    """Validation during training: the loss on (the first ``max_eval_tokens`` of) the
+    validation split, the initial one, and the best one with its weights (saved as
+    ``best.pt`` in the run folder)."""
+
+    def __init__(self, model: TransformerXL, valid: Tensor, config: LMConfig, out: Path | None):
+        self.model, self.valid, self.config, self.out = model, valid, config, out
+        self.initial: float | None = None
+        self.best_loss, self.best_step = math.inf, 0
+        self.best_state: dict[str, Tensor] | None = None
+
+    def loss(self) -> float:
+        """The validation loss of the model now."""
+        cfg = self.config
+        return evaluate_lm(self.model, self.valid, cfg.eval_batch_size, cfg.max_eval_tokens)[0]
+
+    def __call__(self, step: int) -> dict[str, float]:
+        """The validation metrics after update ``step``, keeping the best weights."""
+        v_loss = self.loss()
+        if v_loss < self.best_loss:
+            self.best_loss, self.best_step = v_loss, step
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            if self.out is not None:
+                config = json.dumps(self.config.to_dict())
+                best = {"config": config, "model": self.best_state, "step": step}
+                save_checkpoint(self.out / "best.pt", best)
+        return {"valid_loss": v_loss}
+
+
+def _checkpoint_state(
+    loop: TrainingLoop, stream: _TrainStream, validation: _Validation, device: torch.device
+) -> dict[str, Any]:
+    """A resumable checkpoint: configuration, training state, memory, curve and RNG."""
+    history = {
+        "rows": loop.rows,
+        "evals": loop.evals,
+        "initial": validation.initial,
+        "best_loss": validation.best_loss,
+        "best_step": validation.best_step,
+    }
+    memory = stream.memory
+    return {
+        "config": json.dumps(validation.config.to_dict()),
+        **loop.training_state(),
+        "memory": [] if memory is None else [t.cpu() for t in memory],
+        "history": json.dumps(history),
+        "rng": rng_state(device),
+    }
+
+
+def _restore(
+    found: tuple[Path, dict[str, Any]],
+    loop: TrainingLoop,
+    stream: _TrainStream,
+    validation: _Validation,
+    device: torch.device,
+) -> None:
+    """Inverse of :func:`_checkpoint_state`, and the best weights from ``best.pt``."""
+    path, ckpt = found
+    with incompatible_checkpoint(path):
+        loop.load_training_state(ckpt)
+        stream.memory = [t.to(device) for t in ckpt["memory"]] or None
+        history = json.loads(ckpt["history"])
+        loop.rows, loop.evals = history["rows"], history["evals"]
+        validation.initial = history["initial"]
+        validation.best_loss, validation.best_step = history["best_loss"], history["best_step"]
+        set_rng_state(ckpt["rng"], device)
+    out = validation.out
+    if out is not None and (out / "best.pt").is_file():
+        validation.best_state = load_checkpoint(out / "best.pt", map_location=device)["model"]
+
+
+def _final_metrics(
+    model: TransformerXL,
+    corpus: LMCorpus,
+    config: LMConfig,
+    loop: TrainingLoop,
+    validation: _Validation,
+    facts: dict[str, Any],
+) -> dict[str, Any]:
+    """The metrics of a finished run: whole valid and test splits scored with ``model`` (the
+    best weights), ``files`` still empty; ``facts`` are the loop's."""
     valid_loss, valid_tokens = evaluate_lm(model, corpus.valid, config.eval_batch_size)
     test_loss, test_tokens = evaluate_lm(model, corpus.test, config.eval_batch_size)
+    initial_valid = validation.initial
+    assert initial_valid is not None
     unit, valid_score = _score(valid_loss, corpus.level)
     _, test_score = _score(test_loss, corpus.level)
     _, initial_score = _score(initial_valid, corpus.level)
-    metrics: dict[str, Any] = {
+    rows = loop.rows
+    return {
         "corpus": config.corpus,
         "level": corpus.level,
         "pe": config.model.pe,
@@ -548,27 +518,14 @@ def train_lm(
         "test_loss": round(test_loss, 6),
         f"initial_valid_{unit}": round(initial_score, 5),
         "initial_valid_loss": round(initial_valid, 6),
-        "best_step": best["step"],
+        "best_step": validation.best_step,
         "final_train_loss": rows[-1]["train_loss"] if rows else None,
         "steps": config.steps,
         "valid_tokens": valid_tokens,
         "test_tokens": test_tokens,
-        "wall_time_s": round(wall, 2),
-        "num_parameters": num_params,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
+        **facts,
         **{k: v for k, v in corpus.summary().items() if k not in ("corpus", "level")},
         "config": config.to_dict(),
-        "evals": evals,
+        "evals": loop.evals,
         "files": [],
     }
-    if out is not None:
-        files = ["config.json", "metrics.json", "curve.csv", "best.pt", "last.pt"]
-        write_atomic(out / "curve.csv", _curve_csv(rows, LM_CURVE_COLUMNS))
-        title = f"{config.corpus} / {config.model.pe.upper()}"
-        if plot_positional_tables(model, out / "pe_tables.png", title=title):
-            files.append("pe_tables.png")
-        metrics["files"] = files
-        write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-        logger.info("wrote %s to %s", ", ".join(files), out)
-    return metrics

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..encoder import Encoder
-from .names import PE_SCHEMES, PEName
+from .names import PE_SCHEMES, PEName, check_choice
 from .tasks import NUM_SPECIAL_TOKENS, PAD_INDEX
 
 __all__ = [
@@ -249,8 +249,7 @@ class SequenceModelConfig:
     activation_dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.pe not in PE_SCHEMES:
-            raise ValueError(f"unknown positional scheme {self.pe!r}; expected one of {PE_SCHEMES}")
+        check_choice("positional scheme", self.pe, PE_SCHEMES)
         if self.width % self.heads != 0:
             raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
 
@@ -274,9 +273,29 @@ class SequenceModelConfig:
             "cpu": dict(width=64, layers=2, heads=4, ffn=256, init_std=0.07),
             "paper": dict(width=768, layers=3, heads=12, ffn=3072, init_std=0.02),
         }
-        if name not in presets:
-            raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(presets)}")
+        check_choice("model preset", name, sorted(presets))
         return cls(**{**presets[name], **overrides})
+
+
+class EncoderShape(Protocol):
+    """The fields of a sequence model's configuration that size its layer stack."""
+
+    layers: int
+    width: int
+    heads: int
+    ffn: int
+    dropout: float
+    attention_dropout: float
+
+
+def sequence_encoder(cfg: EncoderShape, *, final_norm: bool, **layer: Any) -> Encoder:
+    """The layer stack of a sequence model: ``cfg.layers`` layers of width ``cfg.width``,
+    ``cfg.heads`` heads, feed-forward width ``cfg.ffn`` and ``cfg``'s dropouts; ``layer``:
+    the other :class:`~graphormer_urpe.encoder.EncoderLayer` arguments. Maps ``[B, N, d]`` to
+    ``[B, N, d]``."""
+    shape = dict(embed_dim=cfg.width, ffn_dim=cfg.ffn, num_heads=cfg.heads)
+    dropouts = dict(dropout=cfg.dropout, attention_dropout=cfg.attention_dropout)
+    return Encoder(cfg.layers, final_norm=final_norm, **shape, **dropouts, **layer)
 
 
 class SequenceTransformer(nn.Module):
@@ -333,16 +352,8 @@ class SequenceTransformer(nn.Module):
             self.rel_scales = nn.ModuleList(
                 [RelativePositionTable(**rel_kwargs, init_value=1.0) for _ in range(n_tables)]
             )
-        self.encoder = Encoder(
-            cfg.layers,
-            final_norm=False,
-            embed_dim=d,
-            ffn_dim=cfg.ffn,
-            num_heads=cfg.heads,
-            dropout=cfg.dropout,
-            attention_dropout=cfg.attention_dropout,
-            activation_dropout=cfg.activation_dropout,
-            pre_ln=False,
+        self.encoder = sequence_encoder(
+            cfg, final_norm=False, activation_dropout=cfg.activation_dropout, pre_ln=False
         )
         self.lm_dense = nn.Linear(d, d)
         self.lm_layer_norm = nn.LayerNorm(d)

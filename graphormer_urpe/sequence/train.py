@@ -1,4 +1,4 @@
-r"""Training loop for the synthetic sequence tasks (Position Identification, Even Token Prediction).
+r"""Training on the synthetic sequence tasks (Position Identification, Even Token Prediction).
 
 Reference recipe (spec §5.3): Adam (:math:`\beta = (0.9, 0.999)`, :math:`\epsilon = 10^{-8}`,
 no weight decay, no clipping), a linear warm-up from 0 to the peak learning rate followed by
@@ -9,7 +9,8 @@ a linear decay to 0 at the last update, and the loss
 
 summed over the scored positions :math:`S` of the batch and divided by their number (logits
 over the full ``V + 11`` dictionary). Accuracy is the fraction of scored positions whose
-argmax is the target, measured on a fixed, seeded validation set.
+argmax is the target, measured on a fixed, seeded validation set. The loop itself is
+:class:`~graphormer_urpe.sequence.loop.TrainingLoop`.
 
 :func:`train_synthetic` returns the metrics and, given an output directory, writes
 ``metrics.json``, ``curve.csv`` (one row per update; validation columns filled at evaluation
@@ -19,12 +20,7 @@ steps) and ``pe_tables.png`` (the learned ``B`` and ``C`` per head against the o
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
-import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +28,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from ..io.checkpoint import write_atomic
+from .loop import Curve, TrainingLoop, adamw, linear_warmup_decay
+from .loop import optimizer_update as optimizer_update  # re-exported from its earlier home
 from .model import SequenceModelConfig, SequenceTransformer
+from .names import check_choice
+from .outputs import plot_positional_tables, write_run_files
+from .outputs import png_bytes as png_bytes  # re-exported from its earlier home
 from .tasks import SyntheticBatch, SyntheticTask, TaskName
 
 __all__ = [
@@ -60,6 +59,7 @@ CURVE_COLUMNS = (
     "valid_accuracy",
     "elapsed_s",
 )
+_CURVE = Curve(CURVE_COLUMNS, bar_metric=("valid_acc", "valid_accuracy"))
 
 
 @dataclass
@@ -122,38 +122,18 @@ class SyntheticConfig:
         return asdict(self)
 
 
+# Shared by both tasks of a preset: sequences per update and in the validation set.
+_CPU = dict(batch_size=32, valid_size=256)
+_PAPER = dict(batch_size=128, valid_size=6_400)
+
 #: Run settings of the presets, per task. ``max_len`` is the task length ``L``.
 RUN_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "cpu": {
-        "pi": dict(
-            max_len=128,
-            steps=2000,
-            batch_size=32,
-            lr=2e-3,
-            warmup_steps=200,
-            valid_size=256,
-            eval_every=100,
-        ),
-        "etp": dict(
-            max_len=16,
-            steps=8000,
-            batch_size=32,
-            lr=1e-3,
-            warmup_steps=800,
-            valid_size=256,
-            eval_every=250,
-        ),
+        "pi": dict(_CPU, max_len=128, steps=2000, lr=2e-3, warmup_steps=200, eval_every=100),
+        "etp": dict(_CPU, max_len=16, steps=8000, lr=1e-3, warmup_steps=800, eval_every=250),
     },
     "paper": {
-        task: dict(
-            max_len=128,
-            steps=40_000,
-            batch_size=128,
-            lr=7e-5,
-            warmup_steps=6_000,
-            valid_size=6_400,
-            eval_every=1_000,
-        )
+        task: dict(_PAPER, max_len=128, steps=40_000, lr=7e-5, warmup_steps=6_000, eval_every=1_000)
         for task in ("pi", "etp")
     },
 }
@@ -190,8 +170,7 @@ def synthetic_config(
     Returns:
         The :class:`SyntheticConfig`.
     """
-    if preset not in RUN_PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(RUN_PRESETS)}")
+    check_choice("preset", preset, sorted(RUN_PRESETS))
     if task not in RUN_PRESETS[preset]:
         raise ValueError(f"unknown synthetic task {task!r}; expected 'pi' or 'etp'")
     overrides = {k: v for k, v in overrides.items() if v is not None}
@@ -209,20 +188,6 @@ def synthetic_config(
     model_over.setdefault("tie_weights", task == "etp")
     model = SequenceModelConfig.preset(preset, pe=pe, **model_over)
     return SyntheticConfig(task=task, model=model, **run_over)
-
-
-def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
-    r"""Learning-rate multiplier of update ``step`` (0-based).
-
-    .. math::
-        m(s) = \begin{cases} (s + 1) / W & s < W \\ (T - s) / (T - W) & s \ge W \end{cases}
-
-    i.e. a linear ramp to 1 over ``W`` updates, then a linear decay that would reach 0 at
-    update ``T`` (fairseq's ``polynomial_decay`` with power 1 and end lr 0).
-    """
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
 
 def masked_loss_and_hits(logits: Tensor, batch: SyntheticBatch) -> tuple[Tensor, Tensor, int]:
@@ -266,90 +231,6 @@ def evaluate(
     return loss_total / max(1, n_total), hits_total / max(1, n_total)
 
 
-def optimizer_update(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    loss: Tensor,
-    clip_norm: float | None,
-    step: int,
-) -> float:
-    """One update from ``loss`` (a scalar): backward, optional gradient-norm clipping, optimiser
-    and schedule steps. Returns the loss as a float; a non-finite one raises
-    ``FloatingPointError`` naming update ``step``."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if clip_norm is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    optimizer.step()
-    scheduler.step()
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        raise FloatingPointError(f"non-finite training loss {value} at update {step}")
-    return value
-
-
-def plot_positional_tables(model: SequenceTransformer, path: Path, title: str = "") -> bool:
-    """Plot the learned ``B`` and ``C`` of each head against the relative offset ``j - i``.
-
-    One panel for ``B`` and one per distinct ``C`` table (one when shared across layers).
-    Written atomically as PNG with the Agg backend.
-
-    Returns:
-        ``True`` if a figure was written, ``False`` when the model has no relative tables
-        (``none`` / ``ape``).
-    """
-    tables: list[tuple[str, Any]] = []
-    if model.rel_bias is not None:
-        tables.append(("B (additive, inside softmax)", model.rel_bias))
-    if model.rel_scales is not None:
-        shared = len(model.rel_scales) == 1
-        for i, t in enumerate(model.rel_scales):
-            name = "C (multiplicative)" + ("" if shared else f", layer {i}")
-            tables.append((name, t))
-    if not tables:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(
-        1, len(tables), figsize=(5.5 * len(tables), 3.6), squeeze=False, layout="constrained"
-    )
-    for ax, (name, table) in zip(axes[0], tables, strict=True):
-        offsets, values = table.by_offset()  # [R], [H, R]
-        for h in range(values.shape[0]):
-            ax.plot(offsets.numpy(), values[h].numpy(), lw=1.0, label=f"head {h}")
-        ax.set_xlabel("relative offset j - i")
-        ax.set_title(name)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7, ncol=2)
-    if title:
-        fig.suptitle(title)
-    write_atomic(path, png_bytes(fig))
-    return True
-
-
-def png_bytes(fig: Any) -> bytes:
-    """A matplotlib figure as PNG bytes (110 dpi); the figure is closed."""
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def _curve_csv(rows: list[dict[str, Any]], columns: tuple[str, ...] = CURVE_COLUMNS) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
-    return buf.getvalue()
-
-
 def train_synthetic(
     config: SyntheticConfig,
     out_dir: str | Path | None = None,
@@ -379,78 +260,52 @@ def train_synthetic(
     model = SequenceTransformer(config.model).to(device)
     train_gen = torch.Generator().manual_seed(config.seed)
     valid = task.validation_set(config.valid_size, config.valid_seed)
-
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=config.lr,
+    optimizer, scheduler = adamw(
+        model,
+        config.lr,
+        config.weight_decay,
+        ("linear", config.warmup_steps, config.steps),
         betas=config.adam_betas,
         eps=config.adam_eps,
-        weight_decay=config.weight_decay,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: linear_warmup_decay(s, config.warmup_steps, config.steps)
-    )
-    num_params = sum(p.numel() for p in model.parameters())
+    name = f"{config.task}/{config.model.pe}"
+    loop = TrainingLoop(model, optimizer, scheduler, config, name, logger, _CURVE, progress)
     logger.info(
         "synthetic %s / %s: %d parameters, %d updates of %d sequences (L=%d, V=%d)",
         config.task,
         config.model.pe,
-        num_params,
+        loop.num_parameters,
         config.steps,
         config.batch_size,
         task.length,
         task.vocab,
     )
 
-    rows: list[dict[str, Any]] = []
-    evals: list[dict[str, Any]] = []
-    steps_to_99: int | None = None
-    start = time.perf_counter()
-    model.train()
-    bar = tqdm(
-        range(1, config.steps + 1),
-        desc=f"{config.task}/{config.model.pe}",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    for step in bar:
+    def train_loss(step: int) -> tuple[Tensor, dict[str, Any]]:
         batch = task.sample(config.batch_size, train_gen).to(device)
-        lr = optimizer.param_groups[0]["lr"]
         loss_sum, hits, n = masked_loss_and_hits(model(batch.tokens), batch)
-        loss = loss_sum / n
-        train_loss = optimizer_update(model, optimizer, scheduler, loss, config.clip_norm, step)
-        row: dict[str, Any] = {
-            "step": step,
-            "lr": lr,
-            "train_loss": round(train_loss, 6),
-            "train_accuracy": round(int(hits) / n, 6),
-            "valid_loss": None,
-            "valid_accuracy": None,
-            "elapsed_s": round(time.perf_counter() - start, 3),
-        }
-        if step % config.eval_every == 0 or step == config.steps:
-            v_loss, v_acc = evaluate(model, valid, config.eval_batch_size)
-            row["valid_loss"] = round(v_loss, 6)
-            row["valid_accuracy"] = round(v_acc, 6)
-            evals.append({"step": step, "valid_loss": v_loss, "valid_accuracy": v_acc})
-            if steps_to_99 is None and v_acc >= 0.99:
-                steps_to_99 = step
-            logger.info(
-                "%s/%s step %d: train loss %.4f, valid loss %.4f, valid acc %.4f",
-                config.task,
-                config.model.pe,
-                step,
-                train_loss,
-                v_loss,
-                v_acc,
-            )
-            bar.set_postfix(loss=f"{train_loss:.3f}", valid_acc=f"{v_acc:.3f}")
-        rows.append(row)
-    bar.close()
-    wall = time.perf_counter() - start
+        return loss_sum / n, {"train_accuracy": round(int(hits) / n, 6)}
 
+    def validate(step: int) -> dict[str, float]:
+        v_loss, v_acc = evaluate(model, valid, config.eval_batch_size)
+        return {"valid_loss": v_loss, "valid_accuracy": v_acc}
+
+    wall = loop.run(train_loss, validate)
+    metrics = _metrics(config, task, loop, loop.facts(wall, device))
+    if out_dir is not None:
+        title = f"{config.task.upper()} / {config.model.pe.upper()} (V={config.model.vocab})"
+        files = ["metrics.json", "curve.csv"]
+        write_run_files(Path(out_dir), loop, metrics, title, files)
+    return metrics
+
+
+def _metrics(
+    config: SyntheticConfig, task: SyntheticTask, loop: TrainingLoop, facts: dict[str, Any]
+) -> dict[str, Any]:
+    """The metrics of a finished run (``files`` still empty); ``facts`` are the loop's."""
+    evals = loop.evals
     final = evals[-1]
-    metrics: dict[str, Any] = {
+    return {
         "task": config.task,
         "pe": config.model.pe,
         "vocab": config.model.vocab,
@@ -458,26 +313,12 @@ def train_synthetic(
         "valid_accuracy": final["valid_accuracy"],
         "valid_loss": final["valid_loss"],
         "best_valid_accuracy": max(e["valid_accuracy"] for e in evals),
-        "steps_to_99": steps_to_99,
+        "steps_to_99": next((e["step"] for e in evals if e["valid_accuracy"] >= 0.99), None),
         "position_blind_accuracy": task.position_blind_accuracy,
-        "final_train_loss": rows[-1]["train_loss"],
+        "final_train_loss": loop.rows[-1]["train_loss"],
         "steps": config.steps,
-        "wall_time_s": round(wall, 2),
-        "num_parameters": num_params,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
+        **facts,
         "config": config.to_dict(),
         "evals": evals,
         "files": [],
     }
-    if out_dir is not None:
-        out = Path(out_dir)
-        files = ["metrics.json", "curve.csv"]
-        write_atomic(out / "curve.csv", _curve_csv(rows))
-        title = f"{config.task.upper()} / {config.model.pe.upper()} (V={config.model.vocab})"
-        if plot_positional_tables(model, out / "pe_tables.png", title=title):
-            files.append("pe_tables.png")
-        metrics["files"] = files
-        write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-        logger.info("wrote %s to %s", ", ".join(files), out)
-    return metrics

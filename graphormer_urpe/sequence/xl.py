@@ -60,10 +60,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import Dropout, PreparedBias, URPEAttention, prepare_bias
-from ..encoder import Encoder
 from .adaptive_softmax import TiedAdaptiveLogSoftmax
-from .model import RelativePositionTable
-from .names import LM_PE_SCHEMES, LMPEName
+from .model import RelativePositionTable, sequence_encoder
+from .names import LM_PE_SCHEMES, LMPEName, check_choice
 from .xl_attention import XLPositions, XLRelativeAttention, sinusoid_encoding
 
 __all__ = [
@@ -128,10 +127,7 @@ class TransformerXLConfig:
     adaptive_cutoffs: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.pe not in LM_PE_SCHEMES:
-            raise ValueError(
-                f"unknown positional scheme {self.pe!r}; expected one of {LM_PE_SCHEMES}"
-            )
+        check_choice("positional scheme", self.pe, LM_PE_SCHEMES)
         if self.width % self.heads != 0:
             raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
         if self.relative_attention and self.width % 2 != 0:
@@ -204,14 +200,9 @@ class TransformerXL(nn.Module):
             self.rel_scales = nn.ModuleList(
                 [RelativePositionTable(**rel, init_value=1.0) for _ in range(n_tables)]
             )
-        self.encoder = Encoder(
-            cfg.layers,
+        self.encoder = sequence_encoder(
+            cfg,
             final_norm=cfg.pre_ln,
-            embed_dim=d,
-            ffn_dim=cfg.ffn,
-            num_heads=cfg.heads,
-            dropout=cfg.dropout,
-            attention_dropout=cfg.attention_dropout,
             pre_ln=cfg.pre_ln,
             attention_cls=XLRelativeAttention if cfg.relative_attention else URPEAttention,
         )
