@@ -36,6 +36,8 @@ from graphormer_urpe.sequence.lm import batchify, cosine_warmup
 from graphormer_urpe.sequence.model import RelativePositionTable
 from graphormer_urpe.training.checkpoint import TrainingInterrupted, load_checkpoint
 
+from .test_sequence import run_tiny_command
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -467,15 +469,15 @@ def test_cli_lm_runs_and_every_flag_has_help(tmp_path, capsys, one_thread) -> No
     pe_flag = next(a for a in flags if "--pe" in a.option_strings)
     assert {"xl", "xl-urpe"} <= set(pe_flag.choices) and "xl-urpe" in pe_flag.help
     assert required <= {o for a in flags for o in a.option_strings}
-    args = _parser().parse_args(
+    printed = run_tiny_command(
+        _parser(),
+        run_lm,
         "lm --corpus pydoc --pe rpe --steps 3 --width 16 --layers 1 --heads 2 --ffn 32 "
         "--tgt-len 8 --mem-len 8 --batch-size 4 --eval-batch-size 64 --seed 7 --no-progress "
-        "--max-eval-tokens 500".split()
-        + ["--out", str(tmp_path / "run")]
+        "--max-eval-tokens 500",
+        tmp_path / "run",
+        capsys,
     )
-    assert args.func is run_lm
-    assert run_lm(args) == 0
-    printed = json.loads(capsys.readouterr().out)
     assert printed["steps"] == 3 and printed["pe"] == "rpe" and printed["valid_bpc"] > 0
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert cfg["seed"] == 7 and cfg["model"]["mem_len"] == 8 and cfg["model"]["width"] == 16

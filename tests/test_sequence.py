@@ -343,16 +343,25 @@ def test_cli_every_flag_has_help() -> None:
     assert all(a.help for a in flags)
 
 
+def run_tiny_command(parser: argparse.ArgumentParser, run, words: str, out, capsys) -> dict:
+    """Parse ``words`` plus ``--out out``, check they select ``run``, run it (exit status 0)
+    and return the JSON summary it printed."""
+    args = parser.parse_args(words.split() + ["--out", str(out)])
+    assert args.func is run
+    assert run(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_cli_runs_a_tiny_job(tmp_path, capsys) -> None:
-    args = _parser().parse_args(
+    printed = run_tiny_command(
+        _parser(),
+        run_synthetic,
         "synthetic --task etp --pe urpe --vocab 40 --length 8 --steps 3 --width 16 --layers 1 "
         "--heads 2 --ffn 32 --batch-size 4 --valid-size 4 --lr 1e-3 --seed 5 "
-        "--per-layer-scale --no-progress".split()
-        + ["--out", str(tmp_path / "run")]
+        "--per-layer-scale --no-progress",
+        tmp_path / "run",
+        capsys,
     )
-    assert args.func is run_synthetic
-    assert run_synthetic(args) == 0
-    printed = json.loads(capsys.readouterr().out)
     assert printed["steps"] == 3 and 0.0 <= printed["valid_accuracy"] <= 1.0
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     cfg = metrics["config"]
