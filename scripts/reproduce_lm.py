@@ -40,7 +40,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
     sys.path.insert(0, str(_ROOT))
 
-from _reproduce import add_output_flags, set_up  # noqa: E402
+from _reproduce import add_output_flags, label_schemes, set_up  # noqa: E402
 
 from graphormer_urpe.sequence import (  # noqa: E402
     LM_PE_SCHEMES,
@@ -245,10 +245,13 @@ def _figure(
     lo = min(r[f"test_{unit}"] for r in rows)
     hi = max(r[f"test_{unit}"] for r in rows)
     ax.set_ylim(lo - 0.6 * (hi - lo + 0.05), hi + 0.3 * (hi - lo + 0.05))
-    ax.set_xticks(range(len(schemes)), [SCHEME_LABELS[s] for s in schemes], fontsize=8)
-    ax.set_ylabel(f"test {unit} (mean, dots: seeds)")
-    ax.set_title(f"{title}: test {unit} at the best validation")
-    ax.grid(alpha=0.3, axis="y")
+    label_schemes(
+        ax,
+        [SCHEME_LABELS[s] for s in schemes],
+        f"test {unit} (mean, dots: seeds)",
+        f"{title}: test {unit} at the best validation",
+        fontsize=8,
+    )
     return png_bytes(fig)
 
 

@@ -33,7 +33,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
     sys.path.insert(0, str(_ROOT))
 
-from _reproduce import add_output_flags, set_up  # noqa: E402
+from _reproduce import add_output_flags, label_schemes, set_up  # noqa: E402
 
 from graphormer_urpe.sequence import PE_SCHEMES, synthetic_config, train_synthetic  # noqa: E402
 from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
@@ -192,12 +192,11 @@ def _figure(rows: list[dict[str, Any]], evals: dict[tuple, list[dict]], tasks: l
                     cs.append(SCHEME_COLORS[s])
             bars = ax.bar(xs, hs, width=width * 0.95, color=cs, alpha=1.0 - 0.35 * k)
             ax.bar_label(bars, fmt="%.1f", fontsize=7)
-        ax.set_xticks(range(len(schemes)), [SCHEME_LABELS[s] for s in schemes])
-        ax.set_ylabel("final validation accuracy (%)")
         ax.set_ylim(0, 110)
         vs = ", ".join(f"{v:,}" for v in vocabs)
-        ax.set_title(f"{task.upper()}: after the last update (V = {vs})")
-        ax.grid(alpha=0.3, axis="y")
+        labels = [SCHEME_LABELS[s] for s in schemes]
+        title = f"{task.upper()}: after the last update (V = {vs})"
+        label_schemes(ax, labels, "final validation accuracy (%)", title)
     return png_bytes(fig)
 
 
