@@ -32,27 +32,43 @@ class GraphormerConfig:
     """
 
     num_layers: int = 12
+    """Transformer layers ``L``."""
     hidden_dim: int = 80
+    """Model width ``d``."""
     ffn_dim: int = 80
+    """Feed-forward hidden width."""
     num_heads: int = 8
+    """Attention heads ``H`` (``d`` must divide by ``H``)."""
     dropout: float = 0.1
+    """Dropout on the residual branches."""
     attention_dropout: float = 0.1
+    """Dropout on the attention probabilities (after URPE's ``C``)."""
     input_dropout: float = 0.1
+    """Dropout on the input embeddings."""
     activation_dropout: float = 0.0
+    """Dropout after the feed-forward GELU."""
     num_atoms: int = 64
     """Rows of the node-feature table (index ``raw + 2 + 512 f``; 0 = padding)."""
     num_degree: int = 64
+    """Rows of each degree (in, out) embedding table."""
     num_edges: int = 64
     """Rows of the bond-feature table (index ``raw + 3 + 512 f``; 0 = padding)."""
     num_spatial: int = 40
+    """Rows of the spatial bias table ``B`` (shortest-path distance + 1; 0 = padding)."""
     num_edge_dis: int = 40
+    """Number of per-hop ``H x H`` edge-encoding matrices."""
     multi_hop_max_dist: int = 20
+    """Hops of path bond features kept (20 for ZINC, 5 for PCQM4M)."""
     spatial_pos_max: int = 1024
+    """Pairs at shortest-path distance ``>=`` this are masked."""
     attention: AttentionKind = "graphormer"
+    """``graphormer`` (plain RPE) or ``urpe`` (adds the learned ``C``)."""
     urpe_num_buckets: int = 25
     """Rows of each URPE ``C`` table: shifted distances ``0..K-1`` (larger ones share row K-1)."""
     urpe_share_layers: bool = False
+    """One URPE ``C`` table for all layers instead of one per layer."""
     num_targets: int = 1
+    """``T``, outputs of the head (a run sets it from its dataset)."""
     num_mol_features: int = 0
     """``K``, per-molecule features (``batch.mol_features`` ``[B, K]``, e.g. normalised RDKit
     descriptors) joined to the graph token before the head; 0: none."""
