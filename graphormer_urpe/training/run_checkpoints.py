@@ -96,6 +96,7 @@ class RunCheckpoints(RunState):
         return self.keeper.save(s, self.step) if self.main else None
 
     def save_best(self, epoch: int) -> None:
+        """``best.pt``, continuing at the start of epoch ``epoch`` (rank 0 writes it)."""
         s = self.state(epoch, 0)  # every process takes part in the collective
         if self.main:
             save_checkpoint(self.out / "best.pt", s)
