@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from graphormer_urpe import cli
-from graphormer_urpe.training import loop
+from graphormer_urpe.training import loop, run_budget, run_setup
 from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, Schedule
 from graphormer_urpe.training.loop import linear_schedule
 
@@ -156,8 +156,8 @@ def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatc
             time.sleep(0.05 + 3 * (time.perf_counter() - start))
         return out
 
-    monkeypatch.setattr(loop, "step_body", slow)
-    monkeypatch.setattr(loop, "PACE_WINDOW", 0.5)
+    monkeypatch.setattr(run_setup, "step_body", slow)
+    monkeypatch.setattr(run_budget, "PACE_WINDOW", 0.5)
     args = _train_args(table, tmp_path / "data", tmp_path / "run")
     i = args.index("--epochs")
     del args[i : i + 2]

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_urpe import Graphormer, GraphormerEncoder, cli, collate
 from graphormer_urpe.graph.shapes import StaticShapes, round_up_geometric
-from graphormer_urpe.training import loop
+from graphormer_urpe.training import loop, prediction
 from graphormer_urpe.training.capture import (
     CapturedForward,
     CapturedStep,
@@ -404,7 +404,7 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     )
     backends: list[EagerGraphs] = []
     monkeypatch.setattr(
-        loop, "default_backend", lambda d: backends.append(EagerGraphs()) or backends[-1]
+        prediction, "default_backend", lambda d: backends.append(EagerGraphs()) or backends[-1]
     )
     got, y = loop.predict_dataset(model, graphs, 8, cpu, Precision("fp32", cpu))
     assert backends[0].captured >= 1 and got.shape == (23, 1)  # the last batch: 7 + 1 empty

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from graphormer_urpe import cli
-from graphormer_urpe.training import loop
+from graphormer_urpe.training import steps
 from graphormer_urpe.training.checkpoint import CheckpointKeeper, load_checkpoint, write_atomic
 
 from .test_cli import SMILES, _train_args
@@ -63,7 +63,7 @@ def _assert_same_run(a: Path, b: Path) -> None:
 
 def _loss_hook(monkeypatch, at_call: int, action) -> None:
     """Run ``action`` inside the ``at_call``-th training loss computation (1-based)."""
-    real = loop.masked_loss
+    real = steps.masked_loss
     calls = {"n": 0}
 
     def hooked(pred, target, kind="l1", scale=None):
@@ -73,7 +73,7 @@ def _loss_hook(monkeypatch, at_call: int, action) -> None:
                 action()
         return real(pred, target, kind, scale)
 
-    monkeypatch.setattr(loop, "masked_loss", hooked)
+    monkeypatch.setattr(steps, "masked_loss", hooked)
 
 
 def test_sigterm_mid_epoch_saves_and_resume_is_exact(table, reference, tmp_path, monkeypatch):
@@ -96,9 +96,9 @@ _KILL_SCRIPT = """
 import os, signal, sys
 import torch
 from graphormer_urpe import cli
-from graphormer_urpe.training import loop
+from graphormer_urpe.training import steps
 
-real, calls = loop.masked_loss, [0]
+real, calls = steps.masked_loss, [0]
 
 def hooked(pred, target, kind="l1", scale=None):
     if torch.is_grad_enabled():
@@ -107,7 +107,7 @@ def hooked(pred, target, kind="l1", scale=None):
             os.kill(os.getpid(), signal.SIGKILL)
     return real(pred, target, kind, scale)
 
-loop.masked_loss = hooked
+steps.masked_loss = hooked
 sys.exit(cli.main({args!r}))
 """
 

@@ -15,7 +15,7 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.graph.model import Graphormer, get_preset
-from graphormer_urpe.training import TRAIN_PRESETS, loop, make_config
+from graphormer_urpe.training import TRAIN_PRESETS, loop, make_config, run_budget, run_setup
 from graphormer_urpe.training.checkpoint import load_checkpoint
 from graphormer_urpe.training.config import plan_steps
 from graphormer_urpe.training.loop import make_optimizer, parameter_groups
@@ -182,7 +182,7 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     monkeypatch.setattr(cli, "time", frozen)  # the command's start, read by cli.main
     step_s, batch_s, save_s = 0.5, 0.25, 0.125
     # every batch one unit of padded size: the measured seconds per unit are per batch
-    monkeypatch.setattr(loop, "_work", lambda sizes, index: 1.0)
+    monkeypatch.setattr(run_budget, "_work", lambda sizes, index: 1.0)
     monkeypatch.setattr(loop._Run, "_seconds_per_step", lambda self, sizes: (step_s, save_s))
     monkeypatch.setattr(loop._Run, "_seconds_per_eval", lambda self, ds, sizes: batch_s)
     args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
@@ -316,7 +316,9 @@ def test_a_run_begun_with_one_optimizer_group_resumes_with_one(table, tmp_path, 
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out)
     with pytest.MonkeyPatch.context() as mp:  # the optimizer as it was before the C group
-        mp.setattr(loop, "parameter_groups", lambda model, wd, urpe_wd: list(model.parameters()))
+        mp.setattr(
+            run_setup, "parameter_groups", lambda model, wd, urpe_wd: list(model.parameters())
+        )
         assert cli.main([*args, "--time-limit", "1e-9"]) == 0
     assert len(load_checkpoint(out / "last.pt")["optimizer"]["param_groups"]) == 1
     with caplog.at_level(logging.WARNING, logger="graphormer_urpe"):

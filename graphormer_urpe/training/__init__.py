@@ -12,14 +12,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ".config": ["TRAIN_PRESETS", "TrainConfig", "make_config"],
         ".ensemble": ["load_models", "train_ensemble"],
         ".inference": ["LoadedModel", "evaluate_checkpoint", "load_model"],
-        ".loop": [
-            "Precision",
-            "linear_schedule",
-            "masked_loss",
-            "predict",
-            "resolve_device",
-            "train",
-        ],
+        ".steps": ["Precision", "linear_schedule", "masked_loss"],
+        ".prediction": ["predict"],
+        ".inputs": ["resolve_device"],
+        ".loop": ["train"],
         ".plots": ["plot_run"],
         ".pretrained": [
             "InitReport",

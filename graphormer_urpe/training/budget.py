@@ -110,9 +110,9 @@ class Pacer:
     costs: RunCosts
     budget: float
     window: float = 5.0
-    slowdown: float = 1.0
+    slowdown: float = field(default=1.0, init=False)
     """Observed seconds per step over the measured ones, smoothed (1: as measured)."""
-    recent: float = 1.0
+    recent: float = field(default=1.0, init=False)
     """The same ratio over the last window alone."""
     _mark: tuple[float, int] | None = field(default=None, repr=False)
     _paused: float | None = field(default=None, repr=False)

@@ -199,12 +199,12 @@ class CapturedStep:
     """A training step captured per batch shape (see the module docstring).
 
     Args:
-        optimizer: fused AdamW (:func:`~graphormer_urpe.training.loop.make_optimizer`); its
+        optimizer: fused AdamW (:func:`~graphormer_urpe.training.steps.make_optimizer`); its
             groups get a device learning rate (and, on CUDA, ``capturable``) at the first
             capture, which a later ``load_state_dict`` must not replace.
         scheduler: stepped on the host after every step (it fills the device rates).
         step_fn: ``step_fn(batch, set_to_none, step) -> loss``, the step's body without the
-            scheduler (:func:`~graphormer_urpe.training.loop.step_body` with its other
+            scheduler (:func:`~graphormer_urpe.training.steps.step_body` with its other
             arguments bound): ``set_to_none`` is ``False`` for captured steps (gradients
             zeroed in place) and ``step`` then a ``[]`` float64 device tensor.
         device: where the model is.

@@ -51,7 +51,6 @@ from ..graph.shapes import StaticShapes
 from .capture import CapturedForward, default_backend
 from .ensemble import load_models
 from .inference import LoadedModel, load_model
-from .loop import Precision
 from .predict_io import (
     DOMAIN_COLUMNS,
     Prediction,
@@ -61,6 +60,7 @@ from .predict_io import (
     read_smiles,
     write_predictions_csv,
 )
+from .steps import Precision
 from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 from .workers import featurising_pool
 

@@ -1,0 +1,171 @@
+"""A training run's report: the test at the best checkpoint, ``metrics.json``,
+``test_predictions.csv`` and the final log line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..io.checkpoint import load_checkpoint, write_atomic
+from .budget import MIN_USEFUL_EPOCHS
+from .prediction import _evaluate
+from .run_state import RunState, log
+
+__all__ = ["RunReport"]
+
+
+class RunReport(RunState):
+    """The end of a run: :meth:`finish` tests the best checkpoint and writes the metrics."""
+
+    def finish(self) -> dict[str, Any]:
+        """Test the best checkpoint; write and return ``metrics.json``."""
+        out, main = self.out, self.main
+        if main and not (out / "best.pt").exists():
+            raise RuntimeError(f"no validation result was recorded in {out}")
+        if main:
+            self.model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
+        self.ctx.broadcast_state(self.model)
+        test: dict[str, float] = {}
+        y = self.targets["test"]  # [n_test, T]
+        if self.test_labelled:
+            loader, index = self.eval_loaders["test"]
+            n, t = len(self.splits.test), self.splits.num_targets
+            p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
+            test = self.splits.evaluate(p, y)
+            if main and self.splits.pretrain is None:  # not hundreds of descriptor columns
+                _write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
+        metrics = self._metrics(test)
+        if main:
+            write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
+        scored = int(torch.isfinite(y).any(dim=1).sum())
+        unreadable = self.splits.unreadable
+        log.info(
+            "best valid %s %.4f (epoch %d), test %s %s over %d test molecules (%s); mean "
+            "predictor valid %.4f test %s%s",
+            self.metric,
+            self.best,
+            self.best_epoch,
+            self.metric,
+            f"{test[self.metric]:.4f}" if self.test_labelled else "n/a (no labels)",
+            scored,
+            f"{unreadable.get('test', 0)} test rows unreadable"
+            if "unsplit" not in unreadable
+            else f"{unreadable['unsplit']} unreadable rows left out before splitting",
+            self.baseline["valid"],
+            "n/a" if self.baseline["test"] is None else f"{self.baseline['test']:.4f}",
+            self._short_note(),
+        )
+        return metrics
+
+    def _short_note(self) -> str:
+        """What the final line says of a run shorter than a few epochs (else ``""``)."""
+        if self.epochs_trained >= MIN_USEFUL_EPOCHS:
+            return ""
+        return (
+            f"; only {self.epochs_trained:.2g} epochs trained: too short to trust (at least "
+            f"{MIN_USEFUL_EPOCHS} give the schedule room)"
+        )
+
+    def _metrics(self, test: dict[str, float]) -> dict[str, Any]:
+        """The ``metrics.json`` contents."""
+        config, splits, metric = self.config, self.splits, self.metric
+        rows = self.history.rows
+        init = {}
+        if config.init_from:
+            init = {"init_from": config.init_from}
+            init.update(
+                {
+                    f"init_valid_{metric}": r[f"valid_{metric}"]
+                    for r in rows[:1]
+                    if int(r["epoch"]) == -1
+                }
+            )
+        note: dict[str, Any] = {}
+        if splits.pretrain is not None:
+            note["pretrain_descriptors"] = len(splits.target_names)
+        if not self.test_labelled:
+            note["test_note"] = f"the test split of {splits.name} has no labels; no test metric"
+        seconds = self.train_seconds
+        return {
+            "dataset": splits.name,
+            "attention": self.model.config.attention,
+            "preset": config.preset,
+            "parameters": self.n_params,
+            "steps": self.step,
+            "steps_planned": self.total,
+            "epochs": sum(int(r["epoch"]) >= 0 for r in rows),
+            "epochs_trained": round(self.epochs_trained, 3),
+            "short_run": self.epochs_trained < MIN_USEFUL_EPOCHS,
+            "stopped_on_time": self.timed_out,
+            "time_limit_minutes": config.time_limit,
+            **{f"best_valid_{k}": v for k, v in self.best_metrics.items() if "/" not in k},
+            f"best_valid_{metric}": self.best,
+            "best_epoch": self.best_epoch,
+            **{f"test_{k}": v for k, v in test.items()},
+            f"baseline_valid_{metric}": self.baseline["valid"],
+            f"baseline_test_{metric}": self.baseline["test"],
+            "test_has_labels": self.test_labelled,
+            **note,
+            **init,
+            "task_type": splits.task_type,
+            "higher_is_better": self.higher,
+            "loss": self.loss_kind,
+            "normalized_targets": self.loss_scale is not None,
+            "train_graphs": len(splits.train),
+            "valid_graphs": len(splits.valid),
+            "test_graphs": len(splits.test),
+            **splits.input_report(),
+            "processes": self.ctx.world_size,
+            "batch_per_process": config.batch_size,
+            "global_batch": self.sampler.global_batch_size,
+            "wall_seconds": round(self.now() - self.wall_start, 2),
+            "train_seconds": round(seconds, 2),
+            "graphs_per_second": round(self.train_graphs / seconds, 2) if seconds else None,
+            "device": str(self.device),
+            "precision": self.precision.kind,
+            "seed": config.seed,
+            "measured_costs": None if self.costs is None else self.costs.to_dict(),
+            "pace": None if self.pacer is None else round(self.pacer.slowdown, 3),
+        }
+
+    @property
+    def epochs_trained(self) -> float:
+        """Epochs' worth of steps taken (fractional)."""
+        return self.step / max(1, len(self.sampler))
+
+
+def _write_test_predictions(path: Path, splits: Any, y_true: Tensor, y_pred: Tensor) -> None:
+    """``test_predictions.csv``: per test molecule its SMILES (stores of SMILES sources), its
+    source row, and per target the true value (``true_<target>``) and the prediction
+    (``pred_<target>``, a probability for binary tasks); empty cells for missing labels.
+
+    Args:
+        path: the file.
+        splits: the run's :class:`~graphormer_urpe.datasets.DatasetSplits`.
+        y_true: ``[n_test, T]`` targets (``NaN`` = missing).
+        y_pred: ``[n_test, T]`` model outputs (logits for binary tasks).
+    """
+    test = splits.test
+    if splits.task_type == "binary":
+        y_pred = torch.sigmoid(y_pred)
+    smiles = test.smiles() if getattr(test.cache, "has_smiles", False) else None
+    header = ([] if smiles is None else ["smiles"]) + ["source_row"]
+    for name in splits.target_names:
+        header += [f"true_{name}", f"pred_{name}"]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    rows = test.source_index.tolist()
+    for i, (t, p) in enumerate(zip(y_true.tolist(), y_pred.float().tolist(), strict=True)):
+        cells = ([] if smiles is None else [smiles[i]]) + [rows[i]]
+        for a, b in zip(t, p, strict=True):
+            cells += ["" if math.isnan(a) else f"{a:.6g}", f"{b:.6g}"]
+        writer.writerow(cells)
+    write_atomic(path, buf.getvalue().encode())
