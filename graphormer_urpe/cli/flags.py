@@ -119,86 +119,75 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("training")
     t.add_argument(
         "--preset",
-        default=None,
         help="small (default), zinc-slim, pcqm4mv2-small or pcqm4mv2-base: model + optimisation",
     )
     t.add_argument(
         "--epochs",
         type=int,
-        default=None,
         help="epochs (replaces the preset's step count; ignored with --max-steps)",
     )
     t.add_argument(
         "--max-steps",
         type=int,
-        default=None,
         help="optimizer steps in total (replaces the preset's epochs)",
     )
     _shared(t, "--batch-size")
-    t.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    t.add_argument("--end-lr", type=float, default=None, help="learning rate at the last step")
+    t.add_argument("--lr", type=float, help="peak learning rate")
+    t.add_argument("--end-lr", type=float, help="learning rate at the last step")
     t.add_argument(
         "--warmup-steps",
         type=int,
-        default=None,
         help="linear warm-up steps (default: the preset's, scaled to the preset recipe's "
         "fraction of the run when longer than a tenth of it)",
     )
     t.add_argument(
         "--weight-decay",
         type=float,
-        default=None,
         help="AdamW weight decay of all parameters but URPE's C",
     )
     t.add_argument(
         "--urpe-weight-decay",
         type=float,
-        default=None,
         help="AdamW weight decay of URPE's C tables (default 0)",
     )
-    t.add_argument("--clip-norm", type=float, default=None, help="gradient-norm clipping")
+    t.add_argument("--clip-norm", type=float, help="gradient-norm clipping")
     t.add_argument("--no-clip", action="store_true", help="disable gradient clipping")
     t.add_argument(
         "--loss",
         choices=["l1", "mse", "smooth_l1"],
-        default=None,
         help="regression loss (default: mse for csv: datasets, selecting on RMSE, as Chemprop; "
         "l1 for the benchmarks); binary tasks always use BCE on logits",
     )
     t.add_argument(
         "--normalize-targets",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="regression: train on targets standardised with the training split's mean and "
         "std, predict in their units (default: on for csv: datasets, off for the benchmarks)",
     )
-    t.add_argument("--seed", type=int, default=None, help="random seed")
-    t.add_argument("--eval-every", type=int, default=None, help="validate every N epochs")
+    t.add_argument("--seed", type=int, help="random seed")
+    t.add_argument("--eval-every", type=int, help="validate every N epochs")
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The run flags (output, device, checkpoints, resume, time limit) of ``train`` and
     ``pretrain``; returns the group for command-specific ones."""
     r = p.add_argument_group("run")
-    r.add_argument("--out", default=None, help="output folder (default runs/DATASET-PRESET-ATTN)")
+    r.add_argument("--out", help="output folder (default runs/DATASET-PRESET-ATTN)")
     _shared(r, "--device")
     r.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16"],
-        default=None,
         help="auto: bf16 autocast on CUDA, fp32 on CPU",
     )
     r.add_argument(
         "--num-workers",
         type=int,
-        default=None,
         help="data-loader worker processes (default: 0 on the CPU, min(8, cores - 2) on a GPU)",
     )
-    r.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    r.add_argument("--threads", type=int, help="CPU threads for torch")
     r.add_argument(
         "--time-limit",
         type=float,
-        default=None,
         metavar="MINUTES",
         help="stop cleanly when this wall-clock budget is spent (checkpoint, test at the best "
         "checkpoint); without --epochs or --max-steps the steps are planned to fill it (from "
@@ -214,21 +203,18 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     r.add_argument(
         "--checkpoint-every",
         type=int,
-        default=None,
         metavar="STEPS",
         help="also checkpoint every STEPS optimizer steps (default: at epoch ends only)",
     )
     r.add_argument(
         "--keep-checkpoints",
         type=int,
-        default=None,
         metavar="K",
         help="rolling checkpoints kept in OUT/checkpoints (default 3)",
     )
     r.add_argument(
         "--bucket-size",
         type=int,
-        default=None,
         metavar="K",
         help="size-bucketed batches: sort chunks of K batches by graph size (default 0: off)",
     )
@@ -241,7 +227,6 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     r.add_argument(
         "--attention-kernel",
         choices=["auto", "fused", "eager"],
-        default=None,
         help="attention product: auto (default: the fused Triton kernel for URPE on CUDA "
         "GPUs), fused (wherever Triton runs) or eager (PyTorch operators)",
     )

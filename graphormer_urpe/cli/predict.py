@@ -52,7 +52,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         "--workers", type=int, default=1, help="processes that build a missing store (default 1)"
     )
     _shared(p, "--device")
-    p.add_argument("--output", default=None, help="JSON file to write")
+    p.add_argument("--output", help="JSON file to write")
     _shared(p, "--no-progress")
 
 
@@ -164,7 +164,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     )
     column = {"default": "smiles", "help": "SMILES column of --input"}
     _shared(p, "--smiles-column", smiles_column=column)
-    p.add_argument("--output", default=None, help="CSV file to write (default: stdout)")
+    p.add_argument("--output", help="CSV file to write (default: stdout)")
     p.add_argument(
         "--logits",
         action="store_true",
@@ -192,7 +192,6 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads",
         type=int,
-        default=None,
         help="CPU threads for the model (default: the CPU cores left after --workers, at "
         "least 1; more threads than free cores slow everything down)",
     )

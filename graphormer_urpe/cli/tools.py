@@ -111,13 +111,11 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--attention",
         choices=["graphormer", "urpe"],
-        default=None,
         help="urpe: add URPE's C tables initialised to 1 (default: keep the source's)",
     )
     p.add_argument(
         "--format",
         choices=["hf", "fairseq", "graphormer-urpe"],
-        default=None,
         help="skip format detection",
     )
     p.add_argument(
@@ -129,19 +127,15 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--multi-hop-max-dist",
         type=int,
-        default=None,
         help="path hops the model was trained with, when the file does not record it "
         "(default: the file's, else 5)",
     )
     p.add_argument(
         "--dataset",
-        default=None,
         help="dataset evaluate uses by default (default pcqm4mv2 for one output)",
     )
-    p.add_argument("--target-names", nargs="+", default=None, help="names of the outputs")
-    p.add_argument(
-        "--featurizer", choices=["ogb", "zinc"], default=None, help="input features (default ogb)"
-    )
+    p.add_argument("--target-names", nargs="+", help="names of the outputs")
+    p.add_argument("--featurizer", choices=["ogb", "zinc"], help="input features (default ogb)")
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -189,9 +183,7 @@ def run_plot(args: argparse.Namespace) -> int:
 def _add_plot(sub: argparse._SubParsersAction) -> None:
     p = _command(sub, "plot", run_plot)
     p.add_argument("run_dir", nargs="+", help="one or more folders written by train")
-    p.add_argument(
-        "--compare", default=None, help="also write one PNG comparing the runs' validation curves"
-    )
+    p.add_argument("--compare", help="also write one PNG comparing the runs' validation curves")
 
 
 def run_preprocess(args: argparse.Namespace) -> int:
@@ -238,9 +230,7 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
         "pcqm4mv2, pcqm4m or an ogbg-mol* name; or pretrain:PATH, the store (with RDKit "
         "descriptors) of a pretraining SMILES file",
     )
-    p.add_argument(
-        "--data-root", default=None, help="folder of downloaded datasets (default data/<name>)"
-    )
+    p.add_argument("--data-root", help="folder of downloaded datasets (default data/<name>)")
     _shared(p, "--cache-dir")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     p.add_argument(
@@ -254,9 +244,7 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--split", choices=["random", "scaffold"], default="random", help="CSV: split rule"
     )
-    p.add_argument(
-        "--featurizer", choices=["zinc", "ogb"], default=None, help="CSV: featuriser (ogb)"
-    )
+    p.add_argument("--featurizer", choices=["zinc", "ogb"], help="CSV: featuriser (ogb)")
     p.add_argument("--strict", action="store_true", help="fail on any invalid molecule")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
     _shared(p, "--no-progress")

@@ -117,7 +117,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p = _command(sub, "train", run_train)
     p.add_argument(
         "--config",
-        default=None,
         metavar="CONFIG_JSON",
         help="repeat a run: start from its saved config.json (flags typed with it override "
         "its fields; --out is needed when its output folder already holds the run)",
@@ -125,7 +124,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d = p.add_argument_group("data")
     d.add_argument(
         "--dataset",
-        default=None,
         help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
         "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
@@ -135,14 +133,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--preprocess-workers",
         type=int,
-        default=None,
         help="processes that build a missing dataset store (default 1)",
     )
     _shared(d, "--smiles-column", "--target-columns", "--split-column")
     d.add_argument(
         "--mol-features",
         choices=["none", "rdkit2d"],
-        default=None,
         help="CSV: rdkit2d joins each molecule's 202 RDKit 2D descriptors (normalised on the "
         "training split, cached in the store) to the graph representation before the head, "
         "as Chemprop's rdkit_2d_normalized features; predict computes them too; default none",
@@ -150,7 +146,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--task",
         choices=["regression", "classification"],
-        default=None,
         help="CSV: classification reads the targets as binary labels 0/1 (BCE, one logit per "
         "target, selected on ROC-AUC, PRC-AUC reported; predict writes probabilities); "
         "default regression",
@@ -158,20 +153,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--split",
         choices=["random", "scaffold"],
-        default=None,
         help="CSV without split column: seeded random or scaffold split 80/10/10",
     )
-    d.add_argument("--split-seed", type=int, default=None, help="seed of the random split (0)")
+    d.add_argument("--split-seed", type=int, help="seed of the random split (0)")
     d.add_argument(
         "--featurizer",
         choices=["zinc", "ogb"],
-        default=None,
         help="CSV: ZINC atom types or OGB features (default ogb)",
     )
     d.add_argument(
         "--max-nodes",
         type=int,
-        default=None,
         metavar="N",
         help="leave training graphs above N atoms out (logged); valid/test graphs are always kept",
     )
@@ -185,7 +177,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     r = _add_run_flags(p)
     r.add_argument(
         "--init-from",
-        default=None,
         metavar="CHECKPOINT",
         help="fine-tune: start from this checkpoint's weights: 'pretrained' (the shipped "
         "small URPE model pretrained on MOSES molecules), a checkpoint of this library (e.g. "
@@ -242,16 +233,12 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--preprocess-workers",
         type=int,
-        default=None,
         help="processes that build the store (featurisation + descriptors; default 1)",
     )
-    d.add_argument(
-        "--split-seed", type=int, default=None, help="seed of the 98/1/1 random split (0)"
-    )
+    d.add_argument("--split-seed", type=int, help="seed of the 98/1/1 random split (0)")
     d.add_argument(
         "--max-nodes",
         type=int,
-        default=None,
         metavar="N",
         help="leave training graphs above N atoms out (logged)",
     )
