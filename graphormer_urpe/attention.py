@@ -48,6 +48,7 @@ from torch import Tensor, nn
 
 from .attention_kernel import IndexedScale, fused_kernel_for
 from .dropout import Dropout, dropout, dropout_add, dropout_mask
+from .fused_guard import disable_fused
 from .token_layout import TokenLayout, true_positions
 
 __all__ = [
@@ -305,8 +306,16 @@ def urpe_attention(
     p = dropout_p if training else 0.0
 
     if p < 1.0 and fused_kernel_for(q.device, attn_scale is not None):
-        out = _fused(q, k, v, bias, attn_scale, p)
-        return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
+        try:
+            out = _fused(q, k, v, bias, attn_scale, p)
+        except Exception as exc:
+            if q.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise  # the capture fails and the step goes on eagerly (training/capture.py)
+            disable_fused(q.device, exc)  # warns once; the eager kernel takes over
+            if p > 0.0:  # a dropout seed was drawn: a training step redoes itself exactly
+                raise
+        else:
+            return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
     if isinstance(attn_scale, IndexedScale):
         attn_scale = attn_scale.materialize()
     fused_gpu = attn_scale is None and q.device.type != "cpu"

@@ -18,6 +18,10 @@ materialise it (:meth:`IndexedScale.materialize`).
 * ``"fused"``: the fused kernel wherever it can run (a CUDA GPU, or the CPU under Triton's
   interpreter, ``TRITON_INTERPRET=1``), with or without :math:`C`;
 * ``"eager"``: never the fused kernel (what ran before it existed).
+
+Before its first use on a device the fused kernel checks itself against a plain computation;
+a kernel that fails the check, or fails later, is turned off on that device with one warning
+and attention goes on with the eager kernels (:mod:`graphormer_urpe.fused_guard`).
 """
 
 from __future__ import annotations
@@ -71,12 +75,14 @@ def attention_kernel(kind: str) -> Iterator[None]:
 
 def fused_kernel_for(device: torch.device, has_scale: bool) -> bool:
     """Whether the fused kernel computes an attention product on ``device`` (with or
-    without ``C``) under the current :func:`attention_kernel` choice."""
+    without ``C``) under the current :func:`attention_kernel` choice (and it passed its
+    self-check there, :func:`~graphormer_urpe.fused_guard.fused_usable`)."""
     kind = _choice[0]
     if kind == "eager" or torch.compiler.is_compiling():
         return False
     if kind == "auto" and (device.type != "cuda" or not has_scale):
         return False
     from .fused_attention import fused_available
+    from .fused_guard import fused_usable
 
-    return fused_available(device)
+    return fused_available(device) and fused_usable(device)

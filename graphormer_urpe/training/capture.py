@@ -27,22 +27,33 @@ on the CPU with :class:`EagerGraphs`, whose "capture" records the step function 
 "replay" calls it again on the static buffers: a step that read anything but those buffers
 would give other results than an eager step.
 
-If a capture fails (an operation that cannot be captured), the run logs why and continues
-eagerly with the same static batches.
+The fast path cannot stop a run. If a capture fails (an operation that cannot be captured),
+the run logs why and continues eagerly with the same static batches. A training step that
+fails on the fast path at a batch shape's first use (its warm-up or capture, or the fused
+attention kernel) is redone eagerly from the state before it (random generators and loss
+totals restored), after the part that failed is turned off: the fused kernel when the error
+came from it (:mod:`graphormer_urpe.fused_guard`), else the capture. Each turn-off logs one
+warning that names the flag that skips it from the start (``--no-capture``,
+``--attention-kernel eager``). An error that the eager step raises too is the run's own and
+is raised.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
+from ..attention_kernel import fused_kernel_for
+from ..fused_guard import disable_fused, raised_by_fused_kernel
 from ..graph.batch import GraphormerBatch
+from ..io.checkpoint import rng_state, set_rng_state
 
 __all__ = [
     "CaptureBackend",
@@ -79,9 +90,11 @@ class CudaGraphs:
 
     def warm(self, fn: Callable[[], Any]) -> None:
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.stream):
-            fn()
-        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        try:
+            with torch.cuda.stream(self.stream):
+                fn()
+        finally:  # also after a failure: what follows runs after the side stream's work
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
     def capture(self, fn: Callable[[], Any]) -> Callable[[], None]:
         graph = torch.cuda.CUDAGraph()
@@ -141,6 +154,11 @@ def _tensor_pairs(a: GraphormerBatch, b: GraphormerBatch) -> list[tuple[Tensor, 
     return [(t, u) for t, u in pairs if isinstance(t, Tensor)]
 
 
+def _sizes(batch: GraphormerBatch) -> tuple[int, ...]:
+    """The sizes the fused kernel's compiled variants depend on: graphs and nodes."""
+    return tuple(batch.x.shape[:2])
+
+
 @dataclass
 class _Entry:
     inputs: _StaticInputs
@@ -153,6 +171,10 @@ def default_backend(device: torch.device) -> CaptureBackend | None:
     return CudaGraphs(device) if device.type == "cuda" else None
 
 
+_FAILED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""Backends whose capture failed, and why."""
+
+
 class _Captured:
     """The shape-keyed warm-up / capture / replay cycle shared by steps and forward passes."""
 
@@ -161,7 +183,6 @@ class _Captured:
         self.backend = backend  # None: every call eager
         self.warmup = warmup
         self.entries: dict[tuple, _Entry] = {}
-        self.failed: str | None = None
 
     @property
     def shapes(self) -> int:
@@ -186,13 +207,38 @@ class _Captured:
             try:
                 entry.replay = self.backend.capture(lambda: body(static))
             except Exception as exc:  # an operation that cannot be captured: go on eagerly
-                self.failed = f"{type(exc).__name__}: {exc}"
-                log.warning("capturing the step failed, continuing eagerly: %s", self.failed)
-                self.entries.clear()
+                self.fail(exc)
                 body(static)
                 return
             log.debug("captured batch shape %s (%d so far)", key, self.shapes)
         entry.replay()
+
+    @property
+    def failed(self) -> str | None:
+        """Why capturing stopped (for every cycle of this backend), or ``None``."""
+        return None if self.backend is None else _FAILED.get(self.backend)
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop capturing for good after ``exc``, in every cycle of this backend (training
+        steps and evaluation passes alike), with one warning that says how to skip capturing
+        from the start."""
+        self.entries.clear()
+        if self.backend is None or self.failed is not None:
+            return
+        _FAILED[self.backend] = f"{type(exc).__name__}: {exc}"
+        log.warning(
+            "capturing the step as a CUDA graph failed, continuing eagerly (%s); --no-capture "
+            "runs eagerly from the start",
+            self.failed,
+        )
+
+    def proven(self, batch: GraphormerBatch) -> bool:
+        """Whether ``batch``'s shape has run on the fast path before: captured and replayed,
+        or (not capturing) run once."""
+        if self.backend is None or self.failed is not None or batch.static_shape is None:
+            return False
+        entry = self.entries.get(_shape_key(batch))
+        return entry is not None and entry.replay is not None
 
 
 class CapturedStep:
@@ -210,6 +256,11 @@ class CapturedStep:
         device: where the model is.
         backend: how to capture (:func:`default_backend`); ``None``: every step eager.
         warmup: eager steps of each new batch shape before its capture.
+        keep: device tensors that ``step_fn`` updates before it can fail (the loss totals),
+            restored with the random generators before a failed step is redone.
+        retry: redo a step that failed on the fast path eagerly (see the module docstring);
+            ``False`` raises instead (several processes, whose gradient exchange a failed
+            backward leaves half done).
 
     Batches may come from the host (pinned): a captured step copies them into its buffers,
     an eager one moves them to ``device``.
@@ -223,10 +274,14 @@ class CapturedStep:
         device: torch.device,
         backend: CaptureBackend | None = None,
         warmup: int = 2,
+        keep: Sequence[Tensor] = (),
+        retry: bool = True,
     ) -> None:
         self.optimizer, self.scheduler, self.step_fn = optimizer, scheduler, step_fn
         self.cycle = _Captured(device, backend, warmup)
         self.step_index = torch.zeros((), dtype=torch.float64, device=device)  # []
+        self.keep, self.retry = list(keep), retry
+        self._tried: set[tuple] = set()  # batch sizes that ran the fused kernel eagerly
         self._prepared = False
 
     @property
@@ -236,6 +291,54 @@ class CapturedStep:
 
     def __call__(self, batch: GraphormerBatch, step: int) -> None:
         """One optimizer step on ``batch`` (step ``step`` of the run, 0-based)."""
+        if self.retry and self._first_use(batch):
+            self._guarded(batch, step)
+        else:
+            self._step(batch, step)
+        self.scheduler.step()
+
+    def _first_use(self, batch: GraphormerBatch) -> bool:
+        """Whether the step on ``batch`` is a first use of the fast path: its shape not yet
+        captured and replayed, or (not capturing) its sizes not yet run by the fused kernel."""
+        if self.cycle.proven(batch):
+            return False
+        if self.captured:
+            return True
+        device = self.step_index.device
+        return fused_kernel_for(device, True) and _sizes(batch) not in self._tried
+
+    def _guarded(self, batch: GraphormerBatch, step: int) -> None:
+        """The step, redone eagerly from the state before it if it fails on the fast path."""
+        device = self.step_index.device
+        saved, kept = rng_state(device), [t.clone() for t in self.keep]
+        off: set[str] = set()
+        while True:
+            try:
+                self._step(batch, step)
+                break
+            except Exception as exc:
+                part = self._turn_off(exc, off)
+                if part is None:
+                    raise  # the eager step fails too: the run's own error
+                off.add(part)
+                set_rng_state(saved, device)
+                for t, value in zip(self.keep, kept, strict=True):
+                    t.copy_(value)
+        self._tried.add(_sizes(batch))
+
+    def _turn_off(self, exc: BaseException, off: set[str]) -> str | None:
+        """Turn off the part of the fast path that raised ``exc`` (each warns once), unless
+        it is in ``off`` already; which part (``"fused"``, ``"capture"``) or ``None``."""
+        if "fused" not in off and raised_by_fused_kernel(exc):
+            disable_fused(self.step_index.device, exc)
+            return "fused"
+        if "capture" not in off and self.captured:
+            self.cycle.fail(exc)
+            return "capture"
+        return None
+
+    def _step(self, batch: GraphormerBatch, step: int) -> None:
+        """The step without the scheduler: eagerly, or through the capture cycle."""
         if not self.captured:
             self.step_fn(batch.to(self.step_index.device, non_blocking=True), True, step)
         else:
@@ -244,7 +347,6 @@ class CapturedStep:
                 device_learning_rates(self.optimizer, self.step_index.device)
                 self._prepared = True
             self.cycle.run(batch, lambda b: self.step_fn(b, False, self.step_index))
-        self.scheduler.step()
 
     def _shape_warm(self, batch: GraphormerBatch) -> bool:
         """Whether ``batch``'s shape is due for its capture at this call."""
@@ -284,7 +386,13 @@ class CapturedForward:
                 out = self.model(batch.to(self.cycle.device, non_blocking=True))
             return out[: batch.num_graphs].float()
         key = _shape_key(batch)
-        self.cycle.run(batch, lambda b: self._body(key, b))
+        try:
+            self.cycle.run(batch, lambda b: self._body(key, b))
+        except Exception as exc:
+            if self.cycle.proven(batch):
+                raise
+            self.cycle.fail(exc)  # the shape's warm-up failed: eagerly from now on
+            return self(batch)
         return self.outputs[key][: batch.num_graphs].clone()
 
     def _body(self, key: tuple, batch: GraphormerBatch) -> None:

@@ -178,7 +178,12 @@ class RunSetup(RunState):
                 config.clip_norm, self.loss_scale, set_to_none, autocast_cache=set_to_none,
             )  # fmt: skip
 
-        return CapturedStep(optimizer, scheduler, body, self.device, self.backend)
+        # a failed step is redone eagerly, except under several processes: their gradient
+        # exchange would be left half done
+        return CapturedStep(
+            optimizer, scheduler, body, self.device, self.backend,
+            keep=totals.tensors(), retry=not self.ctx.enabled,
+        )  # fmt: skip
 
     def _make_loaders(self) -> None:
         from ..datasets import graph_sizes

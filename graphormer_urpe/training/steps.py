@@ -169,6 +169,10 @@ class StepTotals:
         self.first_bad.copy_(torch.where(bad & (self.first_bad < 0), step, self.first_bad))
         self.skip.copy_(torch.maximum(self.skip, bad.float()))
 
+    def tensors(self) -> list[Tensor]:
+        """The totals' device tensors (what a redone step restores)."""
+        return [self.loss_sum, self.steps, self.first_bad, self.skip]
+
     def reset(self) -> None:
         """Zero the loss sum and the step count (on the device)."""
         self.loss_sum.zero_()

@@ -16,6 +16,7 @@ CUDA_TEST_FILES = (  # the files holding tests marked cuda
     "tests/test_capture.py",
     "tests/test_fused_attention.py",
     "tests/test_attention_kernel.py",
+    "tests/test_fast_path_fallback.py",
 )
 
 
