@@ -344,19 +344,26 @@ def test_a_captured_runs_optimizer_state_loads_anywhere():
     assert fresh.param_groups[0]["lr"] == pytest.approx(float(opt.param_groups[0]["lr"]))
 
 
+def stand_in_capture(monkeypatch, backend_type: type = EagerGraphs) -> list:
+    """Runs started from now on capture with a stand-in backend (a new ``backend_type`` per
+    run), on any device; returns the list of the backends made."""
+    backends: list = []
+
+    def backend(self):
+        backends.append(backend_type())
+        return backends[-1]
+
+    monkeypatch.setattr(loop._Run, "_capture_backend", backend)
+    return backends
+
+
 def test_training_with_captured_steps_matches_eager_training(table, tmp_path, monkeypatch):  # noqa: F811
     """The whole run (static loaders, captured steps and evaluation, checkpoints) on the CPU
     with the stand-in graphs, against the same run without capture."""
     eager_out, cap_out = tmp_path / "eager", tmp_path / "captured"
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
     assert cli.main(_train_args(table, tmp_path / "data", eager_out, *args)) == 0
-    backends: list[EagerGraphs] = []
-
-    def backend(self):
-        backends.append(EagerGraphs())
-        return backends[-1]
-
-    monkeypatch.setattr(loop._Run, "_capture_backend", backend)
+    backends = stand_in_capture(monkeypatch)
     assert cli.main(_train_args(table, tmp_path / "data", cap_out, *args)) == 0
     assert backends and backends[0].captured >= 1 and backends[0].replayed >= 1
     a = json.loads((eager_out / "metrics.json").read_text())

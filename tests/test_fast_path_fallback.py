@@ -17,11 +17,11 @@ import torch
 
 from graphormer_urpe import Graphormer, cli, fused_attention, fused_guard
 from graphormer_urpe.attention_kernel import attention_kernel, fused_kernel_for
-from graphormer_urpe.training import loop, steps
+from graphormer_urpe.training import steps
 from graphormer_urpe.training.capture import CapturedStep, EagerGraphs
 from graphormer_urpe.training.steps import make_optimizer
 
-from .test_capture import HOPS, _bound, _graphs, _same_shape_batches, _step_setup
+from .test_capture import HOPS, _bound, _graphs, _same_shape_batches, _step_setup, stand_in_capture
 from .test_cli import _train_args
 from .test_model import tiny_config
 from .test_resume import _assert_same_run, table  # noqa: F401 - the fixture
@@ -204,13 +204,7 @@ class _FailingWarmUp(EagerGraphs):
 
 
 def _captured_run(table, tmp_path, monkeypatch, backend_type):  # noqa: F811
-    backends: list[EagerGraphs] = []
-
-    def backend(self):
-        backends.append(backend_type())
-        return backends[-1]
-
-    monkeypatch.setattr(loop._Run, "_capture_backend", backend)
+    backends = stand_in_capture(monkeypatch, backend_type)
     out = tmp_path / backend_type.__name__
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
     assert cli.main(_train_args(table, tmp_path / "data", out, *args)) == 0

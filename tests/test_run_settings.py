@@ -184,7 +184,7 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     # every batch one unit of padded size: the measured seconds per unit are per batch
     monkeypatch.setattr(run_budget, "_work", lambda sizes, index: 1.0)
     monkeypatch.setattr(loop._Run, "_seconds_per_step", lambda self, sizes: (step_s, save_s))
-    monkeypatch.setattr(loop._Run, "_seconds_per_eval", lambda self, ds, sizes: batch_s)
+    monkeypatch.setattr(loop._Run, "_seconds_per_eval", lambda self, ds, sizes, split: batch_s)
     args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
     i = args.index("--epochs")
     del args[i : i + 2]

@@ -132,6 +132,14 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
         help="optimizer steps in total (replaces the preset's epochs)",
     )
     _shared(t, "--batch-size")
+    t.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="T",
+        help="a token budget instead of --batch-size: each batch holds as many graphs as fit "
+        "T padded tokens (graphs x (largest graph's atoms + 1)), graphs of similar size "
+        "together; bounds the memory of batches of large graphs",
+    )
     t.add_argument("--lr", type=float, help="peak learning rate")
     t.add_argument("--end-lr", type=float, help="learning rate at the last step")
     t.add_argument(

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # PyG is imported where PyG graphs are handled (batches of Fl
 
 __all__ = [
     "GraphormerBatch",
+    "attention_length",
     "collate",
     "GraphormerCollator",
     "pair_hops",
@@ -269,8 +270,6 @@ def collate(
     )
     if len(flat) == 0:
         raise ValueError("cannot collate an empty list of graphs")
-    if static is not None and len(flat) > static.batch_size:
-        raise ValueError(f"{len(flat)} graphs do not fit a static batch of {static.batch_size}")
     return _pad(flat, multi_hop_max_dist, spatial_pos_max, pad_to_multiple, static)
 
 
@@ -350,15 +349,20 @@ def _pad(
     static: StaticShapes | None = None,
 ) -> GraphormerBatch:
     """The dense batch of ``flat``: vectorised over the whole batch, one scatter per tensor.
-    With ``static``, empty graphs follow the real ones up to ``static.batch_size``."""
+    With ``static``, empty graphs follow the real ones up to ``static.graphs_for(n + 1)``."""
     real = len(flat)
     ks = flat.num_nodes.tolist()
+    n = attention_length(max(ks), pad_to_multiple, static) - 1
     if static is not None:
-        ks += [0] * (static.batch_size - real)
-        n = static.attention_length(max(ks) + 1) - 1
+        graphs = static.graphs_for(n + 1)
+        if real > graphs:
+            raise ValueError(
+                f"{real} graphs do not fit a static batch of {graphs} "
+                f"(attention length {n + 1}{_budget(static)})"
+            )
+        ks += [0] * (graphs - real)
         dmax = static.max_hops
     else:
-        n = -(-(max(ks) + 1) // pad_to_multiple) * pad_to_multiple - 1  # n + 1 a multiple
         dmax = int(min(int(flat.hops.max(initial=0)), multi_hop_max_dist))
     b = len(ks)
     sizes = torch.tensor(ks, dtype=torch.long)  # [B]
@@ -419,6 +423,21 @@ def _pad(
         batch.mol_features = F.pad(mol_x, (0, 0, 0, b - real))
     batch.static_shape, batch.real_graphs = (b, n, rows), real
     return batch
+
+
+def attention_length(
+    atoms: int, pad_to_multiple: int = 1, static: StaticShapes | None = None
+) -> int:
+    """The attention length ``n + 1`` of a batch whose largest graph has ``atoms`` atoms:
+    ``atoms + 1`` (graph token) rounded up to a multiple of ``pad_to_multiple``, or with
+    ``static`` to its bucket."""
+    if static is not None:
+        return static.attention_length(atoms + 1)
+    return -(-(atoms + 1) // pad_to_multiple) * pad_to_multiple
+
+
+def _budget(static: StaticShapes) -> str:
+    return "" if static.max_tokens is None else f", budget {static.max_tokens} tokens"
 
 
 @lru_cache(maxsize=8192)

@@ -5,7 +5,9 @@ captured with. :class:`StaticShapes` maps every batch to one of a few shapes:
 
 * ``B``: always ``batch_size`` graphs; a shorter batch (the last of an epoch or of an
   evaluation split) is filled with empty graphs (no nodes, targets ``NaN``, so the loss and
-  the metrics never see them);
+  the metrics never see them). With a token budget (``max_tokens = T``) instead, ``B`` is
+  the most graphs of the batch's attention length that fit the budget, ``T // (n + 1)``
+  after the rounding below: one ``B`` per length;
 * ``n + 1``, the attention length (graph token included): rounded up on a geometric grid of
   ``steps_per_doubling`` values per power of two, each a multiple of ``multiple``
   (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, ... with the defaults);
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["StaticShapes", "round_up_geometric"]
+__all__ = ["StaticShapes", "round_up_geometric", "token_length"]
 
 
 def round_up_geometric(x: int, steps_per_doubling: int, multiple: int) -> int:
@@ -47,11 +49,13 @@ class StaticShapes:
     """The shape buckets of a run's batches (see the module docstring).
 
     Args:
-        batch_size: graphs per batch ``B``.
+        batch_size: graphs per batch ``B`` (ignored with ``max_tokens``).
         max_hops: ``D``, path hops kept per pair (the model's ``multi_hop_max_dist``).
         steps_per_doubling: grid values per power of two.
         multiple: the attention length ``n + 1`` is a multiple of this (8 suits tensor cores).
         hop_multiple: granularity of the path-hop count ``M``.
+        max_tokens: a token budget ``T``: ``B = T // (n + 1)`` for the bucketed attention
+            length ``n + 1`` (:meth:`graphs_for`), so that ``B (n + 1) <= T``.
     """
 
     batch_size: int
@@ -59,6 +63,7 @@ class StaticShapes:
     steps_per_doubling: int = 4
     multiple: int = 8
     hop_multiple: int = 256
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.max_hops < 0:
@@ -66,6 +71,15 @@ class StaticShapes:
                 f"StaticShapes needs batch_size >= 1 and max_hops >= 0, got {self.batch_size} "
                 f"and {self.max_hops}"
             )
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+
+    def graphs_for(self, length: int) -> int:
+        """``B`` of the batches whose bucketed attention length is ``length``: ``batch_size``,
+        or with a token budget the most graphs that fit it (at least one)."""
+        if self.max_tokens is None:
+            return self.batch_size
+        return max(1, self.max_tokens // length)
 
     def attention_length(self, tokens: int) -> int:
         """The bucketed attention length for ``tokens`` = ``n + 1`` (largest graph + token)."""
@@ -75,3 +89,14 @@ class StaticShapes:
         """The bucketed row count of ``path_input`` for ``hops`` path hops (at least one row,
         so that the hop sum always has a bag to fill)."""
         return round_up_geometric(max(hops, 1), self.steps_per_doubling, self.hop_multiple)
+
+
+def token_length(atoms: int) -> int:
+    """A graph of ``atoms`` atoms under a token budget: the attention length of its batch
+    (graph token included) rounded up on the default grid of :class:`StaticShapes`. Counted
+    so whether or not the batch is static, a run's batches are the same on every device,
+    captured or not, and never hold more padded tokens than the budget."""
+    return _DEFAULT_GRID.attention_length(atoms + 1)
+
+
+_DEFAULT_GRID = StaticShapes(1, 0)

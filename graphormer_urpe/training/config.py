@@ -92,6 +92,13 @@ class TrainConfig:
     """Rolling step checkpoints kept in ``OUT/checkpoints`` (``last.pt`` is the newest)."""
     bucket_size: int = 0
     """Size-bucketed batches: sort chunks of this many batches by graph size (``0``: off)."""
+    max_tokens: int | None = None
+    """A token budget instead of ``batch_size``: each batch holds as many graphs as fit this
+    many padded tokens per process, ``graphs x (largest graph's atoms + 1)`` (the length
+    rounded up on the static shapes' grid, :func:`~graphormer_urpe.graph.shapes.
+    token_length`, so the batches are the same captured or not), sorted by size
+    (:class:`~graphormer_urpe.training.sampler.EpochBatchSampler`); evaluation batches too.
+    For large graphs, whose memory a fixed batch size cannot bound. ``None``: off."""
     compile: bool = False
     """Run the model through ``torch.compile`` (dynamic shapes); steps are then not captured."""
     attention_kernel: Literal["auto", "fused", "eager"] = "auto"

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..graph.batch import GraphormerCollator
 from ..graph.model import GraphormerConfig
-from ..graph.shapes import StaticShapes
+from ..graph.shapes import StaticShapes, token_length
 from .distributed import DistContext
+from .sampler import token_batches
 
 __all__ = ["make_loader", "loader_workers"]
 
@@ -51,14 +53,18 @@ def loader_workers(requested: int | None, device: torch.device) -> int:
 
 
 def _collator(
-    config: GraphormerConfig, device: torch.device, static_batch: int | None = None
+    config: GraphormerConfig,
+    device: torch.device,
+    static_batch: int | None = None,
+    max_tokens: int | None = None,
 ) -> GraphormerCollator:
-    """The run's collate function: static shapes of ``static_batch`` graphs for captured
-    steps; else, on GPUs, attention lengths padded to a multiple of 8 (tensor cores)."""
+    """The run's collate function: static shapes of ``static_batch`` graphs (or, with
+    ``max_tokens``, of as many as fit the budget) for captured steps; else, on GPUs,
+    attention lengths padded to a multiple of 8 (tensor cores)."""
     pad = 8 if device.type == "cuda" else 1
     static = None
     if static_batch is not None:
-        static = StaticShapes(static_batch, config.multi_hop_max_dist)
+        static = StaticShapes(static_batch, config.multi_hop_max_dist, max_tokens=max_tokens)
     return GraphormerCollator(config.multi_hop_max_dist, config.spatial_pos_max, pad, static)
 
 
@@ -69,15 +75,28 @@ def _eval_loader(
     ctx: DistContext,
     workers: int,
     static: bool = False,
+    max_tokens: int | None = None,
 ) -> tuple[DataLoader, Tensor]:
     """This process's share of an evaluation split (graphs ``rank::world``, none twice) and
-    their positions ``[n_r]``."""
+    their positions ``[n_r]``, in batches of ``batch_size`` graphs, or with ``max_tokens``
+    sorted by size and cut to the token budget (:func:`~graphormer_urpe.training.sampler.
+    token_batches`)."""
     index = torch.arange(ctx.rank, len(dataset), ctx.world_size)
-    batches = [index[i : i + batch_size].tolist() for i in range(0, len(index), batch_size)]
+    collate = _collator(config, ctx.device, batch_size if static else None, max_tokens)
+    if max_tokens is None:
+        batches = [index[i : i + batch_size].tolist() for i in range(0, len(index), batch_size)]
+    else:
+        from ..datasets import graph_sizes
+
+        sizes = np.asarray(graph_sizes(dataset), dtype=np.int64)[index.numpy()]
+        order = np.argsort(sizes, kind="stable")
+        index = index[torch.from_numpy(order)]
+        cuts = token_batches(sizes[order], max_tokens, token_length)
+        batches = [index[a:b].tolist() for a, b in cuts]
     loader = DataLoader(
         dataset,
         batch_sampler=batches,
-        collate_fn=_collator(config, ctx.device, batch_size if static else None),
+        collate_fn=collate,
         num_workers=workers,
         pin_memory=ctx.device.type == "cuda",
         persistent_workers=workers > 0 and len(batches) > 0,

@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from ..io.checkpoint import rng_state, save_checkpoint, set_rng_state
 from .budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, epochs_of
-from .loaders import _collator, _read
+from .loaders import _read
 from .run_state import RunState, log
 from .steps import Precision, StepTotals, make_optimizer, parameter_groups
 
@@ -81,7 +81,8 @@ class RunBudget(RunState):
             sizes = graph_sizes(dataset)
             loader = self.eval_loaders[name][0]
             work = sum(_work(sizes, b) for b in loader.batch_sampler)
-            eval_s[name] = self._seconds_per_eval(dataset, sizes) * work if work else 0.0
+            per_work = self._seconds_per_eval(dataset, sizes, loader.batch_sampler)
+            eval_s[name] = per_work * work if work else 0.0
         set_rng_state(saved, self.device)
         measure = self.now() - self.launch_start - setup
         measured = [step_s, eval_s["valid"], eval_s["test"], save_s, setup, measure]
@@ -139,10 +140,16 @@ class RunBudget(RunState):
         budget = 60 * self.config.time_limit
         return Pacer(self.launch_start + budget, replace(self.costs), budget, PACE_WINDOW)
 
-    def _samples(self, dataset: Dataset, count: int) -> list[list[int]]:
+    def _samples(
+        self, dataset: Dataset, count: int, batches: Sequence[Sequence[int]] = ()
+    ) -> list[list[int]]:
         """``count`` batches' worth of random indices of ``dataset`` (fixed by the run's
-        seed, apart from its RNG)."""
+        seed, apart from its RNG); with a token budget, ``count`` of its ``batches`` (the
+        measurement's unit, the padded size, follows their sizes)."""
         rng = np.random.default_rng(self.config.seed)
+        if self.config.max_tokens is not None and len(batches):
+            picks = rng.choice(len(batches), size=count, replace=len(batches) < count)
+            return [list(batches[k]) for k in picks]
         n = min(len(dataset), self.config.batch_size)
         return [rng.choice(len(dataset), size=n, replace=False).tolist() for _ in range(count)]
 
@@ -152,14 +159,15 @@ class RunBudget(RunState):
         run captures its steps, every batch's shape is warmed up and captured first), and the
         seconds of writing a checkpoint of the copy's weights and optimizer state."""
         config, static = self.config, self.backend is not None
-        collate = _collator(self.model.config, self.device, config.batch_size if static else None)
+        collate = self._run_collator()
         probe = copy.deepcopy(self.model).train()
         groups = parameter_groups(probe, config.weight_decay, config.urpe_weight_decay)
         opt = make_optimizer(groups, config.lr, config.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         precision, totals = Precision(self.precision.kind, self.device), StepTotals(self.device)
         step = self._stepper(probe, opt, sched, totals, precision)
-        samples = self._samples(self.splits.train, batches + 1)
+        epoch = [b[self.ctx.rank :: self.ctx.world_size] for b in self.sampler.global_batches(0)]
+        samples = self._samples(self.splits.train, batches + 1, epoch)
         warm = samples[:1]
         if static:  # each shape warmed up and captured, as the run will have it
             warm = [i for i in samples for _ in range(step.cycle.warmup + 1)]
@@ -181,18 +189,18 @@ class RunBudget(RunState):
                 save_s = self.now() - start
         return seconds / work, save_s
 
-    def _seconds_per_eval(self, dataset: Dataset, sizes: np.ndarray, batches: int = 3) -> float:
+    def _seconds_per_eval(
+        self, dataset: Dataset, sizes: np.ndarray, split: Sequence[Sequence[int]], batches: int = 3
+    ) -> float:
         """Seconds per unit of padded batch size (:func:`_work`) to read, collate and run
-        (forward only) ``batches`` random batches of ``dataset``; one untimed batch first
-        (every batch warmed up and captured first, when the run captures)."""
+        (forward only) ``batches`` random batches of ``dataset`` (with a token budget, of
+        ``split``, its loader's batches); one untimed batch first (every batch warmed up and
+        captured first, when the run captures)."""
         if len(dataset) == 0:
             return 0.0
-        static = self.forward is not None
-        collate = _collator(
-            self.model.config, self.device, self.config.batch_size if static else None
-        )
+        collate = self._run_collator()
         self.model.eval()
-        samples = self._samples(dataset, batches + 1)
+        samples = self._samples(dataset, batches + 1, split)
         warm = samples[:1]
         if self.forward is not None:
             warm = [i for i in samples for _ in range(self.forward.cycle.warmup + 1)]

@@ -29,7 +29,7 @@ class RunPlan(RunState):
         splits, config = self.splits, self.config
         log.info(
             "%s%s: %d/%d/%d graphs, %d targets, %s features | %s %s, %d parameters | %d steps "
-            "(%d epochs x %d), warm-up %d, batch %d x %d process(es) = %d graphs per step, "
+            "(%d epochs x %d), warm-up %d, %s x %d process(es) = %s graphs per step, "
             "peak lr %.2g, device %s, %s",
             self._expected(step_s),
             splits.name,
@@ -45,9 +45,11 @@ class RunPlan(RunState):
             self.epochs,
             len(self.sampler),
             warmup,
-            config.batch_size,
+            f"batch {config.batch_size}"
+            if config.max_tokens is None
+            else f"batches of at most {config.max_tokens} tokens",
             self.ctx.world_size,
-            self.sampler.global_batch_size,
+            ("" if config.max_tokens is None else "about ") + str(self.sampler.global_batch_size),
             config.lr,
             self.device,
             self.precision.kind,

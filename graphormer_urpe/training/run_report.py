@@ -123,8 +123,9 @@ class RunReport(RunState):
             "test_graphs": len(splits.test),
             **splits.input_report(),
             "processes": self.ctx.world_size,
-            "batch_per_process": config.batch_size,
-            "global_batch": self.sampler.global_batch_size,
+            "batch_per_process": config.batch_size if config.max_tokens is None else None,
+            "max_tokens": config.max_tokens,
+            "global_batch": self.sampler.global_batch_size,  # a token budget's: the mean
             "wall_seconds": round(self.now() - self.wall_start, 2),
             "train_seconds": round(seconds, 2),
             "graphs_per_second": round(self.train_graphs / seconds, 2) if seconds else None,

@@ -13,8 +13,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from ..graph.batch import GraphormerBatch
+from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer
+from ..graph.shapes import token_length
 from ..io.checkpoint import incompatible_checkpoint
 from .budget import Schedule
 from .capture import CaptureBackend, CapturedStep, default_backend
@@ -191,6 +192,8 @@ class RunSetup(RunState):
         config, splits, ctx = self.config, self.splits, self.ctx
         static = self.backend is not None
         self.workers = loader_workers(config.num_workers, self.device)
+        collate = self._run_collator()
+        by_size = bool(config.bucket_size) or config.max_tokens is not None
         self.sampler = EpochBatchSampler(
             len(splits.train),
             config.batch_size,
@@ -198,15 +201,15 @@ class RunSetup(RunState):
             seed=config.seed,
             num_replicas=ctx.world_size,
             rank=ctx.rank,
-            sizes=graph_sizes(splits.train) if config.bucket_size else None,  # [n_train]
+            sizes=graph_sizes(splits.train) if by_size else None,  # [n_train]
             bucket_size=config.bucket_size,
+            max_tokens=config.max_tokens,
+            length=token_length,  # the same batches whether the run captures or not
         )
         self.train_loader = DataLoader(
             splits.train,
             batch_sampler=self.sampler,
-            collate_fn=_collator(
-                self.model.config, self.device, config.batch_size if static else None
-            ),
+            collate_fn=collate,
             num_workers=self.workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=False,  # a new epoch may start mid-way (resume)
@@ -220,9 +223,17 @@ class RunSetup(RunState):
                 ctx,
                 self.workers,
                 static,
+                config.max_tokens,
             )
             for name in ("valid", "test")
         }
+
+    def _run_collator(self) -> GraphormerCollator:
+        """The collate function of the run's batches: static shapes when it captures (of
+        ``batch_size`` graphs, or fitting ``max_tokens``)."""
+        config = self.config
+        static = config.batch_size if self.backend is not None else None
+        return _collator(self.model.config, self.device, static, config.max_tokens)
 
     def _make_optimizer(
         self, ckpt: dict[str, Any] | None, ckpt_path: Path | None, warmup: int

@@ -17,6 +17,7 @@ CUDA_TEST_FILES = (  # the files holding tests marked cuda
     "tests/test_fused_attention.py",
     "tests/test_attention_kernel.py",
     "tests/test_fast_path_fallback.py",
+    "tests/test_token_budget.py",
 )
 
 
