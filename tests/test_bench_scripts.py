@@ -223,3 +223,17 @@ def test_hugging_face_peer_runs_when_its_cython_collator_cannot_be_built(tmp_pat
     assert hf["graphs_per_s"] > 0
     assert hf["inputs"].startswith("built from our batches")
     assert "algos_graphormer failed" in hf["inputs"]
+
+
+def test_token_budget_benchmark_bounds_the_largest_batch(tmp_path):
+    table = tmp_path / "mols.csv"
+    table.write_text("smiles\nCCO\nc1ccccc1O\nCC(=O)Nc1ccc(O)cc1\n" + "CCCCCCCCCCCCCCCCCCCC\n" * 3)
+    report, _ = _bench("bench_token_budget", "--csv", str(table), "--batch-size", "2")
+    assert report["benchmark"] == "token_budget"
+    (mols, rand) = report["sets"]
+    assert mols["graphs"] == 6 and mols["atoms_max"] == 20
+    for s in (mols, rand):
+        fixed, budget = s["fixed"], s["token_budget"]
+        assert budget["largest_padded_tokens"] <= s["max_tokens"]
+        assert budget["largest_attention_entries"] <= fixed["largest_attention_entries"]
+    assert rand["token_budget"]["real_entry_fraction"] > rand["fixed"]["real_entry_fraction"]
