@@ -36,7 +36,9 @@ def atom_counts(path: str) -> tuple[str, np.ndarray]:
     column = column or next(c for c in frame.columns if c.lower() == "smiles")
     RDLogger.DisableLog("rdApp.*")
     mols = (Chem.MolFromSmiles(str(s)) for s in frame[column])
-    return f"{Path(file).parent.name}/{Path(file).stem}", np.array([m.GetNumAtoms() for m in mols if m is not None])
+    return f"{Path(file).parent.name}/{Path(file).stem}", np.array(
+        [m.GetNumAtoms() for m in mols if m is not None]
+    )
 
 
 def batch_stats(sizes: np.ndarray, sampler: EpochBatchSampler) -> dict:
