@@ -35,7 +35,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "init_from_checkpoint",
             "read_graphormer",
         ],
-        ".training.stream": ["Prediction", "iter_predictions"],
+        ".inference.stream": ["Prediction", "iter_predictions"],
     },
 )
 

@@ -310,7 +310,7 @@ def urpe_attention(
             out = _fused(q, k, v, bias, attn_scale, p)
         except Exception as exc:
             if q.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                raise  # the capture fails and the step goes on eagerly (training/capture.py)
+                raise  # the capture fails and the step goes on eagerly (runtime/capture.py)
             disable_fused(q.device, exc)  # warns once; the eager kernel takes over
             if p > 0.0:  # a dropout seed was drawn: a training step redoes itself exactly
                 raise

@@ -25,7 +25,7 @@ import pandas as pd
 from rdkit import Chem, RDLogger
 
 from graphormer_urpe.graph.shapes import token_length
-from graphormer_urpe.training.sampler import EpochBatchSampler
+from graphormer_urpe.runtime.sampler import EpochBatchSampler
 
 
 def atom_counts(path: str) -> tuple[str, np.ndarray]:

@@ -20,14 +20,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_urpe import Graphormer, GraphormerEncoder, cli, collate
 from graphormer_urpe.graph.shapes import StaticShapes, round_up_geometric
-from graphormer_urpe.training import loop, prediction
-from graphormer_urpe.training.capture import (
+from graphormer_urpe.inference import prediction
+from graphormer_urpe.runtime.capture import (
     CapturedForward,
     CapturedStep,
     CudaGraphs,
     EagerGraphs,
     portable_optimizer_state,
 )
+from graphormer_urpe.training import loop
 from graphormer_urpe.training.loop import (
     Precision,
     StepTotals,
@@ -378,7 +379,7 @@ def test_training_with_captured_steps_matches_eager_training(table, tmp_path, mo
 
 
 def test_streamed_predictions_through_captured_passes_equal_the_eager_ones(monkeypatch, tmp_path):
-    from graphormer_urpe.training import stream
+    from graphormer_urpe.inference import stream
 
     from .test_predict_stream import MIXED, _checkpoint, reference
 
@@ -484,7 +485,7 @@ def test_cuda_graph_dropout_draws_new_masks_at_every_replay():
 @pytest.mark.cuda
 def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):  # noqa: F811
     out = tmp_path / "run"
-    with caplog.at_level("DEBUG", logger="graphormer_urpe.training.capture"):
+    with caplog.at_level("DEBUG", logger="graphormer_urpe.runtime.capture"):
         assert cli.main(_train_args(table, tmp_path / "data", out, "--device", "cuda")) == 0
     assert "captured batch shape" in caplog.text and "continuing eagerly" not in caplog.text
     metrics = json.loads((out / "metrics.json").read_text())

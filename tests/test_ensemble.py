@@ -63,8 +63,8 @@ class _Stop(Exception):
 
 
 def test_a_time_limit_is_shared_by_the_members(monkeypatch, tmp_path):
+    from graphormer_urpe.runtime.config import TrainConfig
     from graphormer_urpe.training import ensemble, loop
-    from graphormer_urpe.training.config import TrainConfig
 
     clock = [100.0]  # seconds
     used = [1.0, 5.0, 2.0]  # minutes each member takes

@@ -17,8 +17,8 @@ import torch
 
 from graphormer_urpe import Graphormer, cli, fused_attention, fused_guard
 from graphormer_urpe.attention_kernel import attention_kernel, fused_kernel_for
+from graphormer_urpe.runtime.capture import CapturedStep, EagerGraphs
 from graphormer_urpe.training import steps
-from graphormer_urpe.training.capture import CapturedStep, EagerGraphs
 from graphormer_urpe.training.steps import make_optimizer
 
 from .test_capture import HOPS, _bound, _graphs, _same_shape_batches, _step_setup, stand_in_capture

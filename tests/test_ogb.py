@@ -41,8 +41,8 @@ from graphormer_urpe.datasets import (
 from graphormer_urpe.datasets.pcqm import PCQM4M, PCQM4MV2, load_split_dict
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import GraphormerFeatures, graph_structure
+from graphormer_urpe.inference.submit import SubmissionError, write_submission
 from graphormer_urpe.training.loop import masked_loss
-from graphormer_urpe.training.submit import SubmissionError, write_submission
 
 from .test_store import count_chunk_rows, interrupted_chunk_writes
 
@@ -722,7 +722,7 @@ def test_new_commands_document_every_flag():
 
 def test_pcqm4mv2_small_preset_matches_graphormer_small():
     from graphormer_urpe.graph.model import Graphormer, get_preset
-    from graphormer_urpe.training.config import make_config
+    from graphormer_urpe.runtime.config import make_config
 
     cfg = make_config("pcqm4mv2-small")
     m = cfg.model

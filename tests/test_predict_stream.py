@@ -20,6 +20,13 @@ import torch
 
 from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
 from graphormer_urpe.datasets import featurize_smiles
+from graphormer_urpe.inference import stream
+from graphormer_urpe.inference.stream import (
+    SORT_WINDOW,
+    Prediction,
+    default_threads,
+    write_predictions_csv,
+)
 from graphormer_urpe.training import (
     iter_predictions,
     load_model,
@@ -27,15 +34,8 @@ from graphormer_urpe.training import (
     predict_smiles,
     read_smiles,
     save_checkpoint,
-    stream,
 )
 from graphormer_urpe.training.loop import build_model
-from graphormer_urpe.training.stream import (
-    SORT_WINDOW,
-    Prediction,
-    default_threads,
-    write_predictions_csv,
-)
 
 VALID = [
     "CCO",
@@ -346,7 +346,7 @@ def test_interrupted_writer_leaves_a_valid_prefix(ogb_ckpt, tmp_path):
 
 
 def test_interrupted_cli_run_leaves_a_prefix_of_the_output(ogb_ckpt, tmp_path, monkeypatch):
-    from graphormer_urpe.training import predict_io
+    from graphormer_urpe.inference import predict_io
 
     path = _write_inputs(tmp_path, MIXED)["smi"]
     full, part = tmp_path / "full.csv", tmp_path / "part.csv"

@@ -15,9 +15,9 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.graph.model import Graphormer, get_preset
+from graphormer_urpe.runtime.config import plan_steps
 from graphormer_urpe.training import TRAIN_PRESETS, loop, make_config, run_budget, run_setup
 from graphormer_urpe.training.checkpoint import load_checkpoint
-from graphormer_urpe.training.config import plan_steps
 from graphormer_urpe.training.loop import make_optimizer, parameter_groups
 
 from .test_cli import _train_args

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphormer_urpe.datasets import graph_sizes
-from graphormer_urpe.training.sampler import EpochBatchSampler
+from graphormer_urpe.runtime.sampler import EpochBatchSampler
 
 
 def _epoch(sampler: EpochBatchSampler, epoch: int, start: int = 0) -> list[list[int]]:

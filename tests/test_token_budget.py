@@ -14,10 +14,10 @@ import torch
 from graphormer_urpe import Graphormer, cli, collate
 from graphormer_urpe.graph.batch import GraphormerCollator
 from graphormer_urpe.graph.shapes import StaticShapes, token_length
-from graphormer_urpe.training.distributed import DistContext
-from graphormer_urpe.training.loaders import _eval_loader
-from graphormer_urpe.training.prediction import _evaluate
-from graphormer_urpe.training.sampler import EpochBatchSampler, token_batches
+from graphormer_urpe.inference.prediction import _evaluate
+from graphormer_urpe.runtime.distributed import DistContext
+from graphormer_urpe.runtime.loaders import _eval_loader
+from graphormer_urpe.runtime.sampler import EpochBatchSampler, token_batches
 from graphormer_urpe.training.steps import Precision, masked_loss
 
 from .conftest import graph_zoo

@@ -19,8 +19,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     Compute the metric of a checkpoint on a split of the dataset it was trained on; print
     it and write eval_SPLIT.json next to the checkpoint."""
+    from ..inference import evaluate_checkpoint
     from ..io.checkpoint import write_atomic
-    from ..training import evaluate_checkpoint
 
     result = evaluate_checkpoint(
         args.checkpoint,
@@ -72,14 +72,14 @@ def run_predict(args: argparse.Namespace) -> int:
     # featurising processes are stopped, and the last line says how many rows were written.
     import torch
 
-    from ..training.ensemble import load_models
-    from ..training.predict_io import (
+    from ..inference.ensemble import load_models
+    from ..inference.predict_io import (
         WriteCounts,
         carry_names,
         interrupts_between_rows,
         read_named_smiles,
     )
-    from ..training.stream import default_threads, iter_predictions, write_predictions_csv
+    from ..inference.stream import default_threads, iter_predictions, write_predictions_csv
 
     torch.set_num_threads(args.threads or default_threads(args.workers))
     models = load_models(args.checkpoint, args.device or "auto")
@@ -144,7 +144,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
-    from ..training.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+    from ..inference.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 
     p = _command(sub, "predict", run_predict, exit_at_once=True)
     p.add_argument(
@@ -212,7 +212,7 @@ def run_submit(args: argparse.Namespace) -> int:
     PCQM4M) with a checkpoint and write OGB's submission file (y_pred_pcqm4m-v2_SPLIT.npz)
     with OGB's save_test_submission. A split that does not have the official size is refused
     unless --allow-partial."""
-    from ..training.submit import submit_checkpoint
+    from ..inference.submit import submit_checkpoint
 
     result = submit_checkpoint(
         args.checkpoint,

@@ -34,7 +34,7 @@ def train_config(args: argparse.Namespace):
     ``--config``; the model's attention is URPE unless ``--attention`` or the saved config
     says otherwise.
     """
-    from ..training.config import make_config, override_config, read_config
+    from ..runtime.config import make_config, override_config, read_config
 
     model_over, over = _overrides(args)
     keep = {f.name for f in dataclasses.fields(_train_config_cls())} - {"model", "preset"}
@@ -108,7 +108,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _train_config_cls():
-    from ..training import TrainConfig
+    from ..runtime.config import TrainConfig
 
     return TrainConfig
 

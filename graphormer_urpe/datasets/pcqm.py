@@ -28,7 +28,7 @@ What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
   rebuilds it); it does not depend on ``multi_hop_max_dist`` (applied when graphs are read).
 * **Failures.** Molecules RDKit cannot parse are listed by index in the cache's
   ``meta.json``, logged with a count, and left out of every split (``missing`` says which
-  split lost which rows); :func:`~graphormer_urpe.training.submit.submit_checkpoint` refuses
+  split lost which rows); :func:`~graphormer_urpe.inference.submit.submit_checkpoint` refuses
   to write a submission when a test molecule is missing.
 
 The datasets' facts are in :mod:`.lsc_info`, their raw files (layout, download, safe split

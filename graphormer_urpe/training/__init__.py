@@ -1,5 +1,8 @@
-"""Training: configs and presets, the loop, checkpoints, inference and plots.
+"""Training: the loop, its budget and checkpoints, ensembles, pretrained weights and plots.
 
+What prediction needs lives one layer down: :mod:`graphormer_urpe.inference` (loading a
+checkpoint, predicting) over :mod:`graphormer_urpe.runtime` (configs, precision, captured
+forwards, devices, loaders). Their public names are re-exported here, as before they moved.
 The public names are imported from their modules on first use (PEP 562).
 """
 
@@ -9,12 +12,14 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         ".checkpoint": ["CheckpointError", "load_checkpoint", "save_checkpoint"],
-        ".config": ["TRAIN_PRESETS", "TrainConfig", "make_config"],
-        ".ensemble": ["load_models", "train_ensemble"],
-        ".inference": ["LoadedModel", "evaluate_checkpoint", "load_model"],
-        ".steps": ["Precision", "linear_schedule", "masked_loss"],
-        ".prediction": ["predict"],
-        ".inputs": ["resolve_device"],
+        "..runtime.config": ["TRAIN_PRESETS", "TrainConfig", "make_config"],
+        ".ensemble": ["train_ensemble"],
+        "..inference.ensemble": ["load_models"],
+        "..inference.loading": ["LoadedModel", "evaluate_checkpoint", "load_model"],
+        "..runtime.precision": ["Precision"],
+        ".steps": ["linear_schedule", "masked_loss"],
+        "..inference.prediction": ["predict"],
+        "..runtime.inputs": ["resolve_device"],
         ".loop": ["train"],
         ".plots": ["plot_run"],
         ".pretrained": [
@@ -25,6 +30,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "init_from_checkpoint",
             "read_graphormer",
         ],
-        ".stream": ["Prediction", "iter_predictions", "predict_smiles", "read_smiles"],
+        "..inference.stream": ["Prediction", "iter_predictions", "predict_smiles", "read_smiles"],
     },
 )

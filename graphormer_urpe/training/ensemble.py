@@ -1,4 +1,5 @@
-r"""Ensembles of seeds: train K members, and load them to predict a mean and a spread.
+r"""Ensembles of seeds: train K members (:mod:`~graphormer_urpe.inference.ensemble` loads them to
+predict a mean and a spread).
 
 ``graphormer-urpe train --ensemble K --out OUT`` trains K runs that differ only in their
 seed (``seed``, ``seed + 1``, ...) into ``OUT/member-<i>/`` (each a complete run folder), then
@@ -33,16 +34,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..inference.ensemble import ENSEMBLE_FILE
 from ..io.checkpoint import write_atomic
+from ..runtime.config import TrainConfig
 from .budget import MIN_USEFUL_EPOCHS, RunCosts
-from .config import TrainConfig
-from .inference import LoadedModel, load_model
 
-__all__ = ["ENSEMBLE_FILE", "EnsembleBudgetError", "train_ensemble", "load_models", "mean_and_std"]
+__all__ = ["ENSEMBLE_FILE", "EnsembleBudgetError", "train_ensemble"]
 
 log = logging.getLogger(__name__)
-
-ENSEMBLE_FILE = "ensemble.json"
 
 TAIL_SECONDS = 2.0
 """Seconds an ensemble keeps, beside 1% of its budget, for its own metrics after the members."""
@@ -183,34 +182,3 @@ def _ensemble_metrics(
         "higher_is_better": splits.higher_is_better,
         "test_graphs": len(splits.test),
     }
-
-
-def load_models(path: str | Path, device: str = "auto") -> list[LoadedModel]:
-    """The model(s) of a checkpoint file, or every member of an ensemble folder.
-
-    Raises:
-        ValueError: the members disagree on what they read or predict.
-    """
-    path = Path(path)
-    if not (path.is_dir() and (path / ENSEMBLE_FILE).exists()):
-        return [load_model(path, device)]
-    spec = json.loads((path / ENSEMBLE_FILE).read_text())
-    models = [load_model(path / m / "best.pt", device) for m in spec["members"]]
-    first = models[0]
-    for m, name in zip(models[1:], spec["members"][1:], strict=True):
-        same = (
-            m.featurizer == first.featurizer
-            and m.target_names == first.target_names
-            and m.task_type == first.task_type
-            and m.model.config.multi_hop_max_dist == first.model.config.multi_hop_max_dist
-            and m.model.config.spatial_pos_max == first.model.config.spatial_pos_max
-        )
-        if not same:
-            raise ValueError(f"{path}: member {name} does not read or predict what the first does")
-    return models
-
-
-def mean_and_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[K, T]`` member values → ``([T] mean, [T] population std)``."""
-    mean = values.mean(dim=0)
-    return mean, values.sub(mean).pow(2).mean(dim=0).sqrt()

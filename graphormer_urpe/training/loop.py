@@ -1,6 +1,6 @@
 """The training loop: AdamW, linear warm-up + linear decay, masked L1/MSE/BCE, best-checkpointing.
 
-:func:`train` runs a whole experiment from a :class:`~graphormer_urpe.training.config.TrainConfig`
+:func:`train` runs a whole experiment from a :class:`~graphormer_urpe.runtime.config.TrainConfig`
 and writes into ``config.out``:
 
 * ``config.json``: the resolved config (model included)
@@ -47,14 +47,14 @@ from typing import Any
 import torch
 
 from ..attention_kernel import attention_kernel
+from ..inference.prediction import _evaluate as _evaluate
+from ..inference.prediction import predict, predict_dataset
 from ..io.checkpoint import CheckpointKeeper, TrainingInterrupted, stop_requests, write_atomic
-from .budget import RunCosts
-from .capture import CapturedForward
-from .config import TrainConfig, plan_steps
-from .distributed import DistContext, init_distributed
-from .history import _History as _History
-from .inputs import _default_loss as _default_loss
-from .inputs import (
+from ..runtime.capture import CapturedForward
+from ..runtime.config import TrainConfig, plan_steps
+from ..runtime.distributed import DistContext, init_distributed
+from ..runtime.inputs import _default_loss as _default_loss
+from ..runtime.inputs import (
     build_model,
     dataset_targets,
     load_splits,
@@ -62,13 +62,14 @@ from .inputs import (
     seed_everything,
     selection_metric,
 )
-from .loaders import _collator as _collator
-from .loaders import _eval_loader as _eval_loader
-from .loaders import _read as _read
-from .loaders import loader_workers as loader_workers
-from .loaders import make_loader
-from .prediction import _evaluate as _evaluate
-from .prediction import predict, predict_dataset
+from ..runtime.loaders import _collator as _collator
+from ..runtime.loaders import _eval_loader as _eval_loader
+from ..runtime.loaders import _read as _read
+from ..runtime.loaders import loader_workers as loader_workers
+from ..runtime.loaders import make_loader
+from ..runtime.precision import Precision
+from .budget import RunCosts
+from .history import _History as _History
 from .run_budget import PACE_WINDOW as PACE_WINDOW
 from .run_budget import RunBudget
 from .run_budget import _work as _work
@@ -83,7 +84,6 @@ from .run_setup import _PER_LAUNCH_FIELDS as _PER_LAUNCH_FIELDS
 from .run_setup import RunSetup
 from .run_state import log as log
 from .steps import (
-    Precision,
     StepTotals,
     linear_schedule,
     make_optimizer,

@@ -46,7 +46,7 @@ from ..io.checkpoint import (
     save_checkpoint,
     write_atomic,
 )
-from .config import TrainConfig
+from ..runtime.config import TrainConfig
 
 __all__ = [
     "PretrainedSource",

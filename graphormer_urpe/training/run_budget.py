@@ -16,10 +16,11 @@ import torch
 from torch.utils.data import Dataset
 
 from ..io.checkpoint import rng_state, save_checkpoint, set_rng_state
+from ..runtime.loaders import _read
+from ..runtime.precision import Precision
 from .budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, epochs_of
-from .loaders import _read
 from .run_state import RunState, log
-from .steps import Precision, StepTotals, make_optimizer, parameter_groups
+from .steps import StepTotals, make_optimizer, parameter_groups
 
 __all__ = ["RunBudget", "PACE_WINDOW"]
 

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from ..io.checkpoint import incompatible_checkpoint, rng_state, save_checkpoint, set_rng_state
+from ..runtime.capture import portable_optimizer_state
 from .budget import Schedule, epochs_of
-from .capture import portable_optimizer_state
 from .run_state import RunState, log
 
 __all__ = ["RunCheckpoints"]

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..inference.prediction import _evaluate
 from ..io.checkpoint import TrainingInterrupted
-from .capture import learning_rate
-from .prediction import _evaluate
+from ..runtime.capture import learning_rate
 from .run_state import RunState, log
 
 __all__ = ["RunEpochs"]

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..inference.prediction import _evaluate
 from ..io.checkpoint import load_checkpoint, write_atomic
 from .budget import MIN_USEFUL_EPOCHS
-from .prediction import _evaluate
 from .run_state import RunState, log
 
 __all__ = ["RunReport"]

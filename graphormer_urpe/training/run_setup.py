@@ -17,14 +17,15 @@ from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer
 from ..graph.shapes import token_length
 from ..io.checkpoint import incompatible_checkpoint
+from ..runtime.capture import CaptureBackend, CapturedStep, default_backend
+from ..runtime.config import TrainConfig
+from ..runtime.inputs import build_model, dataset_targets, load_splits
+from ..runtime.loaders import _collator, _eval_loader, loader_workers
+from ..runtime.precision import Precision
+from ..runtime.sampler import EpochBatchSampler
 from .budget import Schedule
-from .capture import CaptureBackend, CapturedStep, default_backend
-from .config import TrainConfig
-from .inputs import build_model, dataset_targets, load_splits
-from .loaders import _collator, _eval_loader, loader_workers
 from .run_state import RunState, log
-from .sampler import EpochBatchSampler
-from .steps import Precision, StepTotals, make_optimizer, parameter_groups, step_body
+from .steps import StepTotals, make_optimizer, parameter_groups, step_body
 
 __all__ = ["RunSetup"]
 

@@ -27,13 +27,14 @@ from torch.utils.data import DataLoader
 
 from ..graph.model import Graphormer
 from ..io.checkpoint import CheckpointKeeper
+from ..runtime.capture import CaptureBackend, CapturedForward, CapturedStep
+from ..runtime.config import TrainConfig
+from ..runtime.distributed import DistContext
+from ..runtime.precision import Precision
+from ..runtime.sampler import EpochBatchSampler
 from .budget import Pacer, RunCosts, Schedule
-from .capture import CaptureBackend, CapturedForward, CapturedStep
-from .config import TrainConfig
-from .distributed import DistContext
 from .history import _History
-from .sampler import EpochBatchSampler
-from .steps import Precision, StepTotals
+from .steps import StepTotals
 
 if TYPE_CHECKING:
     from ..datasets import DatasetSplits

@@ -1,14 +1,13 @@
-"""One training step: precision, the masked loss, AdamW and its schedule, device-side totals.
+"""One training step: the masked loss, AdamW and its schedule, device-side totals.
 
 :func:`train_step` (:func:`step_body` and the scheduler) is what the training loop
 (:mod:`~graphormer_urpe.training.loop`) runs per batch, eagerly or captured as a CUDA graph
-(:class:`~graphormer_urpe.training.capture.CapturedStep`); nothing in it reads back to the
+(:class:`~graphormer_urpe.runtime.capture.CapturedStep`); nothing in it reads back to the
 host: the running loss and a non-finite loss are kept on the device in :class:`StepTotals`.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,9 +16,9 @@ from torch import Tensor, nn
 from torch.optim import AdamW
 
 from ..graph.batch import GraphormerBatch
+from ..runtime.precision import Precision
 
 __all__ = [
-    "Precision",
     "linear_schedule",
     "masked_loss",
     "parameter_groups",
@@ -28,34 +27,6 @@ __all__ = [
     "train_step",
     "step_body",
 ]
-
-
-class Precision:
-    """Autocast and gradient scaling for one of ``fp32``, ``bf16``, ``fp16`` (or ``auto``).
-
-    ``auto`` picks bfloat16 autocast on CUDA GPUs that support it, float16 with a gradient
-    scaler on older GPUs, and float32 on the CPU.
-    """
-
-    def __init__(self, kind: str, device: torch.device) -> None:
-        if kind == "auto":
-            if device.type == "cuda":
-                kind = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-            else:
-                kind = "fp32"
-        if kind not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be auto, fp32, bf16 or fp16, got {kind!r}")
-        self.kind = kind
-        self.device = device
-        self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[kind]
-        self.scaler = torch.amp.GradScaler(device.type, enabled=kind == "fp16")
-
-    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
-        """The autocast region (nothing for ``fp32``); ``cache=False`` for captured steps,
-        whose weight casts must be recomputed at every replay."""
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=cache)
 
 
 def linear_schedule(step: int, warmup: int, total: int, peak: float, end: float) -> float:
@@ -224,7 +195,7 @@ def step_body(
     autocast_cache: bool = True,
 ) -> Tensor:
     """:func:`train_step` without the scheduler: what a captured step records
-    (:class:`~graphormer_urpe.training.capture.CapturedStep`), with ``step`` a ``[]`` device
+    (:class:`~graphormer_urpe.runtime.capture.CapturedStep`), with ``step`` a ``[]`` device
     tensor, gradients zeroed in place (``set_to_none=False``) and no autocast cache."""
     with precision.autocast(autocast_cache):
         pred = net(batch)

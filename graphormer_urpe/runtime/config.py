@@ -97,7 +97,7 @@ class TrainConfig:
     many padded tokens per process, ``graphs x (largest graph's atoms + 1)`` (the length
     rounded up on the static shapes' grid, :func:`~graphormer_urpe.graph.shapes.
     token_length`, so the batches are the same captured or not), sorted by size
-    (:class:`~graphormer_urpe.training.sampler.EpochBatchSampler`); evaluation batches too.
+    (:class:`~graphormer_urpe.runtime.sampler.EpochBatchSampler`); evaluation batches too.
     For large graphs, whose memory a fixed batch size cannot bound. ``None``: off."""
     compile: bool = False
     """Run the model through ``torch.compile`` (dynamic shapes); steps are then not captured."""
@@ -107,7 +107,7 @@ class TrainConfig:
     capture: bool = True
     """On one CUDA GPU, batches in a few static shapes and the whole training step (and every
     evaluation pass) captured as a CUDA graph per shape and replayed
-    (:mod:`~graphormer_urpe.training.capture`). Eager on the CPU, under several processes,
+    (:mod:`~graphormer_urpe.runtime.capture`). Eager on the CPU, under several processes,
     with ``compile`` and with ``fp16`` (whose grad scaler decides on the host)."""
     time_limit: float | None = None
     """Wall-clock budget of one launch in minutes (``None``: none). The learning-rate schedule

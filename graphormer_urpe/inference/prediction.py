@@ -11,10 +11,10 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..graph.model import Graphormer
-from .capture import CapturedForward, default_backend
-from .distributed import DistContext, gather_in_order
-from .loaders import _collator
-from .steps import Precision
+from ..runtime.capture import CapturedForward, default_backend
+from ..runtime.distributed import DistContext, gather_in_order
+from ..runtime.loaders import _collator
+from ..runtime.precision import Precision
 
 __all__ = ["predict", "predict_dataset"]
 
@@ -57,7 +57,7 @@ def predict_dataset(
     desc: str = "predict",
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`predict` over ``dataset`` in order; on one CUDA GPU through static batches and
-    forward passes captured per batch shape (:class:`~graphormer_urpe.training.capture.
+    forward passes captured per batch shape (:class:`~graphormer_urpe.runtime.capture.
     CapturedForward`)."""
     backend = default_backend(device)
     loader = DataLoader(

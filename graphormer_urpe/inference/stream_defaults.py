@@ -1,4 +1,4 @@
-"""The defaults of streaming prediction (:mod:`graphormer_urpe.training.stream`).
+"""The defaults of streaming prediction (:mod:`graphormer_urpe.inference.stream`).
 
 Plain numbers, no torch: ``graphormer-urpe predict --help`` shows them without importing the
 model; :mod:`.stream` re-exports them.

@@ -48,9 +48,10 @@ from tqdm.auto import tqdm
 from ..graph.batch import GraphormerCollator
 from ..graph.flat import FlatGraphs
 from ..graph.shapes import StaticShapes
-from .capture import CapturedForward, default_backend
+from ..runtime.capture import CapturedForward, default_backend
+from ..runtime.precision import Precision
 from .ensemble import load_models
-from .inference import LoadedModel, load_model
+from .loading import LoadedModel, load_model
 from .predict_io import (
     DOMAIN_COLUMNS,
     Prediction,
@@ -60,7 +61,6 @@ from .predict_io import (
     read_smiles,
     write_predictions_csv,
 )
-from .steps import Precision
 from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 from .workers import featurising_pool
 

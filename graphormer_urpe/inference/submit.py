@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .inference import load_model
+from .loading import load_model
 
 __all__ = ["SubmissionError", "write_submission", "submit_checkpoint"]
 

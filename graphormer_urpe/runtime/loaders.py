@@ -79,7 +79,7 @@ def _eval_loader(
 ) -> tuple[DataLoader, Tensor]:
     """This process's share of an evaluation split (graphs ``rank::world``, none twice) and
     their positions ``[n_r]``, in batches of ``batch_size`` graphs, or with ``max_tokens``
-    sorted by size and cut to the token budget (:func:`~graphormer_urpe.training.sampler.
+    sorted by size and cut to the token budget (:func:`~graphormer_urpe.runtime.sampler.
     token_batches`)."""
     index = torch.arange(ctx.rank, len(dataset), ctx.world_size)
     collate = _collator(config, ctx.device, batch_size if static else None, max_tokens)

@@ -14,10 +14,10 @@ import torch
 
 from ..graph.model import Graphormer
 from ..io.checkpoint import incompatible_checkpoint, load_checkpoint
-from .config import TrainConfig
-from .inputs import load_splits, resolve_device
+from ..runtime.config import TrainConfig
+from ..runtime.inputs import load_splits, resolve_device
+from ..runtime.precision import Precision
 from .prediction import predict_dataset
-from .steps import Precision
 
 if TYPE_CHECKING:
     from ..datasets.domain import DomainRecord
@@ -55,7 +55,7 @@ class LoadedModel:
         self, dataset, batch_size: int | None = None, progress: bool = False, desc: str = ""
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Predictions ``[N, T]`` and targets (or ``None``) of a whole dataset, in order
-        (:func:`~graphormer_urpe.training.prediction.predict_dataset`, with the run's batch size
+        (:func:`~graphormer_urpe.inference.prediction.predict_dataset`, with the run's batch size
         and precision by default)."""
         cfg = self.config
         precision = Precision(cfg.precision, self.device)
