@@ -21,7 +21,7 @@ padded size 25.8 atoms unsorted, 21.5 sorted). Windows hold a fixed number of co
 Example::
 
     from graphormer_urpe import iter_predictions
-    from graphormer_urpe.training import read_smiles
+    from graphormer_urpe.inference import read_smiles
 
     for p in iter_predictions("runs/x/best.pt", read_smiles("library.smi")):
         print(p.index, p.smiles, None if p.values is None else p.values.tolist(), p.error)
@@ -334,7 +334,7 @@ def iter_predictions(
 
     Args:
         model: a checkpoint path, an ensemble folder (``train --ensemble``), a
-            :func:`~graphormer_urpe.training.load_model` result or a list of them (an
+            :func:`~graphormer_urpe.inference.loading.load_model` result or a list of them (an
             ensemble: each row gets the members' mean, and their outputs in ``members``).
         smiles: the SMILES (a list, a generator, :func:`read_smiles`, ...).
         batch_size: valid molecules per model batch (batches are cut from windows of
