@@ -11,7 +11,7 @@ import signal
 import sys
 from itertools import chain
 
-from .flags import _command, _print_json, _shared
+from .flags import _command, _print_json, _shared, positive_int
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -179,19 +179,19 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=DEFAULT_BATCH_SIZE,
         help=f"molecules per model batch (default {DEFAULT_BATCH_SIZE})",
     )
     p.add_argument(
         "--chunk-size",
-        type=int,
+        type=positive_int,
         default=DEFAULT_CHUNK_SIZE,
         help=f"SMILES per featurisation task (default {DEFAULT_CHUNK_SIZE})",
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         help="CPU threads for the model (default: the CPU cores left after --workers, at "
         "least 1; more threads than free cores slow everything down)",
     )

@@ -14,6 +14,7 @@ from .flags import (
     _command,
     _print_json,
     _shared,
+    positive_int,
 )
 
 
@@ -132,7 +133,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     _shared(d, "--data-root", "--cache-dir", data_root=root)
     d.add_argument(
         "--preprocess-workers",
-        type=int,
+        type=positive_int,
         help="processes that build a missing dataset store (default 1)",
     )
     _shared(d, "--smiles-column", "--target-columns", "--split-column")
@@ -163,7 +164,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument(
         "--max-nodes",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="leave training graphs above N atoms out (logged); valid/test graphs are always kept",
     )
@@ -186,7 +187,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument(
         "--ensemble",
-        type=int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="train K members with seeds SEED..SEED+K-1 into OUT/member-<i> and score their "
@@ -232,13 +233,13 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     _shared(d, "--smiles-column", "--cache-dir")
     d.add_argument(
         "--preprocess-workers",
-        type=int,
+        type=positive_int,
         help="processes that build the store (featurisation + descriptors; default 1)",
     )
     d.add_argument("--split-seed", type=int, help="seed of the 98/1/1 random split (0)")
     d.add_argument(
         "--max-nodes",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="leave training graphs above N atoms out (logged)",
     )
