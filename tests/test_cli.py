@@ -218,3 +218,41 @@ def test_max_nodes_leaves_only_training_graphs_out(table, tmp_path):
     assert b["dropped_train_oversize"] > 0
     assert b["train_graphs"] == a["train_graphs"] - b["dropped_train_oversize"]
     assert (b["valid_graphs"], b["test_graphs"]) == (a["valid_graphs"], a["test_graphs"])
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--ensemble", "0"),
+        ("--ensemble", "-2"),
+        ("--epochs", "0"),
+        ("--max-steps", "-1"),
+        ("--time-limit", "0"),
+        ("--time-limit", "-3"),
+        ("--time-limit", "nan"),
+    ],
+)
+def test_counts_and_durations_below_one_are_refused_before_any_work(
+    table, tmp_path, monkeypatch, capsys, flag, value
+):
+    """Refused by the parser, in one line, before any data is read: no runs/ folder."""
+    monkeypatch.chdir(tmp_path)
+    args = _train_args(table, tmp_path / "data", tmp_path / "x")
+    args.remove("--out")
+    args.remove(str(tmp_path / "x"))
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*args, flag, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and ("at least 1" in err or "above 0" in err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_refused_ensemble_leaves_no_runs_folder(table, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = _train_args(table, tmp_path / "data", tmp_path / "x", "--ensemble", "3")
+    for flag in ("--out", "--epochs"):
+        i = args.index(flag)
+        del args[i : i + 2]
+    assert cli.main([*args, "--time-limit", "0.02"]) == 2
+    assert not (tmp_path / "runs").exists()
