@@ -118,8 +118,12 @@ def steady_clock(monkeypatch) -> list[float]:
 
 
 def test_the_refusal_names_a_budget_that_then_fits(
-    table, tmp_path, capsys, monkeypatch, steady_clock
-):  # noqa: F811
+    table,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+    steady_clock,
+):
     args = _train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
     i = args.index("--epochs")
     del args[i : i + 2]

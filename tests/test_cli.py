@@ -256,3 +256,25 @@ def test_a_refused_ensemble_leaves_no_runs_folder(table, tmp_path, monkeypatch):
         del args[i : i + 2]
     assert cli.main([*args, "--time-limit", "0.02"]) == 2
     assert not (tmp_path / "runs").exists()
+
+
+def test_train_ends_with_its_checkpoint_and_the_predict_command_that_uses_it(
+    table, tmp_path, monkeypatch, capsys
+):
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    args = _train_args(table, tmp_path / "data", tmp_path / "x")
+    for flag in ("--out", "--epochs"):
+        i = args.index(flag)
+        del args[i : i + 2]
+    assert cli.main([*args, "--epochs", "1"]) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    # the default run folder: runs/<file stem>-<preset>-<attention>
+    assert "runs/mols-small-urpe/best.pt" in last and (tmp_path / "runs/mols-small-urpe").is_dir()
+    command = shlex.split(last.split("predict with: ")[1])
+    assert command[:2] == ["graphormer-urpe", "predict"] and str(table) in command
+    out = tmp_path / "pred.csv"
+    assert cli.main([*command[1:], "--no-progress", "--workers", "0"]) == 0
+    with open(out) as fh:
+        assert len(list(csv.DictReader(fh))) == len(SMILES) + 1  # every row, the bad one too

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
+import sys
 
 from .flags import (
     _add_model_flags,
@@ -105,7 +107,26 @@ def run_train(args: argparse.Namespace) -> int:
         )
     else:
         metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
-    return _print_json(metrics)
+    _print_json(metrics)
+    print(f"graphormer-urpe: {where_written(cfg, args.ensemble > 1)}", file=sys.stderr)
+    return 0
+
+
+def where_written(cfg, ensemble: bool) -> str:
+    """The last line of ``train``: the checkpoint it wrote (an ensemble: its folder) and the
+    ``predict`` command that uses it, on the training file's molecules (``--smiles`` for
+    the benchmarks)."""
+    ckpt = cfg.out if ensemble else os.path.join(cfg.out, "best.pt")
+    kind, _, path = cfg.dataset.partition(":")
+    if kind in ("csv", "sdf") and path:
+        source = ["--input", path.split(",")[0].strip()]
+        if kind == "csv" and cfg.smiles_column not in (None, "smiles"):
+            source += ["--smiles-column", cfg.smiles_column]
+    else:
+        source = ["--smiles", "CCO"]
+    command = ["graphormer-urpe", "predict", "--checkpoint", ckpt, *source, "--output", "pred.csv"]
+    what = "the ensemble" if ensemble else "the best checkpoint"
+    return f"{what} is {ckpt}; predict with: {shlex.join(command)}"
 
 
 def _train_config_cls():
