@@ -122,8 +122,15 @@ _FLAGS: dict[str, dict] = {
     "--checkpoint": {"required": True, "help": "a best.pt or last.pt file"},
     "--data-root": {"default": None, "help": "dataset folder, if it moved"},
     "--smiles-column": {"default": None, "help": "CSV: SMILES column (default smiles)"},
-    "--target-columns": {"nargs": "+", "default": None, "help": "CSV: target column(s)"},
-    "--split-column": {"default": None, "help": "CSV: column holding train/valid/test"},
+    "--target-columns": {
+        "nargs": "+",
+        "default": None,
+        "help": "CSV: target column(s); SD file: SD properties",
+    },
+    "--split-column": {
+        "default": None,
+        "help": "CSV: column (SD file: property) holding train/valid/test",
+    },
     "--batch-size": {"type": positive_int, "default": None, "help": "graphs per batch"},
 }
 """The flags several sub-commands share, defined once (a command may change a default or

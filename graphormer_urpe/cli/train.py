@@ -69,15 +69,15 @@ def train_config(args: argparse.Namespace):
 
 
 def _dataset_tag(dataset: str) -> str:
-    """A run folder's name for ``dataset``: a CSV's file stem (``csv:data/mols.csv`` ->
-    ``mols``; three files: the first's), else the dataset's name."""
-    if not dataset.startswith("csv:"):
+    """A run folder's name for ``dataset``: a CSV's or SD file's stem (``csv:data/mols.csv``
+    -> ``mols``; three files: the first's), else the dataset's name."""
+    if not dataset.startswith(("csv:", "sdf:")):
         return dataset
     first = dataset[4:].split(",")[0].strip()
     name = os.path.basename(first)
-    for suffix in (".gz", ".csv", ".smi", ".txt"):
+    for suffix in (".gz", ".csv", ".smi", ".txt", ".sdf"):
         name = name.removesuffix(suffix)
-    return name or "csv"
+    return name or dataset[:3]
 
 
 def _holds_run(out: str) -> bool:
@@ -96,6 +96,10 @@ def run_train(args: argparse.Namespace) -> int:
     metric at the best checkpoint. With no flags: the embedded NCI molecules (from RDKit)
     labelled with the ZINC target, the small preset, on the CPU in a few minutes. Preset
     values apply unless a flag overrides them."""
+    if args.config is None and args.dataset:  # a table's head: checked before any import
+        from ..datasets.table_head import check_table_head
+
+        check_table_head(args.dataset, args.smiles_column, args.target_columns, args.split_column)
     from ..training import train
 
     cfg = train_config(args)
@@ -147,7 +151,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--dataset",
         help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
-        "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
+        "(or csv:TRAIN,VALID,TEST), sdf:PATH (an SD file, .sdf or .sdf.gz: --target-columns "
+        "name SD properties; each record's title is its name column), pcqm4mv2 or pcqm4m "
+        "(OGB-LSC; run preprocess first), "
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
     )
     root = {"help": "folder of downloaded datasets (default data/<name>)"}
