@@ -11,7 +11,7 @@ import pytest
 
 from graphormer_urpe import cli
 from graphormer_urpe.training import loop, run_budget, run_setup
-from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, Schedule
+from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, Replans, RunCosts, Schedule
 from graphormer_urpe.training.loop import linear_schedule
 
 from .test_cli import _train_args
@@ -69,7 +69,7 @@ def test_the_pacer_stops_earlier_and_plans_fewer_steps_when_steps_slow_down():
     before = pacer.steps_left(5.0)
     # the next window runs at twice the measured time per step
     assert pacer.observe(15, 10.0)
-    assert pacer.recent == pytest.approx(2.0) and pacer.slowdown == pytest.approx(1.5)
+    assert pacer.recent == pytest.approx(2.0) and pacer.slowdown == pytest.approx(1.25)
     assert pacer.finish_estimate() == pytest.approx(2.0 * finish)  # the slower pace
     assert pacer.steps_left(10.0) < before - 5
     assert pacer.time_up(100.0 - 2.0 * finish - 2.0 + 0.01)
@@ -81,6 +81,28 @@ def test_the_pacer_stops_earlier_and_plans_fewer_steps_when_steps_slow_down():
     # a slow validation makes the finish's validation and test slower in step
     pacer.observe_evaluation(8.0)  # 4x the measured 2 s, at a 2x pace
     assert pacer.costs.valid == pytest.approx(4.0) and pacer.costs.test == pytest.approx(6.0)
+
+
+def test_a_replan_is_made_for_a_change_over_10_percent_and_logged_once_a_minute():
+    """An injected clock: paces that swing from window to window move the plan a little
+    (the smoothed pace), and of the re-plans made only one a minute is logged."""
+    c = _costs(step=1.0, valid=0.0, test=0.0, save=0.0, steps_per_epoch=1000, eval_every=1)
+    pacer = Pacer(deadline=10_000.0, costs=c, budget=10_000.0, window=5.0)
+    now, step = 0.0, 0
+    pacer.observe(step, now)
+    plans = []
+    for k in range(40):  # windows alternately at 0.6x and 1.4x the measured time per step
+        pace = 0.6 if k % 2 else 1.4
+        step += 10
+        now += 10 * pace
+        assert pacer.observe(step, now)
+        plans.append(step + pacer.steps_left(now))
+    swing = (max(plans[4:]) - min(plans[4:])) / max(plans[4:])
+    assert swing < 0.2  # raw windows would swing the plan by more than half
+    r = Replans()
+    assert not r.worth(100, 109) and not r.worth(100, 91) and r.worth(100, 111) and r.worth(100, 89)
+    logged = [r.log_now(t) for t in (0.0, 6.0, 30.0, 59.9, 60.0, 75.0, 121.0)]
+    assert logged == [True, False, False, False, True, False, True]
 
 
 def test_an_ensemble_too_short_for_its_members_is_refused_before_training(table, tmp_path):  # noqa: F811
