@@ -278,3 +278,21 @@ def test_train_ends_with_its_checkpoint_and_the_predict_command_that_uses_it(
     assert cli.main([*command[1:], "--no-progress", "--workers", "0"]) == 0
     with open(out) as fh:
         assert len(list(csv.DictReader(fh))) == len(SMILES) + 1  # every row, the bad one too
+
+
+def test_the_command_hides_pyg_jit_script_warning_and_the_library_does_not(tmp_path):
+    """PyTorch Geometric's import warns that torch.jit.script is deprecated (newer torch):
+    the command line hides it, a program importing the library still sees it."""
+    root = Path(__file__).resolve().parents[1]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+
+    def stderr(code: str) -> str:
+        cmd = [sys.executable, "-W", "default", "-c", code]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path).stderr
+
+    library = stderr("import graphormer_urpe, graphormer_urpe.cli, torch_geometric")
+    if "torch.jit.script" not in library:
+        pytest.skip("this torch version does not deprecate torch.jit.script")
+    demo = ["demo", "--molecules", "2", "--layers", "1", "--preset", "small"]
+    command = stderr(f"from graphormer_urpe import cli; cli.main({demo!r})")
+    assert "torch.jit.script" not in command and "Traceback" not in command, command

@@ -47,7 +47,7 @@ def test_header_errors_come_before_any_import_or_featurisation(tmp_path, flags, 
 
 
 def test_the_header_check_runs_before_the_store_is_built(tmp_path, monkeypatch, capsys):
-    table = _csv(tmp_path / "mols.csv", ["CCO,-0.77", "CCN,\"5,48\""])
+    table = _csv(tmp_path / "mols.csv", ["CCO,-0.77", 'CCN,"5,48"'])
 
     def never(*a, **kw):
         raise AssertionError("featurised before the header was checked")
