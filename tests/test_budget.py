@@ -238,12 +238,19 @@ def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatc
     assert m["steps"] < planned and m["pace"] > 1.5 and m["steps_planned"] < planned
 
 
-def test_a_budget_spent_before_training_is_refused_and_leaves_nothing(table, tmp_path, capsys):  # noqa: F811
+def test_a_budget_spent_before_training_is_refused_and_leaves_nothing(
+    table,  # noqa: F811
+    tmp_path,
+    capsys,
+    caplog,
+):
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out)
     i = args.index("--epochs")
     del args[i : i + 2]
-    assert cli.main([*args, "--time-limit", "0.001"]) == 2  # 60 ms: gone on loading
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main([*args, "--time-limit", "0.001"]) == 2  # 60 ms: gone on loading
     err = capsys.readouterr().err
     assert "leaving no time to train" in err and "store is kept" in err
     assert not out.exists()
+    assert "min left" not in caplog.text  # no plan over a negative time

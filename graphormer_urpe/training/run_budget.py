@@ -114,6 +114,8 @@ class RunBudget(RunState):
             steps = 1
         steps = int(self.ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
         epochs = steps / len(self.sampler)
+        if self.no_time is not None:
+            return steps  # refused: no plan to log
         log.info(
             "time limit %g min without --epochs/--max-steps: %.3g s per step, %.3g s per "
             "validation and %.3g s per checkpoint measured; planned %d steps (%.1f epochs) "
