@@ -11,7 +11,7 @@ import pytest
 
 from graphormer_urpe import cli
 from graphormer_urpe.training import loop, run_budget, run_setup
-from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, Schedule
+from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, Replans, RunCosts, Schedule
 from graphormer_urpe.training.loop import linear_schedule
 
 from .test_cli import _train_args
@@ -69,7 +69,7 @@ def test_the_pacer_stops_earlier_and_plans_fewer_steps_when_steps_slow_down():
     before = pacer.steps_left(5.0)
     # the next window runs at twice the measured time per step
     assert pacer.observe(15, 10.0)
-    assert pacer.recent == pytest.approx(2.0) and pacer.slowdown == pytest.approx(1.5)
+    assert pacer.recent == pytest.approx(2.0) and pacer.slowdown == pytest.approx(1.25)
     assert pacer.finish_estimate() == pytest.approx(2.0 * finish)  # the slower pace
     assert pacer.steps_left(10.0) < before - 5
     assert pacer.time_up(100.0 - 2.0 * finish - 2.0 + 0.01)
@@ -83,6 +83,28 @@ def test_the_pacer_stops_earlier_and_plans_fewer_steps_when_steps_slow_down():
     assert pacer.costs.valid == pytest.approx(4.0) and pacer.costs.test == pytest.approx(6.0)
 
 
+def test_a_replan_is_made_for_a_change_over_10_percent_and_logged_once_a_minute():
+    """An injected clock: paces that swing from window to window move the plan a little
+    (the smoothed pace), and of the re-plans made only one a minute is logged."""
+    c = _costs(step=1.0, valid=0.0, test=0.0, save=0.0, steps_per_epoch=1000, eval_every=1)
+    pacer = Pacer(deadline=10_000.0, costs=c, budget=10_000.0, window=5.0)
+    now, step = 0.0, 0
+    pacer.observe(step, now)
+    plans = []
+    for k in range(40):  # windows alternately at 0.6x and 1.4x the measured time per step
+        pace = 0.6 if k % 2 else 1.4
+        step += 10
+        now += 10 * pace
+        assert pacer.observe(step, now)
+        plans.append(step + pacer.steps_left(now))
+    swing = (max(plans[4:]) - min(plans[4:])) / max(plans[4:])
+    assert swing < 0.2  # raw windows would swing the plan by more than half
+    r = Replans()
+    assert not r.worth(100, 109) and not r.worth(100, 91) and r.worth(100, 111) and r.worth(100, 89)
+    logged = [r.log_now(t) for t in (0.0, 6.0, 30.0, 59.9, 60.0, 75.0, 121.0)]
+    assert logged == [True, False, False, False, True, False, True]
+
+
 def test_an_ensemble_too_short_for_its_members_is_refused_before_training(table, tmp_path):  # noqa: F811
     out = tmp_path / "ens"
     args = _train_args(table, tmp_path / "data", out, "--ensemble", "3")
@@ -92,7 +114,38 @@ def test_an_ensemble_too_short_for_its_members_is_refused_before_training(table,
     assert not out.exists()  # nothing left behind
 
 
-def test_the_refusal_names_a_budget_that_then_fits(table, tmp_path, capsys, monkeypatch):  # noqa: F811
+@pytest.fixture
+def steady_clock(monkeypatch) -> list[float]:
+    """Time that machine load cannot move: ``time.perf_counter`` advances a microsecond per
+    reading, and a run's measured costs are fixed sizes (a step 0.2 s, ...) times the
+    machine's load, the list's last value (append to make the next measurement slower)."""
+    import time
+
+    clock = {"t": 1_000.0}
+
+    def tick() -> float:
+        clock["t"] += 1e-6
+        return clock["t"]
+
+    load = [1.0]
+
+    def measured(self) -> RunCosts:
+        x = load[-1]
+        steps, every = len(self.sampler), self.config.eval_every
+        return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
+
+    monkeypatch.setattr(time, "perf_counter", tick)
+    monkeypatch.setattr(run_budget.RunBudget, "_measure_costs", measured)
+    return load
+
+
+def test_the_refusal_names_a_budget_that_then_fits(
+    table,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+    steady_clock,
+):
     args = _train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
     i = args.index("--epochs")
     del args[i : i + 2]
@@ -101,7 +154,9 @@ def test_the_refusal_names_a_budget_that_then_fits(table, tmp_path, capsys, monk
     assert "--ensemble 2 --time-limit 0.02" in message and "epochs per member" in message
     need = float(message.split("give --time-limit ")[1].split()[0])
     assert need > 0.02
-    # the budget it names gives each member about MIN_USEFUL_EPOCHS epochs as planned
+    # given back on a machine that got busier (every cost 30% higher), it is accepted and
+    # gives each member at least MIN_USEFUL_EPOCHS epochs as planned
+    steady_clock.append(1.3)
     planned: list[float] = []
     real = loop._Run.__init__
 
@@ -111,7 +166,21 @@ def test_the_refusal_names_a_budget_that_then_fits(table, tmp_path, capsys, monk
 
     monkeypatch.setattr(loop._Run, "__init__", record)
     assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(tmp_path / "b")]) == 0
-    assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS * 0.7  # (paces vary)
+    assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS
+
+
+def test_typed_epochs_win_over_the_ensembles_refusal(table, tmp_path, caplog, steady_clock):  # noqa: F811
+    """--epochs 2 with --time-limit: trained as typed, each member saying it is short (as
+    without --time-limit), not refused."""
+    out = tmp_path / "ens"
+    args = _train_args(table, tmp_path / "data", out, "--ensemble", "2")
+    args[args.index("--epochs") + 1] = "2"
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main([*args, "--time-limit", "0.5"]) == 0
+    for k in range(2):
+        m = json.loads((out / f"member-{k}" / "metrics.json").read_text())
+        assert m["epochs_trained"] == pytest.approx(2.0) and m["short_run"] is True
+    assert "too short to trust" in caplog.text
 
 
 def test_a_short_run_says_so(table, tmp_path, caplog):  # noqa: F811
@@ -169,12 +238,19 @@ def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatc
     assert m["steps"] < planned and m["pace"] > 1.5 and m["steps_planned"] < planned
 
 
-def test_a_budget_spent_before_training_is_refused_and_leaves_nothing(table, tmp_path, capsys):  # noqa: F811
+def test_a_budget_spent_before_training_is_refused_and_leaves_nothing(
+    table,  # noqa: F811
+    tmp_path,
+    capsys,
+    caplog,
+):
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out)
     i = args.index("--epochs")
     del args[i : i + 2]
-    assert cli.main([*args, "--time-limit", "0.001"]) == 2  # 60 ms: gone on loading
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main([*args, "--time-limit", "0.001"]) == 2  # 60 ms: gone on loading
     err = capsys.readouterr().err
     assert "leaving no time to train" in err and "store is kept" in err
     assert not out.exists()
+    assert "min left" not in caplog.text  # no plan over a negative time

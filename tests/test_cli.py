@@ -218,3 +218,81 @@ def test_max_nodes_leaves_only_training_graphs_out(table, tmp_path):
     assert b["dropped_train_oversize"] > 0
     assert b["train_graphs"] == a["train_graphs"] - b["dropped_train_oversize"]
     assert (b["valid_graphs"], b["test_graphs"]) == (a["valid_graphs"], a["test_graphs"])
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--ensemble", "0"),
+        ("--ensemble", "-2"),
+        ("--epochs", "0"),
+        ("--max-steps", "-1"),
+        ("--time-limit", "0"),
+        ("--time-limit", "-3"),
+        ("--time-limit", "nan"),
+    ],
+)
+def test_counts_and_durations_below_one_are_refused_before_any_work(
+    table, tmp_path, monkeypatch, capsys, flag, value
+):
+    """Refused by the parser, in one line, before any data is read: no runs/ folder."""
+    monkeypatch.chdir(tmp_path)
+    args = _train_args(table, tmp_path / "data", tmp_path / "x")
+    args.remove("--out")
+    args.remove(str(tmp_path / "x"))
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*args, flag, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and ("at least 1" in err or "above 0" in err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_refused_ensemble_leaves_no_runs_folder(table, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = _train_args(table, tmp_path / "data", tmp_path / "x", "--ensemble", "3")
+    for flag in ("--out", "--epochs"):
+        i = args.index(flag)
+        del args[i : i + 2]
+    assert cli.main([*args, "--time-limit", "0.02"]) == 2
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_ends_with_its_checkpoint_and_the_predict_command_that_uses_it(
+    table, tmp_path, monkeypatch, capsys
+):
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    args = _train_args(table, tmp_path / "data", tmp_path / "x")
+    for flag in ("--out", "--epochs"):
+        i = args.index(flag)
+        del args[i : i + 2]
+    assert cli.main([*args, "--epochs", "1"]) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    # the default run folder: runs/<file stem>-<preset>-<attention>
+    assert "runs/mols-small-urpe/best.pt" in last and (tmp_path / "runs/mols-small-urpe").is_dir()
+    command = shlex.split(last.split("predict with: ")[1])
+    assert command[:2] == ["graphormer-urpe", "predict"] and str(table) in command
+    out = tmp_path / "pred.csv"
+    assert cli.main([*command[1:], "--no-progress", "--workers", "0"]) == 0
+    with open(out) as fh:
+        assert len(list(csv.DictReader(fh))) == len(SMILES) + 1  # every row, the bad one too
+
+
+def test_the_command_hides_pyg_jit_script_warning_and_the_library_does_not(tmp_path):
+    """PyTorch Geometric's import warns that torch.jit.script is deprecated (newer torch):
+    the command line hides it, a program importing the library still sees it."""
+    root = Path(__file__).resolve().parents[1]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+
+    def stderr(code: str) -> str:
+        cmd = [sys.executable, "-W", "default", "-c", code]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path).stderr
+
+    library = stderr("import graphormer_urpe, graphormer_urpe.cli, torch_geometric")
+    if "torch.jit.script" not in library:
+        pytest.skip("this torch version does not deprecate torch.jit.script")
+    demo = ["demo", "--molecules", "2", "--layers", "1", "--preset", "small"]
+    command = stderr(f"from graphormer_urpe import cli; cli.main({demo!r})")
+    assert "torch.jit.script" not in command and "Traceback" not in command, command

@@ -124,3 +124,43 @@ def test_hugging_face_inputs_built_from_ours_equal_its_collator():
     for key in ("input_nodes", "attn_bias", "spatial_pos", "in_degree", "out_degree"):
         assert torch.equal(ours[key], theirs[key]), key
     assert torch.equal(ours["input_edges"], theirs["input_edges"][:, :, :, :mh, :])
+
+
+def test_the_smoke_check_is_bounded_by_sizes_not_seconds(tmp_path, monkeypatch):
+    """On a busy machine the smoke check runs slower, never out of time: its sections have
+    no deadlines of their own and its fidelity runs no --time-limit (only --budget sets
+    deadlines); the total is a guard against a hung subprocess."""
+    import argparse
+
+    dc = _load("device_check")
+    fidelity = _load_fidelity()
+    args = argparse.Namespace(smoke=True, budget=None, out=str(tmp_path / "o"), work=None)
+    check = dc.Check(args)
+    assert check.budgets == {} and check.total >= 10 * 60
+    seen: list = []
+
+    class Stop(Exception):
+        pass
+
+    def run_four(check, tag, steps, dev, prec, limit, time_limit_s=None):
+        seen.append((steps, time_limit_s))
+        raise Stop
+
+    monkeypatch.setattr(fidelity, "_run_four", run_four)
+    monkeypatch.setattr(fidelity, "_train_rows", lambda check: 160)
+    monkeypatch.setattr(check, "wait_background", lambda name: None)
+    with pytest.raises(Stop):
+        fidelity.section_fidelity(check, {})
+    assert seen == [(3, None)]  # 3 steps, no --time-limit
+    timed = argparse.Namespace(smoke=True, budget=50.0, out=str(tmp_path / "o"), work=None)
+    assert dc.Check(timed).total == 50.0
+
+
+def _load_fidelity():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from _device_check import fidelity
+
+        return fidelity
+    finally:
+        sys.path.remove(str(SCRIPTS))

@@ -15,6 +15,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 
 import pytest
 import torch
@@ -305,6 +306,21 @@ def test_init_from_reports_loaded_new_and_ignored_tensors(tmp_path):
     assert report.initialised == [] and report.ignored == []
     for name, t in direct.state_dict().items():
         assert torch.equal(t, saved[name]), name
+
+
+def test_init_from_logs_a_count_and_the_names_at_debug_level(caplog):
+    """The shipped checkpoint: one INFO line with the counts; the names only at -v (DEBUG)."""
+    run = get_preset("small", attention="urpe")
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        _, report = init_from_checkpoint("pretrained", run, "ogb", num_targets=1)
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert any(f"loaded {len(report.loaded)} tensors" in m for m in info)
+    assert not any(report.loaded[0] in m for m in info)  # no names
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="graphormer_urpe"):
+        init_from_checkpoint("pretrained", run, "ogb", num_targets=1)
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any(m.startswith("loaded: ") and report.loaded[-1] in m for m in debug)
 
 
 def test_cli_convert_evaluate_predict_and_fine_tune(tmp_path, capsys):

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -100,10 +101,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(message)s",
         datefmt="%H:%M:%S",
     )
-    code = _run(args)
+    with warnings.catch_warnings():  # the command's own filters; the library sets none
+        hide_dependency_warnings()
+        code = _run(args)
     if argv is None and getattr(args, "exit_at_once", False):
         _exit_now(code)
     return code
+
+
+DEPENDENCY_WARNINGS = (r".*`?torch\.jit\.script`? is deprecated",)
+"""Messages of dependencies' warnings that the command hides: PyTorch Geometric scripts a few
+functions with ``torch.jit.script`` when imported, which newer torch versions deprecate
+(a ``FutureWarning`` / ``DeprecationWarning`` a user can do nothing about)."""
+
+
+def hide_dependency_warnings() -> None:
+    """Ignore :data:`DEPENDENCY_WARNINGS` (the command line only: a program that imports the
+    library keeps every warning)."""
+    for message in DEPENDENCY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -63,6 +63,30 @@ def _print_json(report: dict) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: a whole number of at least 1 (a count: epochs, members, steps),
+    so that ``--ensemble 0`` is refused before any work."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An ``argparse`` type: a finite number above 0 (a duration: ``--time-limit 0`` is
+    refused before any work)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -98,9 +122,16 @@ _FLAGS: dict[str, dict] = {
     "--checkpoint": {"required": True, "help": "a best.pt or last.pt file"},
     "--data-root": {"default": None, "help": "dataset folder, if it moved"},
     "--smiles-column": {"default": None, "help": "CSV: SMILES column (default smiles)"},
-    "--target-columns": {"nargs": "+", "default": None, "help": "CSV: target column(s)"},
-    "--split-column": {"default": None, "help": "CSV: column holding train/valid/test"},
-    "--batch-size": {"type": int, "default": None, "help": "graphs per batch"},
+    "--target-columns": {
+        "nargs": "+",
+        "default": None,
+        "help": "CSV: target column(s); SD file: SD properties",
+    },
+    "--split-column": {
+        "default": None,
+        "help": "CSV: column (SD file: property) holding train/valid/test",
+    },
+    "--batch-size": {"type": positive_int, "default": None, "help": "graphs per batch"},
 }
 """The flags several sub-commands share, defined once (a command may change a default or
 the help where its meaning differs)."""
@@ -123,18 +154,18 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
     )
     t.add_argument(
         "--epochs",
-        type=int,
+        type=positive_int,
         help="epochs (replaces the preset's step count; ignored with --max-steps)",
     )
     t.add_argument(
         "--max-steps",
-        type=int,
+        type=positive_int,
         help="optimizer steps in total (replaces the preset's epochs)",
     )
     _shared(t, "--batch-size")
     t.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         metavar="T",
         help="a token budget instead of --batch-size: each batch holds as many graphs as fit "
         "T padded tokens (graphs x (largest graph's atoms + 1)), graphs of similar size "
@@ -173,7 +204,7 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
         "std, predict in their units (default: on for csv: datasets, off for the benchmarks)",
     )
     t.add_argument("--seed", type=int, help="random seed")
-    t.add_argument("--eval-every", type=int, help="validate every N epochs")
+    t.add_argument("--eval-every", type=positive_int, help="validate every N epochs")
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -192,10 +223,10 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         type=int,
         help="data-loader worker processes (default: 0 on the CPU, min(8, cores - 2) on a GPU)",
     )
-    r.add_argument("--threads", type=int, help="CPU threads for torch")
+    r.add_argument("--threads", type=positive_int, help="CPU threads for torch")
     r.add_argument(
         "--time-limit",
-        type=float,
+        type=positive_float,
         metavar="MINUTES",
         help="stop cleanly when this wall-clock budget is spent (checkpoint, test at the best "
         "checkpoint); without --epochs or --max-steps the steps are planned to fill it (from "
@@ -210,13 +241,13 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     )
     r.add_argument(
         "--checkpoint-every",
-        type=int,
+        type=positive_int,
         metavar="STEPS",
         help="also checkpoint every STEPS optimizer steps (default: at epoch ends only)",
     )
     r.add_argument(
         "--keep-checkpoints",
-        type=int,
+        type=positive_int,
         metavar="K",
         help="rolling checkpoints kept in OUT/checkpoints (default 3)",
     )

@@ -11,7 +11,7 @@ import signal
 import sys
 from itertools import chain
 
-from .flags import _command, _print_json, _shared
+from .flags import _command, _print_json, _shared, positive_int
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -57,7 +57,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """predict molecules from SMILES
+    """predict molecules from SMILES or an SD file
 
     Predict the targets of molecules with a trained checkpoint. Streams CSV (smiles, name
     for one-SMILES-a-line input, one column per target, domain, nearest_similarity, error)
@@ -77,7 +77,7 @@ def run_predict(args: argparse.Namespace) -> int:
         WriteCounts,
         carry_names,
         interrupts_between_rows,
-        read_named_smiles,
+        read_input_rows,
     )
     from ..inference.stream import default_threads, iter_predictions, write_predictions_csv
 
@@ -91,7 +91,7 @@ def run_predict(args: argparse.Namespace) -> int:
         )
     smiles, with_names, named = args.smiles, None, False
     if args.input:
-        rows = read_named_smiles(args.input, args.smiles_column)
+        rows = read_input_rows(args.input, args.smiles_column)
         first = next(rows, None)
         named = first is not None and first[1] is not None  # one SMILES a line: its names
         smiles, with_names = carry_names(chain([first] if first else [], rows))
@@ -158,7 +158,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--input",
         help="a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
-        "line (a name may follow: it goes to the name column), or - for standard input (CSV "
+        "line (a name may follow: it goes to the name column), an SD file (.sdf, .sdf.gz: each "
+        "record's title goes to the name column), or - for standard input (CSV "
         "when its first line names "
         "--smiles-column, else one SMILES a line)",
     )
@@ -179,19 +180,19 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=DEFAULT_BATCH_SIZE,
         help=f"molecules per model batch (default {DEFAULT_BATCH_SIZE})",
     )
     p.add_argument(
         "--chunk-size",
-        type=int,
+        type=positive_int,
         default=DEFAULT_CHUNK_SIZE,
         help=f"SMILES per featurisation task (default {DEFAULT_CHUNK_SIZE})",
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         help="CPU threads for the model (default: the CPU cores left after --workers, at "
         "least 1; more threads than free cores slow everything down)",
     )

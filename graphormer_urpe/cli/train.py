@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
+import sys
 
 from .flags import (
     _add_model_flags,
@@ -14,6 +16,7 @@ from .flags import (
     _command,
     _print_json,
     _shared,
+    positive_int,
 )
 
 
@@ -66,15 +69,15 @@ def train_config(args: argparse.Namespace):
 
 
 def _dataset_tag(dataset: str) -> str:
-    """A run folder's name for ``dataset``: a CSV's file stem (``csv:data/mols.csv`` ->
-    ``mols``; three files: the first's), else the dataset's name."""
-    if not dataset.startswith("csv:"):
+    """A run folder's name for ``dataset``: a CSV's or SD file's stem (``csv:data/mols.csv``
+    -> ``mols``; three files: the first's), else the dataset's name."""
+    if not dataset.startswith(("csv:", "sdf:")):
         return dataset
     first = dataset[4:].split(",")[0].strip()
     name = os.path.basename(first)
-    for suffix in (".gz", ".csv", ".smi", ".txt"):
+    for suffix in (".gz", ".csv", ".smi", ".txt", ".sdf"):
         name = name.removesuffix(suffix)
-    return name or "csv"
+    return name or dataset[:3]
 
 
 def _holds_run(out: str) -> bool:
@@ -93,6 +96,10 @@ def run_train(args: argparse.Namespace) -> int:
     metric at the best checkpoint. With no flags: the embedded NCI molecules (from RDKit)
     labelled with the ZINC target, the small preset, on the CPU in a few minutes. Preset
     values apply unless a flag overrides them."""
+    if args.config is None and args.dataset:  # a table's head: checked before any import
+        from ..datasets.table_head import check_table_head
+
+        check_table_head(args.dataset, args.smiles_column, args.target_columns, args.split_column)
     from ..training import train
 
     cfg = train_config(args)
@@ -104,7 +111,26 @@ def run_train(args: argparse.Namespace) -> int:
         )
     else:
         metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
-    return _print_json(metrics)
+    _print_json(metrics)
+    print(f"graphormer-urpe: {where_written(cfg, args.ensemble > 1)}", file=sys.stderr)
+    return 0
+
+
+def where_written(cfg, ensemble: bool) -> str:
+    """The last line of ``train``: the checkpoint it wrote (an ensemble: its folder) and the
+    ``predict`` command that uses it, on the training file's molecules (``--smiles`` for
+    the benchmarks)."""
+    ckpt = cfg.out if ensemble else os.path.join(cfg.out, "best.pt")
+    kind, _, path = cfg.dataset.partition(":")
+    if kind in ("csv", "sdf") and path:
+        source = ["--input", path.split(",")[0].strip()]
+        if kind == "csv" and cfg.smiles_column not in (None, "smiles"):
+            source += ["--smiles-column", cfg.smiles_column]
+    else:
+        source = ["--smiles", "CCO"]
+    command = ["graphormer-urpe", "predict", "--checkpoint", ckpt, *source, "--output", "pred.csv"]
+    what = "the ensemble" if ensemble else "the best checkpoint"
+    return f"{what} is {ckpt}; predict with: {shlex.join(command)}"
 
 
 def _train_config_cls():
@@ -125,14 +151,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--dataset",
         help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
-        "(or csv:TRAIN,VALID,TEST), pcqm4mv2 or pcqm4m (OGB-LSC; run preprocess first), "
+        "(or csv:TRAIN,VALID,TEST), sdf:PATH (an SD file, .sdf or .sdf.gz: --target-columns "
+        "name SD properties; each record's title is its name column), pcqm4mv2 or pcqm4m "
+        "(OGB-LSC; run preprocess first), "
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
     )
     root = {"help": "folder of downloaded datasets (default data/<name>)"}
     _shared(d, "--data-root", "--cache-dir", data_root=root)
     d.add_argument(
         "--preprocess-workers",
-        type=int,
+        type=positive_int,
         help="processes that build a missing dataset store (default 1)",
     )
     _shared(d, "--smiles-column", "--target-columns", "--split-column")
@@ -163,7 +191,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument(
         "--max-nodes",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="leave training graphs above N atoms out (logged); valid/test graphs are always kept",
     )
@@ -186,7 +214,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument(
         "--ensemble",
-        type=int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="train K members with seeds SEED..SEED+K-1 into OUT/member-<i> and score their "
@@ -232,13 +260,13 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     _shared(d, "--smiles-column", "--cache-dir")
     d.add_argument(
         "--preprocess-workers",
-        type=int,
+        type=positive_int,
         help="processes that build the store (featurisation + descriptors; default 1)",
     )
     d.add_argument("--split-seed", type=int, help="seed of the 98/1/1 random split (0)")
     d.add_argument(
         "--max-nodes",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="leave training graphs above N atoms out (logged)",
     )

@@ -9,6 +9,8 @@ name                source (module)                              default root   
 ``zinc-full``       full ZINC (:mod:`.zinc`)                     ``data/ZINC``   ``zinc``
 ``csv:PATH``        a SMILES CSV (:mod:`.smiles_csv`)            (the file)      ``ogb``
 ``csv:A,B,C``       separate train, valid, test CSV files        (the files)     ``ogb``
+``sdf:PATH``        an SD file, its SD properties as columns     (the file)      ``ogb``
+                    (:mod:`.sdf`; also ``csv:X.sdf``)
 ``pcqm4mv2``        OGB-LSC PCQM4Mv2 (:mod:`.pcqm`; test =       ``data``        ``ogb``
                     test-dev)
 ``pcqm4m``          OGB-LSC PCQM4M v1 (test: unlabelled)         ``data``        ``ogb``
@@ -66,6 +68,7 @@ DATASET_NAMES = (
     "zinc-full",
     "csv:PATH",
     "csv:TRAIN,VALID,TEST",
+    "sdf:PATH",
     "pcqm4mv2",
     "pcqm4m",
     "ogbg-mol*",
@@ -419,6 +422,8 @@ def load_dataset(
         DatasetUnavailableError: a dataset's raw files missing and not downloadable.
     """
     store = {"cache_dir": cache_dir, "workers": workers}
+    if name.startswith("sdf:"):  # an SD file is read as a table of its SD properties
+        name = "csv:" + name[4:]
     if task != "regression" and not name.startswith("csv:"):
         raise ValueError(f"task={task!r} applies to csv: datasets; {name} has its own task")
     descriptors = needs_descriptors(mol_features)

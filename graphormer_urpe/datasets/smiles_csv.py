@@ -25,53 +25,31 @@ import gzip
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from .sdf_text import is_sdf
 from .source import MoleculeRecords, check_strict, file_digest, open_store, store_dir
-from .splitting import normalize_split_name, split_code
 from .store import MoleculeCache
+from .table_head import NA_STRINGS, describe_csv_row, describe_sdf_record
+from .table_records import table_records
 
-__all__ = ["read_smiles_csv", "open_csv", "csv_store_dir", "describe_csv_row", "NA_STRINGS"]
+__all__ = [
+    "read_smiles_csv",
+    "open_csv",
+    "csv_store_dir",
+    "describe_csv_row",
+    "NA_STRINGS",
+]
 
 logger = logging.getLogger(__name__)
-
-NA_STRINGS = frozenset(
-    {
-        "",
-        "#N/A",
-        "#N/A N/A",
-        "#NA",
-        "-1.#IND",
-        "-1.#QNAN",
-        "-NaN",
-        "-nan",
-        "1.#IND",
-        "1.#QNAN",
-        "<NA>",
-        "N/A",
-        "NA",
-        "NULL",
-        "NaN",
-        "None",
-        "n/a",
-        "nan",
-        "null",
-    }
-)
-"""The strings read as a missing value (pandas' defaults)."""
-
-
-def describe_csv_row(row: int) -> str:
-    """``"row r (line r + 2)"``: a data row and its line in the file (after the header)."""
-    return f"row {row} (line {row + 2})"
 
 
 def _stem(path: Path) -> str:
     name = path.name
-    for suffix in (".gz", ".csv"):
+    for suffix in (".gz", ".csv", ".sdf"):
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
     return name
@@ -100,54 +78,6 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise ValueError(f"{path}: cannot read as CSV: {e}") from None
 
 
-def _numeric_column(df: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """Values as float64 (missing → NaN) and the rows whose value is not a finite number."""
-    text = df[column].str.strip()
-    missing = text.isin(NA_STRINGS).to_numpy()
-    values = pd.to_numeric(text.where(~missing), errors="coerce").to_numpy(dtype=np.float64)
-    return values, np.flatnonzero(~np.isfinite(values) & ~missing)
-
-
-def _infer_targets(df: pd.DataFrame, path: Path, smiles_column: str, exclude: set) -> list[str]:
-    columns = [str(c) for c in df.columns]
-    targets = []
-    for c in columns:
-        if c == smiles_column or c in exclude:
-            continue
-        values, bad = _numeric_column(df, c)
-        if not bad.size and not np.isnan(values).all():
-            targets.append(c)
-    if not targets:
-        raise ValueError(
-            f"{path}: no numeric target column found besides {smiles_column!r}; "
-            f"available columns: {columns} (pass target_columns)"
-        )
-    logger.info("%s: using target column(s) %s", path, targets)
-    return targets
-
-
-def _target_matrix(df: pd.DataFrame, path: Path, targets: list[str]) -> np.ndarray:
-    matrix = np.empty((len(df), len(targets)), dtype=np.float64)
-    for j, c in enumerate(targets):
-        values, bad = _numeric_column(df, c)
-        if bad.size:
-            row = int(bad[0])
-            raise ValueError(
-                f"{path}: {describe_csv_row(row)}: target column {c!r} holds "
-                f"{df[c].iloc[row]!r}, which is not a finite number ({bad.size} such "
-                "value(s) in this column; leave a cell empty for a missing value)"
-            )
-        matrix[:, j] = values
-    n_missing = int(np.isnan(matrix).sum())
-    if n_missing:
-        logger.info(
-            "%s: %d missing target value(s) kept as NaN (masked in training and evaluation)",
-            path,
-            n_missing,
-        )
-    return matrix
-
-
 def read_smiles_csv(
     path: str | os.PathLike[str],
     smiles_column: str = "smiles",
@@ -171,36 +101,8 @@ def read_smiles_csv(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"SMILES CSV file not found: {path}")
-    if target_columns is not None and not list(target_columns):
-        raise ValueError("target_columns is empty; name at least one target column")
-    df = _read_table(path)
-    columns = [str(c) for c in df.columns]
-    wanted = [smiles_column, *(target_columns or []), *([split_column] if split_column else [])]
-    missing = [c for c in wanted if c not in columns]
-    if missing:
-        raise ValueError(f"{path}: column(s) {missing} not found; available columns: {columns}")
-    if len(df) == 0:
-        raise ValueError(f"{path}: no data rows (only the header {columns})")
-    targets = (
-        [str(c) for c in target_columns]
-        if target_columns is not None
-        else _infer_targets(df, path, smiles_column, {split_column})
-    )
-    split = None
-    if split_column is not None:
-        split = np.array(
-            [
-                split_code(normalize_split_name(v, f"{path}: {describe_csv_row(i)}"))
-                for i, v in enumerate(df[split_column].tolist())
-            ],
-            dtype=np.int8,
-        )
-    return MoleculeRecords(
-        rows=np.arange(len(df), dtype=np.int64),
-        targets=_target_matrix(df, path, targets),
-        target_names=targets,
-        smiles=df[smiles_column].tolist(),
-        split=split,
+    return table_records(
+        _read_table(path), path, smiles_column, target_columns, split_column, describe_csv_row
     )
 
 
@@ -216,10 +118,11 @@ def open_csv(
     strict: bool = False,
     descriptors: bool = False,
 ) -> MoleculeCache:
-    """The store of a SMILES CSV, built on first use (see :func:`read_smiles_csv`).
+    """The store of a SMILES CSV, built on first use (see :func:`read_smiles_csv`), or of an
+    SD file (``.sdf``, ``.sdf.gz``; :mod:`.sdf`: its SD properties are the columns).
 
     Args:
-        path: the ``.csv`` / ``.csv.gz`` file.
+        path: the ``.csv`` / ``.csv.gz`` (or ``.sdf`` / ``.sdf.gz``) file.
         smiles_column: the SMILES column.
         featurizer: ``"ogb"`` or ``"zinc"``.
         target_columns: the target columns (``None``: every numeric column).
@@ -239,17 +142,24 @@ def open_csv(
     }
     if descriptors:  # only then, so that the folders of existing stores keep their names
         identity["descriptors"] = True
+    read = partial(read_smiles_csv, path, smiles_column, targets, split_column)
+    describe, offset = describe_csv_row, 2  # a row's line in the file: row + 2
+    if is_sdf(path):  # an SD file: records, their SD properties as columns
+        from .sdf import read_sdf
+
+        read, describe, offset = partial(read_sdf, path, targets, split_column), None, None
+        identity["smiles_column"] = "sdf"
     cache = open_store(
         csv_store_dir(path, identity, cache_dir),
-        lambda: read_smiles_csv(path, smiles_column, targets, split_column),
+        read,
         featurizer=featurizer,
         description=str(path),
         workers=workers,
-        extra_meta={"line_offset": 2, "split_column": split_column},
+        extra_meta={"line_offset": offset, "split_column": split_column},
         descriptors=descriptors,
     )
     if strict:
-        check_strict(cache, str(path), describe_csv_row)
+        check_strict(cache, str(path), describe or describe_sdf_record)
     elif cache.failures:
         logger.info(
             "%s: %d row(s) were left out (listed in %s)",

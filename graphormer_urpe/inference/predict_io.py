@@ -48,6 +48,7 @@ __all__ = [
     "carry_names",
     "interrupts_between_rows",
     "prediction_columns",
+    "read_input_rows",
     "read_named_smiles",
     "read_smiles",
     "write_predictions_csv",
@@ -114,7 +115,7 @@ def read_named_smiles(
     if not name.endswith((".csv", ".smi", ".txt")):
         raise ValueError(
             f"{source}: unknown input format; expected .csv, .csv.gz, .smi or .txt "
-            "(one SMILES a line), or - for standard input"
+            "(one SMILES a line), .sdf or .sdf.gz (an SD file), or - for standard input"
         )
     opener = gzip.open if str(source).lower().endswith(".gz") else open
     with opener(source, "rt", newline="") as fh:
@@ -155,25 +156,48 @@ def _smiles_lines(lines: Iterable[str], column: str) -> Iterator[tuple[str, str 
         yield smi, fields[1].strip() if len(fields) > 1 else ""
 
 
+def read_input_rows(
+    source: str | Path, smiles_column: str = "smiles", stdin: IO[str] | None = None
+) -> Iterator[tuple[str, str | None, str | None]]:
+    """``predict``'s input rows, ``(smiles, name, error)``: an SD file's records (``.sdf``,
+    ``.sdf.gz``: the canonical SMILES, the title, and why RDKit cannot read the record, see
+    :mod:`~graphormer_urpe.datasets.sdf`), else :func:`read_named_smiles`' rows (error
+    ``None``)."""
+    from ..datasets.sdf_text import is_sdf
+
+    if str(source) != "-" and is_sdf(source):
+        from ..datasets.sdf import iter_sdf_molecules
+
+        yield from iter_sdf_molecules(source)
+        return
+    for smi, name in read_named_smiles(source, smiles_column, stdin):
+        yield smi, name, None
+
+
 def carry_names(
-    rows: Iterable[tuple[str, str | None]],
+    rows: Iterable[tuple[str, str | None] | tuple[str, str | None, str | None]],
 ) -> tuple[Iterator[str], Callable[[Iterable[Prediction]], Iterator[Prediction]]]:
-    """Split :func:`read_named_smiles`' rows into the SMILES for the model and a function that
-    gives its predictions (one per row, in input order) their names back.
+    """Split :func:`read_named_smiles`' (or :func:`read_input_rows`') rows into the SMILES for
+    the model and a function that gives its predictions (one per row, in input order) their
+    names back, and a row's own error (an SD record RDKit cannot read) in place of the
+    model's.
 
     The names of the rows read but not yet predicted wait in a queue: a few chunks' worth,
     however long the input.
     """
-    waiting: deque[str | None] = deque()
+    waiting: deque[tuple[str | None, str | None]] = deque()
 
     def smiles() -> Iterator[str]:
-        for smi, name in rows:
-            waiting.append(name)
-            yield smi
+        for row in rows:
+            waiting.append((row[1], row[2] if len(row) > 2 else None))
+            yield row[0]
 
     def named(predictions: Iterable[Prediction]) -> Iterator[Prediction]:
         for p in predictions:
-            yield p._replace(name=waiting.popleft())
+            name, error = waiting.popleft()
+            if error is not None:
+                p = p._replace(values=None, members=None, domain=None, error=error)
+            yield p._replace(name=name)
 
     return smiles(), named
 

@@ -12,7 +12,8 @@ pieces do it:
   the best and last checkpoints, the test). It watches the training steps' real pace: when
   the steps run slower (or faster) than measured, every remaining cost is scaled by the same
   factor, so the run stops early enough to finish in time, and a run planned to fill its
-  budget is re-planned to the number of steps that now fits.
+  budget is re-planned to the number of steps that now fits (a damped pace; only a change of
+  more than 10%, logged once a minute at most: :class:`Replans`).
 * :class:`Schedule`: Graphormer's learning-rate schedule (linear warm-up, linear decay to
   ``end``) whose decay can be re-planned mid-run: from the current rate, linearly to ``end``
   at the new last step, without a jump.
@@ -28,7 +29,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["MIN_USEFUL_EPOCHS", "RunCosts", "Pacer", "Schedule"]
+__all__ = ["MIN_USEFUL_EPOCHS", "RunCosts", "Pacer", "Replans", "Schedule"]
 
 MIN_USEFUL_EPOCHS = 5
 """Fewer epochs than this make a run too short to trust: a warm-up and a decay need room."""
@@ -39,6 +40,35 @@ RESERVE_SECONDS = 1.0
 """Seconds kept free beside :data:`RESERVE_FRACTION`."""
 FINISH_MARGIN = 1.25
 """The finish estimate's safety factor: evaluations slow down more than steps under load."""
+PACE_WEIGHT = 0.25
+"""Weight of a new window's pace in the plan's smoothed pace (one slow window is not a trend)."""
+REPLAN_CHANGE = 0.10
+"""A re-plan changes the planned steps by more than this fraction, or is not made."""
+REPLAN_LOG_EVERY = 60.0
+"""Seconds between two logged re-plans (the others are logged at debug level)."""
+
+
+@dataclass
+class Replans:
+    """Which re-plans are made and which are logged: only a change of the plan by more than
+    :data:`REPLAN_CHANGE`, and one log line a :data:`REPLAN_LOG_EVERY` seconds at most (a
+    re-plan may follow every pace window, every few seconds)."""
+
+    change: float = REPLAN_CHANGE
+    every: float = REPLAN_LOG_EVERY
+    logged: float | None = None
+    """When the last logged re-plan was (the run's clock), ``None``: none yet."""
+
+    def worth(self, planned: int, new: int) -> bool:
+        """Whether ``new`` steps differ enough from the ``planned`` ones to re-plan."""
+        return abs(new - planned) > self.change * max(1, planned)
+
+    def log_now(self, now: float) -> bool:
+        """Whether a re-plan at ``now`` gets a log line (then counted as the last one)."""
+        if self.logged is not None and now - self.logged < self.every:
+            return False
+        self.logged = now
+        return True
 
 
 @dataclass
@@ -114,6 +144,8 @@ class Pacer:
     """Observed seconds per step over the measured ones, smoothed (1: as measured)."""
     recent: float = field(default=1.0, init=False)
     """The same ratio over the last window alone."""
+    replans: Replans = field(default_factory=Replans)
+    """Which re-plans of the steps are made and logged."""
     _mark: tuple[float, int] | None = field(default=None, repr=False)
     _paused: float | None = field(default=None, repr=False)
 
@@ -160,9 +192,9 @@ class Pacer:
         if now - since < self.window or step <= first:
             return False
         pace = (now - since) / (step - first) / max(self.costs.step, 1e-9)
-        # for the plan, a window moves the estimate half way (one slow window is not a
-        # trend); the finish estimate takes the last window as it is (see finish_estimate)
-        self.slowdown = 0.5 * self.slowdown + 0.5 * pace
+        # for the plan, a window moves the estimate a quarter of the way (one slow window is
+        # not a trend); the finish estimate takes the last window as it is (finish_estimate)
+        self.slowdown = (1 - PACE_WEIGHT) * self.slowdown + PACE_WEIGHT * pace
         self.recent = pace
         self._mark = (now, step)
         return True

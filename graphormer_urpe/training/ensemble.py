@@ -17,7 +17,9 @@ what is left when it starts, so time a member leaves unused goes to the ones aft
 first member measures what steps, evaluations and checkpoints cost here; the others reuse
 that measurement. An ensemble whose members would train fewer than
 :data:`~graphormer_urpe.training.budget.MIN_USEFUL_EPOCHS` epochs is refused before any
-training, with the budget that would give each of them that many.
+training (when the steps are planned to fill the budget: typed ``--epochs`` or
+``--max-steps`` are kept, and a short run says so), with the budget that would give each of
+them that many, and a margin (:data:`SUGGESTION_MARGIN`) so that it fits when given back.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import torch
 from ..inference.ensemble import ENSEMBLE_FILE
 from ..io.checkpoint import write_atomic
 from ..runtime.config import TrainConfig
-from .budget import MIN_USEFUL_EPOCHS, RunCosts
+from .budget import MIN_USEFUL_EPOCHS, RESERVE_FRACTION, RESERVE_SECONDS, RunCosts
 
 __all__ = ["ENSEMBLE_FILE", "EnsembleBudgetError", "train_ensemble"]
 
@@ -45,6 +47,10 @@ log = logging.getLogger(__name__)
 
 TAIL_SECONDS = 2.0
 """Seconds an ensemble keeps, beside 1% of its budget, for its own metrics after the members."""
+
+SUGGESTION_MARGIN = 1.5
+"""The refusal's suggested budget over its estimate: the measurement it rests on is taken on
+a machine whose load changes, and the budget it names must be accepted when given back."""
 
 
 class EnsembleBudgetError(ValueError):
@@ -89,7 +95,7 @@ def train_ensemble(
             log.info(
                 "ensemble member %d: %.2f of the %.2f minutes left", i + 1, member.time_limit, left
             )
-            if i == 0 and not resume:
+            if i == 0 and not resume and config.fill_time_limit:  # typed --epochs: kept
                 check = _refuse_short_members(config, members, start, out)
         log.info("ensemble member %d of %d: seed %d", i + 1, members, member.seed)
         runs.append(train(member, resume, progress, member_start, costs, check))
@@ -118,8 +124,10 @@ def train_ensemble(
 def _refuse_short_members(config: TrainConfig, members: int, start: float, out: Path):
     """The first member's check: refuse (before any step) an ensemble whose members would
     train fewer than :data:`MIN_USEFUL_EPOCHS` epochs, naming the budget that gives each
-    that many; the folders made for it are removed."""
-    existed = out.exists()
+    that many; the folders made for it are removed (``runs/`` too when it made it)."""
+    from .run_setup import first_missing
+
+    made = None if out.exists() else first_missing(out)
 
     def check(run: Any) -> None:
         epochs = run.total / len(run.sampler)
@@ -127,11 +135,13 @@ def _refuse_short_members(config: TrainConfig, members: int, start: float, out: 
             return
         c = run.costs
         steps = MIN_USEFUL_EPOCHS * len(run.sampler)
-        member = c.setup + c.seconds_for(steps)  # its set-up and its steps
+        # each member: its set-up, its steps and finish, and its pacer's reserve
+        member = (c.setup + c.seconds_for(steps) + RESERVE_SECONDS) / (1 - RESERVE_FRACTION)
         need = (members * member + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
+        need *= SUGGESTION_MARGIN
         run.discard()
-        if not existed:
-            shutil.rmtree(out, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
         raise EnsembleBudgetError(
             f"--ensemble {members} --time-limit {config.time_limit:g}: each member would "
             f"train {epochs:.2g} epochs ({run.total} steps of {len(run.sampler)} per epoch; "

@@ -81,7 +81,7 @@ from .run_plan import RunPlan
 from .run_report import RunReport
 from .run_report import _write_test_predictions as _write_test_predictions
 from .run_setup import _PER_LAUNCH_FIELDS as _PER_LAUNCH_FIELDS
-from .run_setup import RunSetup
+from .run_setup import RunSetup, first_missing
 from .run_state import log as log
 from .steps import (
     StepTotals,
@@ -204,7 +204,9 @@ class _Run(RunSetup, RunBudget, RunPlan, RunCheckpoints, RunEpochs, RunReport):
         self.splits = self._load_splits(config)
         self._after_plan: list[str] = []  # set-up lines: the plan's duration comes first
         self.domain = self._domain_record() if self.main else None
+        self.made = self.out.absolute()  # the topmost folder this run creates (discard removes it)
         if self.main:  # only once the data loaded: a failed start leaves no empty run folder
+            self.made = first_missing(self.out)
             self.out.mkdir(parents=True, exist_ok=True)
         self.model, self.init_report = self._build_model(config, ckpt)
         loss = config.loss or _default_loss(self.splits)

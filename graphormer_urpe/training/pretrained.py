@@ -482,7 +482,8 @@ def init_from_checkpoint(
     model.load_state_dict(take_state, strict=False)
     report = InitReport(loaded, initialised, ignored)
     log.info(
-        "--init-from %s: loaded %d tensors, newly initialised %d, ignored %d%s",
+        "--init-from %s: loaded %d tensors, newly initialised %d, ignored %d%s (their names "
+        "at debug level: -v)",
         path,
         len(loaded),
         len(initialised),
@@ -493,7 +494,7 @@ def init_from_checkpoint(
         if new_outputs
         else "",
     )
-    log.info("loaded: %s", ", ".join(loaded))
-    log.info("newly initialised: %s", ", ".join(initialised) or "none")
-    log.info("ignored: %s", ", ".join(ignored) or "none")
+    log.debug("loaded: %s", ", ".join(loaded))
+    log.debug("newly initialised: %s", ", ".join(initialised) or "none")
+    log.debug("ignored: %s", ", ".join(ignored) or "none")
     return model, report

@@ -5,6 +5,7 @@ trains), the steps that fill ``--time-limit``, and the pace that may re-plan the
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import tempfile
 from collections.abc import Sequence
@@ -114,6 +115,8 @@ class RunBudget(RunState):
             steps = 1
         steps = int(self.ctx.all_sum(torch.tensor([float(steps if self.main else 0)]))[0])
         epochs = steps / len(self.sampler)
+        if self.no_time is not None:
+            return steps  # refused: no plan to log
         log.info(
             "time limit %g min without --epochs/--max-steps: %.3g s per step, %.3g s per "
             "validation and %.3g s per checkpoint measured; planned %d steps (%.1f epochs) "
@@ -226,10 +229,13 @@ class RunBudget(RunState):
         measured: plan the steps that fit from here (the schedule's decay ends there)."""
         if not self.config.fill_time_limit or self.ctx.enabled or self.pacer is None:
             return  # (processes would have to agree on the plan: they keep it)
-        total = self.step + self.pacer.steps_left(self.now())
-        if abs(total - self.total) <= max(1, 0.02 * (self.total - self.step)):
+        now = self.now()
+        total = self.step + self.pacer.steps_left(now)
+        if not self.pacer.replans.worth(self.total, total):
             return
-        log.info(
+        level = logging.INFO if self.pacer.replans.log_now(now) else logging.DEBUG
+        log.log(
+            level,
             "steps at %.2fx the measured time: re-planned from %d to %d steps to end within "
             "--time-limit %g",
             self.pacer.slowdown, self.total, max(total, self.step), self.config.time_limit,

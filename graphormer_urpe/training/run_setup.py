@@ -27,7 +27,18 @@ from .budget import Schedule
 from .run_state import RunState, log
 from .steps import StepTotals, make_optimizer, parameter_groups, step_body
 
-__all__ = ["RunSetup"]
+__all__ = ["RunSetup", "first_missing"]
+
+
+def first_missing(folder: Path) -> Path:
+    """The topmost of ``folder`` and its parents that does not exist yet (``folder`` itself
+    when it exists): what ``folder.mkdir(parents=True)`` creates."""
+    made = folder.absolute()
+    for parent in made.parents:
+        if parent.exists():
+            break
+        made = parent
+    return made
 
 
 # Fields a resumed run takes from the new command line; all others come from the checkpoint.
@@ -141,8 +152,13 @@ class RunSetup(RunState):
         (self.out / "config.json").unlink(missing_ok=True)
         (self.out / "history.csv").unlink(missing_ok=True)
         shutil.rmtree(self.out / "tensorboard", ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.out.rmdir()  # only when nothing else is in it
+        folder = self.out.absolute()
+        while True:  # the run's folder, and the parents it made (runs/), when empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+            if folder == self.made or folder.parent == folder:
+                break
+            folder = folder.parent
 
     def _capture_backend(self) -> CaptureBackend | None:
         """How steps are captured (``config.capture``), or ``None``: eagerly."""

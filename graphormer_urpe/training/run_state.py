@@ -58,6 +58,7 @@ class RunState:
     launch_start: float  # the clock reading the time limit counts from
     no_time: str | None  # why the time limit leaves no time to train
     out: Path
+    made: Path  # the topmost folder the run created (``out`` or a parent: runs/)
     keeper: CheckpointKeeper
     precision: Precision
 

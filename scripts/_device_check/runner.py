@@ -22,8 +22,11 @@ SCRIPTS = ROOT / "scripts"
 # 136 s; compiling one zinc-slim model took 103-112 s, hence a section of its own. The
 # captured and fused modes and their tests (Triton compilations) add to both.
 GPU_BUDGETS = {"environment": 15, "correctness": 200, "speed": 250}
-SMOKE_BUDGETS = {"environment": 10, "correctness": 30, "speed": 40}
-GPU_TOTAL, SMOKE_TOTAL = 480, 115
+# The smoke check is bounded by its sizes (a few molecules, a 1-layer model, 2-3 steps per
+# run), not by seconds: a busy machine makes it slower, not a failure. Its total is a guard
+# against a hung subprocess only; --budget gives it real deadlines.
+SMOKE_BUDGETS: dict[str, float] = {}
+GPU_TOTAL, SMOKE_TOTAL = 480, 1800
 PACK_RESERVE = 8  # seconds kept for writing the report and packing the files
 
 CLI = [sys.executable, "-m", "graphormer_urpe.cli"]  # the command line, in this interpreter

@@ -1,0 +1,132 @@
+"""SD files: ``train --dataset sdf:FILE.sdf[.gz]`` (targets from SD properties, the title in
+``name``), ``predict --input FILE.sdf[.gz]``, a record RDKit cannot read kept with its reason,
+and records read lazily."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shlex
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from rdkit import Chem
+
+from graphormer_urpe import cli
+from graphormer_urpe.datasets.sdf import iter_sdf_molecules, read_sdf
+from graphormer_urpe.datasets.sdf_text import iter_sdf_blocks, sdf_properties, sdf_title
+
+from .test_cli import SMILES, TINY_MODEL
+
+BROKEN = 3
+"""The record of the fixtures that RDKit cannot read (a carbon with five bonds)."""
+
+
+def _broken_block() -> str:
+    mol = Chem.MolFromSmiles("C(F)(F)(F)(F)F", sanitize=False)
+    mol.SetProp("_Name", "pentafluoro")
+    return Chem.MolToMolBlock(mol) + "> <pIC50>\n7.5\n\n"
+
+
+def write_sdf(path: Path, smiles: list[str], broken: int | None = BROKEN) -> list[str]:
+    """An SD file of ``smiles`` (titles ``mol<i>``, an SD property ``pIC50`` and ``series``;
+    record ``broken`` replaced by one RDKit cannot read), gzip when the name ends in .gz; the
+    records' titles."""
+    parts, titles = [], []
+    for i, smi in enumerate(smiles):
+        if i == broken:
+            parts.append(_broken_block() + "$$$$\n")
+            titles.append("pentafluoro")
+            continue
+        mol = Chem.MolFromSmiles(smi)
+        title = f"mol{i}"
+        mol.SetProp("_Name", title)
+        text = Chem.MolToMolBlock(mol)
+        heavy = mol.GetNumHeavyAtoms()
+        parts.append(f"{text}>  <pIC50>  (1)\n{heavy}\n\n> <series>\nS{i % 2}\n\n$$$$\n")
+        titles.append(title)
+    data = "".join(parts)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt") as fh:
+            fh.write(data)
+    else:
+        path.write_text(data)
+    return titles
+
+
+VALID = [s for s in SMILES if Chem.MolFromSmiles(s) is not None]
+
+
+def test_records_are_read_with_their_properties_and_titles(tmp_path):
+    path = tmp_path / "ligands.sdf"
+    titles = write_sdf(path, VALID[:6])
+    blocks = list(iter_sdf_blocks(path))
+    assert [sdf_title(b) for b in blocks] == titles
+    props = sdf_properties(blocks[0])
+    assert props == {"pIC50": str(Chem.MolFromSmiles(VALID[0]).GetNumHeavyAtoms()), "series": "S0"}
+    records = read_sdf(path, ["pIC50"])
+    assert records.rows.tolist() == [i for i in range(6) if i != BROKEN]
+    assert records.smiles[0] == Chem.MolToSmiles(Chem.MolFromSmiles(VALID[0]))
+    assert records.targets[:, 0].tolist() == [
+        Chem.MolFromSmiles(VALID[i]).GetNumHeavyAtoms() for i in range(6) if i != BROKEN
+    ]
+    (failure,) = records.skipped
+    assert failure.index == BROKEN and "valence" in failure.reason.lower()
+
+
+def test_a_missing_property_or_a_bad_value_names_the_record(tmp_path):
+    path = tmp_path / "ligands.sdf"
+    write_sdf(path, VALID[:4], broken=None)
+    with pytest.raises(ValueError, match=r"column\(s\) \['pKi'\] not found.*pIC50"):
+        read_sdf(path, ["pKi"])
+    with pytest.raises(ValueError, match="record 0: target column 'series' holds 'S0'"):
+        read_sdf(path, ["series"])
+
+
+def test_train_and_predict_on_an_sd_file(tmp_path, capsys, monkeypatch):
+    """sdf:FILE.sdf.gz trains on the SD property; the unreadable record is counted like an
+    unreadable SMILES; predict --input FILE.sdf writes one row per record, the title in
+    name, the reason in error."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "ligands.sdf.gz"
+    titles = write_sdf(path, VALID)
+    args = ["train", "--dataset", f"sdf:{path}", "--target-columns", "pIC50", *TINY_MODEL]
+    args += ["--batch-size", "8", "--epochs", "1", "--no-progress", "--threads", "1"]
+    assert cli.main(args) == 0
+    out = tmp_path / "runs" / "ligands-small-urpe"
+    metrics = json.loads((out / "metrics.json").read_text())
+    meta_rows = metrics["train_graphs"] + metrics["valid_graphs"] + metrics["test_graphs"]
+    assert meta_rows == len(VALID) - 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    command = shlex.split(last.split("predict with: ")[1])
+    assert command[command.index("--input") + 1] == str(path)
+    assert cli.main([*command[1:], "--workers", "0", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    with open(tmp_path / "pred.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["name"] for r in rows] == titles
+    assert "valence" in rows[BROKEN]["error"].lower() and rows[BROKEN]["pIC50"] == ""
+    assert all(r["error"] == "" and r["pIC50"] != "" for i, r in enumerate(rows) if i != BROKEN)
+    assert f"{len(VALID) - 1} molecules predicted, 1 could not be read" in err
+
+
+def test_records_are_read_one_at_a_time(tmp_path):
+    """Memory stays flat: reading the first records of a large file holds a few records, not
+    the file (a size bound, measured with tracemalloc)."""
+    path = tmp_path / "big.sdf"
+    write_sdf(path, [VALID[k % len(VALID)] for k in range(3000)], broken=None)
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        seen = 0
+        for smiles, _, error in iter_sdf_molecules(path):
+            assert error is None and smiles
+            seen += 1
+            if seen == 2000:
+                break
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert seen == 2000 and peak < size / 20
