@@ -149,6 +149,13 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
         "fraction of the run when longer than a tenth of it)",
     )
     t.add_argument(
+        "--warmup-fraction",
+        type=float,
+        metavar="F",
+        help="linear warm-up over this fraction of the planned steps instead (0.05: the "
+        "first 5%%; beats --warmup-steps)",
+    )
+    t.add_argument(
         "--weight-decay",
         type=float,
         help="AdamW weight decay of all parameters but URPE's C",
