@@ -39,8 +39,9 @@ from .tools import (
     run_preprocess,
 )
 from .train import _add_pretrain, _add_train, run_pretrain, run_train, train_config
+from .tune import _add_tune, run_tune
 
-__all__ = [  # the sub-commands are in train, predict and tools; their flags in flags
+__all__ = [  # the sub-commands are in train, tune, predict and tools; their flags in flags
     "IMPORTED_AT",
     "build_parser",
     "main",
@@ -54,6 +55,7 @@ __all__ = [  # the sub-commands are in train, predict and tools; their flags in 
     "run_pretrain",
     "run_submit",
     "run_train",
+    "run_tune",
     "train_config",
 ]
 
@@ -74,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_train,
     _add_pretrain,
+    _add_tune,
     _add_evaluate,
     _add_predict,
     _add_plot,
