@@ -26,6 +26,33 @@ from .test_cli import SMILES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
+TINY = SearchSpace(num_layers=(1, 2), hidden_dim=(16, 32), batch_size=(16, 32))
+"""The default space with small models, so that a trial takes a moment."""
+
+DRIVER = (
+    "import sys; from dataclasses import replace; from graphormer_urpe.cli import tune, main; "
+    "from graphormer_urpe.tuning.space import SearchSpace; real = tune.tune_config; "
+    "space = SearchSpace(num_layers=(1, 1), hidden_dim=(16,), batch_size=(16,), "
+    "mol_features=('none',), init_from=('none',)); "
+    "tune.tune_config = lambda a: (lambda c, t: (replace(c, space=space), t))(*real(a)); "
+    "sys.exit(main(sys.argv[1:]))"
+)
+"""``graphormer-urpe ARGS`` in another process, with the smallest space."""
+
+
+@pytest.fixture(autouse=True)
+def tiny_space(monkeypatch):
+    """Searches of this module's in-process commands sample small models."""
+    from graphormer_urpe.cli import tune
+
+    real = tune.tune_config
+
+    def small(args):
+        config, tag = real(args)
+        return replace(config, space=replace(TINY, mol_features=config.space.mol_features)), tag
+
+    monkeypatch.setattr(tune, "tune_config", small)
+
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory) -> Path:
@@ -96,6 +123,8 @@ def test_search_report_best_config_and_a_second_run_that_continues(table, tmp_pa
     rows2 = _trials(out)
     assert [int(r["number"]) for r in rows2] == [0, 1, 2, 3, 4]
     assert [r["value"] for r in rows2[:3]] == [r["value"] for r in rows]
+    if all(r["state"] == "COMPLETE" for r in rows2):  # importances from 5 completed trials
+        assert (out / "importances.png").stat().st_size > 1000
 
 
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
@@ -103,12 +132,15 @@ def test_two_processes_on_one_storage_share_the_trials(table, tmp_path, kind):
     storage = (
         str(tmp_path / "study.log") if kind == "journal" else f"sqlite:///{tmp_path / 'study.db'}"
     )
-    n = 4
+    n = 3
+    from graphormer_urpe.datasets import load_dataset
+
+    load_dataset(f"csv:{table}", target_columns=["y"])  # the store, built before they start
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "graphormer_urpe.cli"]
+            [sys.executable, "-c", DRIVER]
             + _tune(table, tmp_path / f"machine-{i}", "--trials", str(n), "--storage", storage)
-            + ["--study", "shared"],
+            + ["--study", "shared", "--epochs", "1"],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,

@@ -6,7 +6,7 @@
   (its planned steps and warm-up; no time limit; output ``OUT/best``);
 * ``history.png``: the objective of every finished trial and the best so far;
 * ``importances.png``: the parameters' importances (Optuna's fANOVA evaluator over the
-  completed trials), when there are enough of them.
+  completed trials), once :data:`MIN_IMPORTANCE_TRIALS` trials completed.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ __all__ = ["write_report", "best_config", "SURPLUS_ATTR"]
 
 log = logging.getLogger(__name__)
 
+MIN_IMPORTANCE_TRIALS = 5
+"""Completed trials before the importances are drawn (fewer say nothing of them)."""
+
 SURPLUS_ATTR = "surplus"
 """A trial asked for after the study already held its ``--trials``: told failed, never run."""
 
@@ -46,7 +49,7 @@ def best_config(study: optuna.Study, out: Path) -> TrainConfig | None:
     trial completed)."""
     import optuna
 
-    done = [t for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done or CONFIG_ATTR not in study.best_trial.user_attrs:
         return None
     cfg = TrainConfig.from_dict(study.best_trial.user_attrs[CONFIG_ATTR])
@@ -131,6 +134,10 @@ def _plot_importances(study: optuna.Study, path: Path) -> bool:
     """The parameters' importances; ``False`` (logged) when they cannot be computed yet."""
     import optuna
 
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < MIN_IMPORTANCE_TRIALS:
+        log.info("parameter importances after %d completed trials", MIN_IMPORTANCE_TRIALS)
+        return False
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
     try:
         with warnings.catch_warnings():  # few trials per choice: the plot is what it is

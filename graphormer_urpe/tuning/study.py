@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ def open_storage(storage: str) -> optuna.storages.BaseStorage:
 
     try:
         if "://" in storage:
-            return optuna.storages.RDBStorage(storage)
+            return _rdb(storage)
         from optuna.storages.journal import JournalFileBackend
 
         path = Path(storage)
@@ -55,6 +56,27 @@ def open_storage(storage: str) -> optuna.storages.BaseStorage:
     except Exception as exc:  # a driver missing, a refused connection, a bad path
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"--storage {storage} cannot be reached: {text}") from None
+
+
+SCHEMA_TRIES = 5
+"""Attempts at opening a database whose tables another process is creating at that moment
+(its schema record is written once: the loser of the race meets a duplicate, then finds
+the tables made)."""
+
+
+def _rdb(url: str) -> optuna.storages.RDBStorage:
+    import optuna
+
+    for attempt in range(SCHEMA_TRIES):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except Exception as exc:
+            racing = type(exc).__name__ == "IntegrityError" or "already exists" in str(exc)
+            if not racing or attempt == SCHEMA_TRIES - 1:
+                raise
+            log.debug("%s: tables being created by another process; again", url)
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def open_study(
