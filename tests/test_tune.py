@@ -186,6 +186,8 @@ def test_budget_shares_the_limit_and_keeps_within_it():
     assert b.trial_seconds(b.end - b.ensemble_seconds() - 0.7 * b.share) == pytest.approx(
         0.7 * b.share
     )
+    b.begin(100.0 + 0.25 * usable)  # the set-up took a quarter: the shares split the rest
+    assert b.share == pytest.approx(0.75 * usable / 6)
     with pytest.raises(ValueError, match="--time-limit"):
         SearchBudget(minutes=0)
 

@@ -4,7 +4,8 @@ ensemble and the search's own writing, so that the command ends within it.
 Each trial is a training run with a time limit of its own (the run stops cleanly at it and
 tests its best checkpoint, :func:`~graphormer_urpe.training.loop.train`). The budget keeps
 a reserve for what follows the last trial (the report, its plots) and shares the rest out:
-``planned`` trials and the ensemble's ``K`` members get equal shares; a trial starts only
+``planned`` trials and the ensemble's ``K`` members get equal shares of what is left once
+the search is set up (:meth:`SearchBudget.begin`); a trial starts only
 while half a share is left, and gets at most what is left.
 """
 
@@ -42,6 +43,7 @@ class SearchBudget:
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
+        self.search_started = self.started  # until begin()
         if self.minutes <= 0:
             raise ValueError(f"--time-limit must be positive, got {self.minutes:g} minutes")
         if self.planned < 1:
@@ -52,10 +54,15 @@ class SearchBudget:
         """The clock reading by which everything but the report is done."""
         return self.started + 0.99 * 60 * self.minutes - RESERVE_SECONDS
 
+    def begin(self, now: float | None = None) -> None:
+        """The search starts now: the shares split what is left after its set-up (imports,
+        data, storage) instead of the whole limit."""
+        self.search_started = time.perf_counter() if now is None else now
+
     @property
     def share(self) -> float:
         """Seconds of one trial (and of one ensemble member)."""
-        return max(self.end - self.started, 0.0) / (self.planned + self.ensemble)
+        return max(self.end - self.search_started, 0.0) / (self.planned + self.ensemble)
 
     def ensemble_seconds(self) -> float:
         """Seconds kept for the final ensemble."""

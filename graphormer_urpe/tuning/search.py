@@ -74,6 +74,7 @@ def tune(
         name, url, len(ran(study)), problem.objective,
         "higher is better" if problem.maximize else "lower is better",
     )  # fmt: skip
+    budget.begin()
     try:
         _trials(study, config, problem, budget, progress)
     except KeyboardInterrupt:
