@@ -274,7 +274,7 @@ def test_a_study_name_used_for_other_data_is_refused(table, tmp_path, capsys):
     assert cli.main(other) == 2
     err = _one_line_error(capsys)
     assert "study 's' was made for other data" in err and "target_columns" in err
-    assert not (tmp_path / "b" / "trials").exists()
+    assert not (tmp_path / "b").exists()
     study = optuna.load_study(
         study_name="s",
         storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage)),

@@ -64,11 +64,12 @@ def tune(
     problem = load_problem(config.base, tag)
     name = config.study or f"{problem.tag}-{problem.digest}"
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
     url = config.storage or default_storage(out)
-    if storage is None:
+    if storage is None:  # the embedded default lives in the run folder
+        out.mkdir(parents=True, exist_ok=True)
         storage = open_storage(url)
     study = open_study(storage, name, problem, _sampler(config), _pruner())
+    out.mkdir(parents=True, exist_ok=True)  # a study refused for other data: none made
     log.info(
         "study %s in %s: %d trials so far; objective valid %s (%s)",
         name, url, len(ran(study)), problem.objective,
