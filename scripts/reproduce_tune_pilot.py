@@ -143,11 +143,6 @@ def report(a: argparse.Namespace, best: Path, runs: list[dict]) -> dict:
             "trials": trials["state"].value_counts().to_dict(),
             "best_trial": int(best_row["number"]),
             "best_valid": round(float(best_row["value"]), 4),
-            "best_params": {
-                k.removeprefix("param_"): (v.item() if hasattr(v, "item") else v)
-                for k, v in best_row.items()
-                if k.startswith("param_") and pd.notna(v)
-            },
             "best_config": {
                 k: cfg[k]
                 for k in (
@@ -157,7 +152,7 @@ def report(a: argparse.Namespace, best: Path, runs: list[dict]) -> dict:
                     "warmup_fraction",
                     "init_from",
                     "mol_features",
-                    "loss",
+                    *(() if SETS[a.set].classification else ("loss",)),  # binary: BCE
                 )
             }
             | {
