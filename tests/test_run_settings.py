@@ -75,6 +75,15 @@ def test_small_presets_warmup_is_a_tenth_of_a_run_planned_to_fill_a_time_limit()
     assert plan_steps(counted, 15)[2] == 500
 
 
+def test_a_warmup_fraction_is_that_share_of_the_planned_steps():
+    cfg = _config("--warmup-fraction", "0.05", "--warmup-steps", "9", "--max-steps", "300")
+    assert cfg.warmup_fraction == 0.05
+    assert plan_steps(cfg, 20)[2] == 15  # 5% of 300 steps; beats the warm-up steps typed
+    assert plan_steps(replace(cfg, warmup_fraction=0.0), 20)[2] == 1  # at least one step
+    with pytest.raises(ValueError, match="warmup_fraction"):
+        plan_steps(replace(cfg, warmup_fraction=1.5), 20)
+
+
 def test_epochs_with_a_step_preset_trains_that_many_epochs(table, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     args = _train_args(table, tmp_path / "data", out, "--preset", "pcqm4mv2-small")

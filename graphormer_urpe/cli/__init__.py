@@ -40,8 +40,9 @@ from .tools import (
     run_preprocess,
 )
 from .train import _add_pretrain, _add_train, run_pretrain, run_train, train_config
+from .tune import _add_tune, run_tune
 
-__all__ = [  # the sub-commands are in train, predict and tools; their flags in flags
+__all__ = [  # the sub-commands are in train, tune, predict and tools; their flags in flags
     "IMPORTED_AT",
     "build_parser",
     "main",
@@ -55,6 +56,7 @@ __all__ = [  # the sub-commands are in train, predict and tools; their flags in 
     "run_pretrain",
     "run_submit",
     "run_train",
+    "run_tune",
     "train_config",
 ]
 
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_train,
     _add_pretrain,
+    _add_tune,
     _add_evaluate,
     _add_predict,
     _add_plot,

@@ -10,6 +10,7 @@ import shlex
 import sys
 
 from .flags import (
+    _add_data_flags,
     _add_model_flags,
     _add_run_flags,
     _add_training_flags,
@@ -147,60 +148,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="repeat a run: start from its saved config.json (flags typed with it override "
         "its fields; --out is needed when its output folder already holds the run)",
     )
-    d = p.add_argument_group("data")
-    d.add_argument(
-        "--dataset",
-        help="nci5k (embedded, default), zinc (ZINC-subset), zinc-full, csv:PATH "
-        "(or csv:TRAIN,VALID,TEST), sdf:PATH (an SD file, .sdf or .sdf.gz: --target-columns "
-        "name SD properties; each record's title is its name column), pcqm4mv2 or pcqm4m "
-        "(OGB-LSC; run preprocess first), "
-        "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
-    )
-    root = {"help": "folder of downloaded datasets (default data/<name>)"}
-    _shared(d, "--data-root", "--cache-dir", data_root=root)
-    d.add_argument(
-        "--preprocess-workers",
-        type=positive_int,
-        help="processes that build a missing dataset store (default 1)",
-    )
-    _shared(d, "--smiles-column", "--target-columns", "--split-column")
-    d.add_argument(
-        "--mol-features",
-        choices=["none", "rdkit2d"],
-        help="CSV: rdkit2d joins each molecule's 202 RDKit 2D descriptors (normalised on the "
-        "training split, cached in the store) to the graph representation before the head, "
-        "as Chemprop's rdkit_2d_normalized features; predict computes them too; default none",
-    )
-    d.add_argument(
-        "--task",
-        choices=["regression", "classification"],
-        help="CSV: classification reads the targets as binary labels 0/1 (BCE, one logit per "
-        "target, selected on ROC-AUC, PRC-AUC reported; predict writes probabilities); "
-        "default regression",
-    )
-    d.add_argument(
-        "--split",
-        choices=["random", "scaffold"],
-        help="CSV without split column: seeded random or scaffold split 80/10/10",
-    )
-    d.add_argument("--split-seed", type=int, help="seed of the random split (0)")
-    d.add_argument(
-        "--featurizer",
-        choices=["zinc", "ogb"],
-        help="CSV: ZINC atom types or OGB features (default ogb)",
-    )
-    d.add_argument(
-        "--max-nodes",
-        type=positive_int,
-        metavar="N",
-        help="leave training graphs above N atoms out (logged); valid/test graphs are always kept",
-    )
-    d.add_argument(
-        "--strict",
-        action="store_true",
-        default=None,
-        help="stop at the first invalid SMILES instead of skipping it",
-    )
+    _add_data_flags(p)
     _add_training_flags(p)
     r = _add_run_flags(p)
     r.add_argument(

@@ -59,6 +59,10 @@ class TrainConfig:
     """Scale a warm-up longer than a tenth of the run to the fraction of the run it takes in
     the preset's published recipe (:func:`plan_steps`); giving ``warmup_steps`` to
     :func:`make_config` or :func:`override_config` turns this off."""
+    warmup_fraction: float | None = None
+    """Linear warm-up as this fraction of the planned steps (``0.05``: the first 5%); beats
+    ``warmup_steps`` and ``fit_warmup``, for runs whose length is planned when they start
+    (``fill_time_limit``). ``None``: ``warmup_steps``."""
     weight_decay: float = 0.01
     """AdamW weight decay of every parameter except URPE's ``C`` (biases, LayerNorm and
     embedding tables included, as in Graphormer)."""
@@ -283,7 +287,11 @@ def plan_steps(config: TrainConfig, steps_per_epoch: int) -> tuple[int, int, int
     epochs = math.ceil(total / steps_per_epoch)
     recipe = TRAIN_PRESETS.get(config.preset, TRAIN_PRESETS["small"])
     warmup = config.warmup_steps
-    if config.fit_warmup and warmup > total / 10:
+    if config.warmup_fraction is not None:
+        if not 0.0 <= config.warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {config.warmup_fraction}")
+        warmup = max(1, round(total * config.warmup_fraction))
+    elif config.fit_warmup and warmup > total / 10:
         if recipe["max_steps"]:
             fraction = recipe["warmup_steps"] / recipe["max_steps"]
             why = (

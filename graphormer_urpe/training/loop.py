@@ -127,6 +127,7 @@ def train(
     started: float | None = None,
     costs: RunCosts | None = None,
     check: Callable[[Any], None] | None = None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     """Train, select on the validation split, test at the best checkpoint; see module doc.
 
@@ -145,6 +146,10 @@ def train(
             measured here where needed (:class:`~graphormer_urpe.training.budget.RunCosts`).
         check: called with the set-up run before its first step (it may refuse the plan by
             raising).
+        on_epoch: called after each validated epoch, once its history row and checkpoint
+            are written, with the epoch and every validation metric of it (the selection
+            metric among them); an exception it raises ends the run there and reaches the
+            caller (a hyper-parameter search prunes a trial this way).
 
     Returns:
         The ``metrics.json`` contents (``measured_costs`` among them).
@@ -157,6 +162,7 @@ def train(
     try:
         with stop_requests() as stop, attention_kernel(config.attention_kernel):
             run = _Run(config, ctx, resume, stop, started, costs)
+            run.on_epoch = on_epoch
             if check is not None:
                 check(run)
             if run.no_time is not None:

@@ -61,14 +61,16 @@ class RunEpochs(RunState):
             disable=None if progress and self.main else True,
             dynamic_ncols=True,
         )
-        while self.epoch < self.epochs and self.step < self.total:
-            batch_index = self._train_epoch(bar)
-            if not self._end_epoch(batch_index):
-                break
-        if self._plan_pending is not None:  # no step timed (a resumed run that was done)
-            self._log_plan(self._plan_pending, 0.0)
-        bar.close()
-        self.history.close()
+        try:
+            while self.epoch < self.epochs and self.step < self.total:
+                batch_index = self._train_epoch(bar)
+                if not self._end_epoch(batch_index):
+                    break
+            if self._plan_pending is not None:  # no step timed (a resumed run that was done)
+                self._log_plan(self._plan_pending, 0.0)
+        finally:  # also when a stop request or the on_epoch hook ends the run
+            bar.close()
+            self.history.close()
 
     def _train_epoch(self, bar: tqdm) -> int:
         """The steps of one epoch from ``start_batch``; returns the batch it stopped at."""
@@ -135,6 +137,7 @@ class RunEpochs(RunState):
             "train_loss": self.loss_sum / self.loss_count if self.loss_count else math.nan,
         }
         last_epoch = epoch == self.epochs - 1 or self.step >= self.total or self.timed_out
+        metrics: dict[str, float] | None = None  # the epoch's validation, when due
         if (epoch + 1) % config.eval_every == 0 or last_epoch:
             started = self.now()
             metrics = self.validate()
@@ -163,10 +166,17 @@ class RunEpochs(RunState):
                 config.time_limit, self.step, self.total, epoch,
                 f": checkpoint {saved}" if saved else "",
             )  # fmt: skip
+            self._report_epoch(epoch, metrics)
             return False
         self.epoch, self.start_batch, self.loss_sum, self.loss_count = epoch + 1, 0, 0.0, 0
         saved = self.checkpoint(self.epoch, 0)
+        self._report_epoch(epoch, metrics)
         requested = int(self.ctx.all_sum(torch.tensor([float(self.stop["signal"])]))[0])
         if requested and self.epoch < self.epochs and self.step < self.total:
             raise TrainingInterrupted(self.stop["signal"] or signal.SIGTERM, saved)
         return True
+
+    def _report_epoch(self, epoch: int, metrics: dict[str, float] | None) -> None:
+        """Hand a validated epoch's metrics to the ``on_epoch`` hook of :func:`train`."""
+        if metrics is not None and getattr(self, "on_epoch", None) is not None:
+            self.on_epoch(epoch, dict(metrics))

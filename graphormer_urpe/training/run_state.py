@@ -115,3 +115,4 @@ class RunState:
     history: _History
     timed_out: bool
     wall_start: float
+    on_epoch: Callable[[int, dict[str, float]], None] | None  # after each validated epoch

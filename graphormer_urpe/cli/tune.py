@@ -1,0 +1,136 @@
+"""``graphormer-urpe tune``: its flags into a :class:`~graphormer_urpe.tuning.config.
+TuneConfig`, then the library's search (:func:`~graphormer_urpe.tuning.search.tune`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import replace
+
+from .flags import _add_data_flags, _command, _print_json, _shared
+
+__all__ = ["run_tune", "tune_config"]
+
+_DATA_FIELDS = (
+    "dataset",
+    "data_root",
+    "cache_dir",
+    "preprocess_workers",
+    "smiles_column",
+    "target_columns",
+    "split_column",
+    "mol_features",
+    "task",
+    "split",
+    "split_seed",
+    "featurizer",
+    "max_nodes",
+    "strict",
+)
+_RUN_FIELDS = ("device", "threads", "num_workers", "precision")
+
+OPTUNA_MISSING = "tune needs Optuna: pip install 'graphormer-urpe[tune]' (or pip install optuna)"
+
+
+def tune_config(args: argparse.Namespace):
+    """The :class:`~graphormer_urpe.tuning.config.TuneConfig` of ``graphormer-urpe tune ARGS``
+    and the data's short name: trials start from the ``small`` preset with URPE attention
+    and the data and run flags given; a ``--mol-features`` given is fixed, not searched."""
+    from ..training.config import make_config
+    from ..tuning.config import TuneConfig
+    from .train import _dataset_tag
+
+    given = {k: getattr(args, k) for k in _DATA_FIELDS + _RUN_FIELDS}
+    base = make_config("small", model_overrides={"attention": "urpe"}, **given)
+    tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in _dataset_tag(base.dataset))
+    config = TuneConfig(
+        base=base,
+        time_limit=args.time_limit,
+        trials=args.trials,
+        storage=args.storage,
+        study=args.study,
+        final_ensemble=args.final_ensemble,
+        out=args.out or os.path.join("runs", f"tune-{tag}"),
+        epochs=args.epochs,
+        seed=args.sampler_seed,
+    )
+    if args.mol_features is not None:
+        config.space = replace(config.space, mol_features=(args.mol_features,))
+    return config, tag
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """search hyper-parameters with Optuna (TPE, pruning), on one machine or many
+
+    Search learning rate, weight decay, dropouts, layers, width, warm-up, batch size,
+    --mol-features, --init-from pretrained and the regression loss (MSE or Huber) with
+    Optuna's TPE sampler, pruning trials on their per-epoch validation metric, all within
+    --time-limit. OUT gets trials.csv, the best trial's config.json (train --config repeats
+    it), history.png and importances.png. The study lives in OUT/study.db unless --storage
+    names a shared database or journal file; running the same command again, or on other
+    machines at once, continues the same study. Needs the tune extra (Optuna)."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise RuntimeError(OPTUNA_MISSING) from None
+    from ..tuning.search import tune
+
+    config, tag = tune_config(args)
+    summary = tune(
+        config, tag, progress=not args.no_progress, started=getattr(args, "started", None)
+    )
+    return _print_json(summary)
+
+
+def _add_tune(sub: argparse._SubParsersAction) -> None:
+    p = _command(sub, "tune", run_tune)
+    _add_data_flags(p)
+    s = p.add_argument_group("search")
+    s.add_argument(
+        "--time-limit",
+        type=float,
+        required=True,
+        metavar="MINUTES",
+        help="wall-clock budget of the whole command (trials, final ensemble, report); each "
+        "trial gets an equal share",
+    )
+    s.add_argument(
+        "--trials",
+        type=int,
+        metavar="N",
+        help="stop once the study holds N finished trials (over every process working on "
+        "it); default: as many as the time limit allows (each trial planned as 1/12 of it)",
+    )
+    s.add_argument(
+        "--storage",
+        metavar="URL",
+        help="the study's storage: a database URL (postgresql://..., mysql://..., "
+        "sqlite:///PATH) or an Optuna journal file path on a shared file system; "
+        "default: OUT/study.db",
+    )
+    s.add_argument(
+        "--study",
+        metavar="NAME",
+        help="the study's name (default: the data file's name and a hash of its content, "
+        "targets and split); a name made for other data is refused",
+    )
+    s.add_argument(
+        "--final-ensemble",
+        type=int,
+        default=0,
+        metavar="K",
+        help="then train K models of the best configuration into OUT/ensemble (its share of "
+        "the time limit is kept for it)",
+    )
+    s.add_argument(
+        "--epochs",
+        type=int,
+        help="epochs per trial (default: each trial plans its steps to fill its share)",
+    )
+    s.add_argument("--sampler-seed", type=int, help="seed of the TPE sampler (default: fresh)")
+    r = p.add_argument_group("run")
+    r.add_argument("--out", help="output folder (default runs/tune-DATASET)")
+    _shared(r, "--device", "--no-progress")
+    r.add_argument("--threads", type=int, help="CPU threads for torch")
+    r.add_argument("--num-workers", type=int, help="data-loader worker processes")
+    r.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="as train's")

@@ -1,0 +1,89 @@
+"""One trial: a sample of the search space trained as an ordinary run, pruned on its
+per-epoch validation metric.
+
+The run is :func:`~graphormer_urpe.training.loop.train` with the trial's fields, in
+``OUT/trials/trial-<number>``, under the trial's own time limit; its ``on_epoch`` hook
+reports the objective to Optuna after each validated epoch and raises
+:class:`optuna.TrialPruned` when the pruner says so. The trial keeps the run's resolved
+config (the steps and warm-up it planned) as a user attribute, so that the study alone,
+on whichever machine ran the trial, says how to train it again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..training.config import TrainConfig, override_config, read_config
+from .space import suggest
+
+if TYPE_CHECKING:
+    import optuna
+
+    from .config import TuneConfig
+    from .problem import Problem
+
+__all__ = ["run_trial", "trial_config", "CONFIG_ATTR"]
+
+log = logging.getLogger(__name__)
+
+CONFIG_ATTR = "config"
+"""The trial's user attribute holding its run's resolved ``config.json``."""
+
+
+def trial_config(
+    trial: optuna.Trial, config: TuneConfig, problem: Problem, seconds: float
+) -> TrainConfig:
+    """The training run of ``trial``: ``config.base`` with the sampled fields, its own
+    folder, and a time limit of ``seconds`` (filled by planned steps unless
+    ``config.epochs`` fixes the epochs)."""
+    train_fields, model_fields = suggest(trial, config.space, problem)
+    out = Path(config.out) / "trials" / f"trial-{trial.number:04d}"
+    cfg = override_config(
+        config.base, model_fields, **train_fields, out=str(out), time_limit=seconds / 60
+    )
+    if config.epochs is not None:
+        return replace(cfg, epochs=config.epochs, max_steps=None, fill_time_limit=False)
+    return replace(cfg, epochs=None, max_steps=None, fill_time_limit=True)
+
+
+def run_trial(
+    trial: optuna.Trial,
+    config: TuneConfig,
+    problem: Problem,
+    seconds: float,
+    progress: bool = False,
+) -> float:
+    """Train ``trial``'s run; its best validation value of ``problem.objective``.
+
+    Raises:
+        optuna.TrialPruned: the pruner stopped it after an epoch.
+    """
+    import optuna
+
+    from ..training.loop import train
+
+    cfg = trial_config(trial, config, problem, seconds)
+    objective = problem.objective
+
+    def report(epoch: int, metrics: dict[str, float]) -> None:
+        trial.report(metrics[objective], epoch)
+        if trial.should_prune():
+            trial.set_user_attr(CONFIG_ATTR, _resolved(cfg))
+            raise optuna.TrialPruned(f"pruned after epoch {epoch}")
+
+    log.info("trial %d: %s (%.0f s)", trial.number, trial.params, seconds)
+    metrics = train(cfg, progress=progress, on_epoch=report)
+    trial.set_user_attr(CONFIG_ATTR, _resolved(cfg))
+    for key in ("steps", "epochs_trained", "wall_seconds", f"test_{objective}"):
+        if metrics.get(key) is not None:
+            trial.set_user_attr(key, metrics[key])
+    return float(metrics[f"best_valid_{objective}"])
+
+
+def _resolved(cfg: TrainConfig) -> dict:
+    """The run's ``config.json`` as written (steps and warm-up planned), else ``cfg``."""
+    path = Path(cfg.out) / "config.json"
+    return (read_config(path) if path.exists() else cfg).to_dict()

@@ -1,0 +1,327 @@
+"""graphormer-urpe tune: a search on a tiny CSV set, its report and best config, a study
+continued by a second run and shared by two processes, its budget and space, and its
+refusals of bad input (a set too small to rank trials, a storage that cannot be reached, a
+study made for other data, Ctrl-C)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from graphormer_urpe import cli  # noqa: E402
+from graphormer_urpe.tuning.budget import RESERVE_SECONDS, SearchBudget  # noqa: E402
+from graphormer_urpe.tuning.problem import Problem  # noqa: E402
+from graphormer_urpe.tuning.space import SearchSpace, suggest  # noqa: E402
+
+from .test_cli import SMILES  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = SearchSpace(num_layers=(1, 2), hidden_dim=(16, 32), batch_size=(16, 32))
+"""The default space with small models, so that a trial takes a moment."""
+
+DRIVER = (
+    "import sys; from dataclasses import replace; from graphormer_urpe.cli import tune, main; "
+    "from graphormer_urpe.tuning.space import SearchSpace; real = tune.tune_config; "
+    "space = SearchSpace(num_layers=(1, 1), hidden_dim=(16,), batch_size=(16,), "
+    "mol_features=('none',), init_from=('none',)); "
+    "tune.tune_config = lambda a: (lambda c, t: (replace(c, space=space), t))(*real(a)); "
+    "sys.exit(main(sys.argv[1:]))"
+)
+"""``graphormer-urpe ARGS`` in another process, with the smallest space."""
+
+
+@pytest.fixture(autouse=True)
+def tiny_space(monkeypatch):
+    """Searches of this module's in-process commands sample small models."""
+    from graphormer_urpe.cli import tune
+
+    real = tune.tune_config
+
+    def small(args):
+        config, tag = real(args)
+        return replace(config, space=replace(TINY, mol_features=config.space.mol_features)), tag
+
+    monkeypatch.setattr(tune, "tune_config", small)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> Path:
+    """40 molecules, two targets: their SMILES length and their count of ring digits."""
+    path = tmp_path_factory.mktemp("tune") / "mols.csv"
+    rows = "".join(f"{s},{len(s)},{sum(c.isdigit() for c in s)}\n" for s in SMILES)
+    path.write_text("smiles,y,z\n" + rows)
+    return path
+
+
+def _tune(table: Path, out: Path, *extra: str, target: str = "y") -> list[str]:
+    return [
+        "tune",
+        "--dataset",
+        f"csv:{table}",
+        "--target-columns",
+        target,
+        "--time-limit",
+        "10",
+        "--epochs",
+        "2",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _trials(out: Path) -> list[dict[str, str]]:
+    with open(out / "trials.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("graphormer-urpe: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_search_report_best_config_and_a_second_run_that_continues(table, tmp_path, capsys):
+    out = tmp_path / "search"
+    assert cli.main(_tune(table, out, "--trials", "3", "--sampler-seed", "0")) == 0
+    summary = json.loads(capsys.readouterr().out)
+    rows = _trials(out)
+    assert [int(r["number"]) for r in rows] == [0, 1, 2]
+    assert all(r["state"] in ("COMPLETE", "PRUNED") for r in rows)
+    assert (out / "study.db").exists() and (out / "history.png").stat().st_size > 1000
+    complete = [r for r in rows if r["state"] == "COMPLETE"]
+    best = min(complete, key=lambda r: float(r["value"]))
+    assert summary["best"]["trial"] == int(best["number"])
+    assert summary["best"]["valid_rmse"] == pytest.approx(float(best["value"]))
+    for name, value in summary["best"]["params"].items():
+        assert str(value) == best[f"param_{name}"] or float(value) == pytest.approx(
+            float(best[f"param_{name}"])
+        )
+
+    # the best config repeats the best trial: the same validation value
+    assert cli.main(["train", "--config", str(out / "config.json"), "--no-progress"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["best_valid_rmse"] == pytest.approx(float(best["value"]), rel=1e-4)
+    assert (out / "best" / "best.pt").exists()
+
+    # the same command with more trials continues the study
+    assert cli.main(_tune(table, out, "--trials", "5")) == 0
+    capsys.readouterr()
+    rows2 = _trials(out)
+    assert [int(r["number"]) for r in rows2] == [0, 1, 2, 3, 4]
+    assert [r["value"] for r in rows2[:3]] == [r["value"] for r in rows]
+    if all(r["state"] == "COMPLETE" for r in rows2):  # importances from 5 completed trials
+        assert (out / "importances.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_two_processes_on_one_storage_share_the_trials(table, tmp_path, kind):
+    storage = (
+        str(tmp_path / "study.log") if kind == "journal" else f"sqlite:///{tmp_path / 'study.db'}"
+    )
+    n = 3
+    from graphormer_urpe.datasets import load_dataset
+
+    load_dataset(f"csv:{table}", target_columns=["y"])  # the store, built before they start
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRIVER]
+            + _tune(table, tmp_path / f"machine-{i}", "--trials", str(n), "--storage", storage)
+            + ["--study", "shared", "--epochs", "1"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+    if kind == "journal":
+        from optuna.storages.journal import JournalFileBackend
+
+        store = optuna.storages.JournalStorage(JournalFileBackend(storage))
+    else:
+        store = storage
+    trials = optuna.load_study(study_name="shared", storage=store).get_trials()
+    finished = [t.number for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == n
+    # each trial ran in one process: its run folder exists on one machine only
+    ran = [
+        {int(d.name.split("-")[1]) for d in (tmp_path / f"machine-{i}" / "trials").iterdir()}
+        for i in range(2)
+        if (tmp_path / f"machine-{i}" / "trials").exists()
+    ]
+    assert sum(len(r) for r in ran) == len(set().union(*ran)) == n
+    assert set().union(*ran) == set(finished)
+
+
+def test_budget_shares_the_limit_and_keeps_within_it():
+    b = SearchBudget(minutes=10, planned=4, ensemble=2, started=100.0)
+    usable = 0.99 * 600 - RESERVE_SECONDS
+    assert b.share == pytest.approx(usable / 6)
+    clock, spent = 100.0, []
+    while (s := b.trial_seconds(clock)) is not None:
+        spent.append(s)
+        clock += s
+    assert len(spent) == 4 and all(s == pytest.approx(b.share) for s in spent)
+    assert clock + b.ensemble_seconds() + RESERVE_SECONDS <= 100.0 + 1.02 * 600
+    late = b.end - b.ensemble_seconds() - 0.3 * b.share  # less than half a share left
+    assert b.trial_seconds(late) is None
+    assert b.trial_seconds(b.end - b.ensemble_seconds() - 0.7 * b.share) == pytest.approx(
+        0.7 * b.share
+    )
+    b.begin(100.0 + 0.25 * usable)  # the set-up took a quarter: the shares split the rest
+    assert b.share == pytest.approx(0.75 * usable / 6)
+    with pytest.raises(ValueError, match="--time-limit"):
+        SearchBudget(minutes=0)
+
+
+def _problem(**kw) -> Problem:
+    fields = dict(
+        dataset="csv:x.csv",
+        tag="x",
+        objective="rmse",
+        maximize=False,
+        task_type="regression",
+        is_csv=True,
+        pretrained_fits=True,
+        sizes={"train": 8, "valid": 2, "test": 2},
+        fingerprint={},
+    )
+    return Problem(**{**fields, **kw})
+
+
+def _fixed(**params) -> optuna.trial.FixedTrial:
+    base = dict(
+        lr=1e-3,
+        weight_decay=1e-3,
+        warmup_fraction=0.1,
+        batch_size=32,
+        dropout=0.1,
+        attention_dropout=0.1,
+        mol_features="rdkit2d",
+        loss="smooth_l1",
+        init_from="none",
+        hidden_dim=64,
+        num_layers=3,
+    )
+    return optuna.trial.FixedTrial({**base, **params})
+
+
+def test_pretrained_fixes_the_architecture_and_the_space_follows_the_task():
+    space = SearchSpace()
+    train, model = suggest(_fixed(init_from="pretrained"), space, _problem())
+    assert train["init_from"] == "pretrained" and "num_layers" not in model
+    assert "hidden_dim" not in model and train["loss"] == "smooth_l1"
+    train, model = suggest(_fixed(), space, _problem())
+    assert "init_from" not in train
+    assert model["num_layers"] == 3 and model["hidden_dim"] == model["ffn_dim"] == 64
+    binary = _problem(task_type="binary", is_csv=False, pretrained_fits=False)
+    train, model = suggest(_fixed(), space, binary)
+    assert "loss" not in train and "mol_features" not in train and "num_layers" in model
+    train, _ = suggest(_fixed(), replace(space, mol_features=("none",)), _problem())
+    assert "mol_features" not in train  # a --mol-features given is fixed, not searched
+
+
+def test_a_set_too_small_for_a_validation_split_is_refused(tmp_path, capsys):
+    small = tmp_path / "five.csv"
+    small.write_text("smiles,y\nCCO,1\nCCC,2\nCCN,3\nCCCC,4\nc1ccccc1,5\n")
+    out = tmp_path / "search"
+    assert cli.main(_tune(small, out, "--trials", "2")) == 2
+    err = _one_line_error(capsys)
+    assert "validation split" in err and "valid split is empty" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "storage", ["postgresql://nobody@127.0.0.1:1/x", "{tmp}/no-such-folder/study.log"]
+)
+def test_a_storage_that_cannot_be_reached_is_one_line_and_writes_nothing(
+    table, tmp_path, capsys, store_cache, storage
+):
+    storage = storage.format(tmp=tmp_path)
+    out = tmp_path / "search"
+    assert cli.main(_tune(table, out, "--storage", storage)) == 2
+    err = _one_line_error(capsys)
+    assert f"--storage {storage} cannot be reached" in err
+    assert not out.exists() and not any(store_cache.iterdir())  # not even a dataset store
+
+
+def test_a_study_name_used_for_other_data_is_refused(table, tmp_path, capsys):
+    storage = str(tmp_path / "study.log")
+    first = _tune(table, tmp_path / "a", "--trials", "1", "--storage", storage, "--study", "s")
+    assert cli.main(first) == 0
+    capsys.readouterr()
+    other = _tune(
+        table, tmp_path / "b", "--trials", "1", "--storage", storage, "--study", "s", target="z"
+    )
+    assert cli.main(other) == 2
+    err = _one_line_error(capsys)
+    assert "study 's' was made for other data" in err and "target_columns" in err
+    assert not (tmp_path / "b").exists()
+    study = optuna.load_study(
+        study_name="s",
+        storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage)),
+    )
+    assert len(study.trials) == 1
+
+
+def test_ctrl_c_keeps_the_finished_trials_and_says_how_to_continue(
+    table, tmp_path, capsys, monkeypatch
+):
+    from graphormer_urpe.training import loop
+
+    real_train = loop.train
+
+    def interrupted_second_trial(cfg, *args, on_epoch=None, **kw):
+        def hook(epoch, metrics):
+            if cfg.out.endswith("trial-0001"):
+                raise KeyboardInterrupt
+            on_epoch(epoch, metrics)
+
+        return real_train(cfg, *args, on_epoch=hook, **kw)
+
+    monkeypatch.setattr(loop, "train", interrupted_second_trial)
+    out = tmp_path / "search"
+    assert cli.main(_tune(table, out, "--trials", "3")) == 130
+    err = _one_line_error(capsys)
+    assert "keeps its 1 finished trials" in err and "run the same command again" in err
+    assert [r["state"] for r in _trials(out)] == ["COMPLETE", "FAIL"]
+    monkeypatch.setattr(loop, "train", real_train)
+    assert cli.main(_tune(table, out, "--trials", "3")) == 0
+    capsys.readouterr()
+    states = [r["state"] for r in _trials(out)]
+    assert states[:2] == ["COMPLETE", "FAIL"] and len(states) == 4  # 3 finished
+    assert all(s in ("COMPLETE", "PRUNED") for s in states[2:])
+
+
+def test_without_optuna_tune_says_how_to_install_it_and_other_commands_never_import_it(
+    table, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna now fails
+    assert cli.main(_tune(table, tmp_path / "search")) == 2
+    assert "pip install 'graphormer-urpe[tune]'" in _one_line_error(capsys)
+    code = (
+        "import sys; from graphormer_urpe import cli; cli.build_parser(); "
+        "import graphormer_urpe.training.loop; print('optuna' in sys.modules)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == "False"
