@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
+from .explain import _add_explain, run_explain
 from .predict import (
     _add_evaluate,
     _add_predict,
@@ -47,6 +48,7 @@ __all__ = [  # the sub-commands are in train, predict and tools; their flags in 
     "run_convert",
     "run_demo",
     "run_evaluate",
+    "run_explain",
     "run_export",
     "run_plot",
     "run_predict",
@@ -76,6 +78,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_pretrain,
     _add_evaluate,
     _add_predict,
+    _add_explain,
     _add_plot,
     _add_synthetic,
     _add_lm,
