@@ -138,7 +138,7 @@ def integrated_gradients(
     steps: int = 16,
     max_steps: int = 512,
     rtol: float = 0.01,
-    atol: float = 1e-4,
+    atol: float = 1e-5,
 ) -> Attribution:
     """Integrated gradients of ``model``'s outputs on one molecule's atom embeddings.
 
