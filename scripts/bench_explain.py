@@ -171,14 +171,18 @@ def main() -> None:
     p.add_argument("--figure", help="PNG figure")
     p.add_argument("--example", help="PNG of one explained test molecule")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
+    p.add_argument("--work", help="folder for the data and the run (kept; a run there is reused)")
     args = p.parse_args()
     torch.set_num_threads(1)
     sizes = (64, 16, 16) if args.smoke else tuple(args.sizes)
     count = 5 if args.smoke else args.explain
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         rows = split_csv(Path(args.data), work / "logp.csv", sizes, args.seed)
-        run = train(work / "logp.csv", work, args.time_limit, args.smoke)
+        run = work / "run"
+        if not (run / "best.pt").exists():  # --work keeps a trained run for the next call
+            run = train(work / "logp.csv", work, args.time_limit, args.smoke)
         metrics = json.loads((run / "metrics.json").read_text())
         explainer = Explainer.from_loaded([load_model(run / "best.pt", "cpu")])
         results = {

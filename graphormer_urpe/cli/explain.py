@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .flags import _command, _shared
+from .flags import _command, _shared, _smiles_source
 
 
 def _explainer(checkpoint: str, device: str, steps: int):
@@ -59,29 +59,17 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def _add_explain(sub: argparse._SubParsersAction) -> None:
     p = _command(sub, "explain", run_explain)
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="a best.pt or last.pt file, or the folder of a train --ensemble run (the "
-        "members' mean contributions)",
-    )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
-    src.add_argument(
-        "--input", help="a CSV (.csv, .csv.gz) with a SMILES column or a .smi / .txt file"
-    )
-    _shared(
-        p,
-        "--smiles-column",
-        smiles_column={"default": "smiles", "help": "SMILES column of --input"},
-    )
+    help = "a best.pt or last.pt file, or the folder of a train --ensemble run (the mean "
+    help += "of the members' contributions)"
+    _shared(p, "--checkpoint", checkpoint={"help": help})
+    _smiles_source(p)
     p.add_argument("--out", required=True, help="folder to write the CSVs and pictures into")
     p.add_argument(
         "--steps",
         type=int,
-        default=16,
-        help="integration steps to start with (Gauss-Legendre nodes, doubled until the "
-        "contributions are complete within 1%%; default 16)",
+        default=4,
+        help="Gauss-Legendre nodes per panel of the integration path (panels are halved "
+        "until the contributions are complete within 1%%; default 4)",
     )
     p.add_argument("--no-pictures", action="store_true", help="write the CSVs only")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for the model (default 1)")

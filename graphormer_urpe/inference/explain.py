@@ -59,7 +59,7 @@ class MoleculeExplanation:
             ``None``.
         prediction: ``[T]`` the model's output (``nan`` when unreadable).
         baseline: ``[T]`` the output at the baseline.
-        steps: quadrature nodes used (the most among ensemble members).
+        steps: quadrature nodes used, all panels together (the most among ensemble members).
         error: why the row could not be explained, else ``None``.
     """
 
@@ -108,8 +108,9 @@ class Explainer:
         target_names: ``[T]`` the targets' names.
         task_type: ``"regression"`` or ``"binary"`` (explained on the logit).
         mol_features: the run's per-molecule feature record (``None``: none).
-        steps: quadrature nodes to start with (doubled until complete).
-        max_steps: the most quadrature nodes.
+        steps: Gauss–Legendre nodes per panel of the path (panels are halved until
+            complete; see :mod:`~graphormer_urpe.inference.integrated`).
+        max_steps: the most quadrature nodes in all, per molecule and member.
         rtol: the completeness tolerance (relative to ``|prediction - baseline|``).
     """
 
@@ -118,8 +119,8 @@ class Explainer:
     target_names: list[str]
     task_type: str = "regression"
     mol_features: dict | None = None
-    steps: int = 16
-    max_steps: int = 512
+    steps: int = 4
+    max_steps: int = 4096
     rtol: float = 0.01
 
     @classmethod
@@ -174,8 +175,7 @@ class Explainer:
         rtol = self.rtol
         for _ in range(4):
             parts = [
-                integrated_gradients(m, data, self.steps, self.max_steps, rtol)
-                for m in self.models
+                integrated_gradients(m, data, self.steps, self.max_steps, rtol) for m in self.models
             ]
             a = _mean(parts)
             delta = np.abs(a.prediction - a.baseline)

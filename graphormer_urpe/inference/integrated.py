@@ -10,10 +10,20 @@ rows the encoder starts from), a baseline :math:`x'_i` and per-molecule features
         \, d\alpha
 
 and the descriptor term is the same integral over :math:`m`. Along one straight path from the
-baseline, the contributions add up to :math:`f_t(x, m) - f_t(x', m')` (completeness); the
-integral is taken by Gauss–Legendre quadrature on :math:`[0, 1]` whose number of nodes doubles
-until the sum is within ``rtol`` of that difference (or ``atol``, in the target's units, when
-the difference is about zero).
+baseline, the contributions add up to :math:`f_t(x, m) - f_t(x', m')` (completeness).
+
+**The quadrature is adaptive and checked piece by piece.** The path ``[0, 1]`` is cut into
+panels; on each, Gauss–Legendre quadrature gives the contributions, whose sum must equal
+:math:`f(b) - f(a)`, the outputs at the panel's ends (computed directly). A panel that misses
+its share of the tolerance is halved, until the whole sum is within ``rtol`` of
+:math:`f(1) - f(0)` (or ``atol``, in the outputs' units, when that is about zero). The first
+panels are log-spaced (:data:`PANELS`) because the integrand is far from uniform: a LayerNorm
+is scale-invariant, so an atom's normalised embedding :math:`\operatorname{LN}(\alpha x_i)`
+swings from the LayerNorm's bias to its full value while :math:`\alpha \lesssim
+\sqrt{\epsilon} / \operatorname{std}(x_i)` (a few hundredths for trained models) and barely
+moves after. On a model trained on logP the output jumped by 4 units between
+:math:`\alpha = 0.01` and :math:`0.03`; evenly spread nodes (512 of them) still missed
+completeness by up to 40 units.
 
 **The baseline.** Every atom's embedding is zero; the graph token keeps its learned
 embedding, and the attention bias ``B`` (shortest-path distances, bond features along paths)
@@ -39,7 +49,14 @@ from torch_geometric.data import Data
 
 from ..graph.model import Graphormer
 
-__all__ = ["Attribution", "gauss_legendre", "integrated_gradients", "masked_predictions"]
+__all__ = [
+    "Attribution",
+    "MAX_DEPTH",
+    "PANELS",
+    "gauss_legendre",
+    "integrated_gradients",
+    "masked_predictions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +74,13 @@ def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return (t + 1.0) / 2.0, w / 2.0
 
 
+PANELS = (0.0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
+"""Edges of the first quadrature panels on the path ``[0, 1]`` (see the module's text)."""
+
+MAX_DEPTH = 12
+"""The most times a panel is halved."""
+
+
 @dataclass
 class Attribution:
     """Integrated gradients of one molecule (see the module's text).
@@ -66,7 +90,7 @@ class Attribution:
         descriptors: ``[T]`` the per-molecule features' term, or ``None`` without them.
         prediction: ``[T]`` the model's output (a logit for a binary task).
         baseline: ``[T]`` the output at the baseline.
-        steps: quadrature nodes used.
+        steps: quadrature nodes used (all panels together).
     """
 
     atoms: np.ndarray
@@ -102,41 +126,64 @@ def _features(model: Graphormer, graph: Data) -> tuple[Tensor, Tensor, Tensor | 
     return emb, base, mol
 
 
-def _integrate(
-    model: Graphormer, graph: Data, emb: Tensor, base: Tensor, mol: Tensor | None, steps: int
-) -> tuple[Tensor, Tensor | None]:
-    """Quadrature of the path integral with ``steps`` nodes: atoms ``[n, T]``, descriptor
-    term ``[T]`` (or ``None``)."""
-    nodes, weights = gauss_legendre(steps)
+def _outputs(
+    model: Graphormer, graph: Data, emb: Tensor, base: Tensor, mol: Tensor | None, alphas
+) -> np.ndarray:
+    """Outputs ``[len(alphas), T]`` at points ``alphas`` of the path."""
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(alphas), CHUNK):
+            a = torch.as_tensor(alphas[start : start + CHUNK], dtype=emb.dtype, device=emb.device)
+            batch, _ = model.embed([graph] * len(a))
+            h = base + a[:, None, None] * (emb - base)
+            m = None if mol is None else a[:, None] * mol
+            out.append(model.forward_embedded(batch, h, m).double().cpu())
+    return torch.cat(out).numpy()
+
+
+def _panel_integrals(
+    model: Graphormer,
+    graph: Data,
+    emb: Tensor,
+    base: Tensor,
+    mol: Tensor | None,
+    panels: list[tuple[float, float]],
+    nodes: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Legendre integrals of each panel with ``nodes`` nodes: atoms ``[P, n, T]`` and
+    the descriptor term ``[P, T]`` (zeros without per-molecule features)."""
+    x, w = gauss_legendre(nodes)
+    alphas = np.concatenate([a + (b - a) * x for a, b in panels])
+    weights = np.concatenate([(b - a) * w for a, b in panels])
+    owner = torch.as_tensor(np.repeat(np.arange(len(panels)), nodes))
     num_targets = model.config.num_targets
     delta = emb - base  # [1, n + 1, d]
-    atoms = torch.zeros(emb.shape[1], num_targets, dtype=torch.float64, device=emb.device)
-    desc = None if mol is None else torch.zeros(num_targets, dtype=torch.float64)
-    for start in range(0, steps, CHUNK):
-        a = torch.as_tensor(nodes[start : start + CHUNK], dtype=emb.dtype, device=emb.device)
-        w = torch.as_tensor(weights[start : start + CHUNK], dtype=torch.float64, device=emb.device)
+    atoms = torch.zeros(len(panels), emb.shape[1], num_targets, dtype=torch.float64)
+    desc = torch.zeros(len(panels), num_targets, dtype=torch.float64)
+    for start in range(0, len(alphas), CHUNK):
+        a = torch.as_tensor(alphas[start : start + CHUNK], dtype=emb.dtype, device=emb.device)
+        wk = torch.as_tensor(weights[start : start + CHUNK], dtype=torch.float64)
+        who = owner[start : start + CHUNK]
         batch, _ = model.embed([graph] * len(a))
         h = (base + a[:, None, None] * delta).requires_grad_(True)  # [k, n + 1, d]
         inputs = [h]
-        m = None
         if mol is not None:
-            m = (a[:, None] * mol).requires_grad_(True)  # [k, K]
-            inputs.append(m)
-        out = model.forward_embedded(batch, h, m)  # [k, T]
+            inputs.append((a[:, None] * mol).requires_grad_(True))  # [k, K]
+        out = model.forward_embedded(batch, h, inputs[1] if mol is not None else None)
         for t in range(num_targets):
             grads = torch.autograd.grad(out[:, t].sum(), inputs, retain_graph=t + 1 < num_targets)
-            per_token = (grads[0] * delta).sum(-1).double()  # [k, n + 1]
-            atoms[:, t] += (w[:, None] * per_token).sum(0)
-            if desc is not None:
-                desc[t] += float((w * (grads[1] * mol).sum(-1).double().cpu()).sum())
-    return atoms[1:], desc
+            per_token = (grads[0] * delta).sum(-1).double().cpu()  # [k, n + 1]
+            atoms[:, :, t].index_add_(0, who, wk[:, None] * per_token)
+            if mol is not None:
+                desc[:, t].index_add_(0, who, wk * (grads[1] * mol).sum(-1).double().cpu())
+    return atoms[:, 1:].numpy(), desc.numpy()
 
 
 def integrated_gradients(
     model: Graphormer,
     graph: Data,
-    steps: int = 16,
-    max_steps: int = 512,
+    steps: int = 4,
+    max_steps: int = 4096,
     rtol: float = 0.01,
     atol: float = 1e-5,
 ) -> Attribution:
@@ -146,8 +193,9 @@ def integrated_gradients(
         model: the model (put in eval mode here).
         graph: one molecule, featurised as the model was trained (``mol_x`` ``[1, K]`` with
             per-molecule features).
-        steps: quadrature nodes to start with; doubled until complete.
-        max_steps: the most nodes tried (a warning is logged when still incomplete).
+        steps: Gauss–Legendre nodes per panel.
+        max_steps: the most nodes in all (panels are no longer halved beyond it, nor beyond
+            :data:`MAX_DEPTH` halvings; a warning is logged when still incomplete).
         rtol: completeness: ``|prediction - baseline - sum| <= rtol * |prediction - baseline|
             + atol`` for every output.
         atol: the absolute slack, in the outputs' units.
@@ -157,33 +205,53 @@ def integrated_gradients(
     """
     model.eval()
     emb, base, mol = _features(model, graph)
-    batch, _ = model.embed([graph])
-    with torch.no_grad():
-        pred = model.forward_embedded(batch, emb, mol)[0].double()  # [T]
-        zero = None if mol is None else torch.zeros_like(mol)
-        basepred = model.forward_embedded(batch, base, zero)[0].double()  # [T]
-    n = steps
-    while True:
-        atoms, desc = _integrate(model, graph, emb, base, mol, n)
-        result = Attribution(
-            atoms=atoms.cpu().numpy(),
-            descriptors=None if desc is None else desc.numpy(),
-            prediction=pred.cpu().numpy(),
-            baseline=basepred.cpu().numpy(),
-            steps=n,
+    f0, f1 = _outputs(model, graph, emb, base, mol, [0.0, 1.0])
+    allowed = rtol * np.abs(f1 - f0) + atol  # [T]
+    share = 0.5 * allowed / (len(PANELS) - 1)  # each first panel's part of half of it
+    pending = [(a, b, share) for a, b in zip(PANELS[:-1], PANELS[1:], strict=True)]
+    ends = dict(zip(PANELS, _outputs(model, graph, emb, base, mol, PANELS), strict=True))
+    ends[0.0], ends[1.0] = f0, f1
+    atoms = np.zeros((graph.num_nodes, len(f0)))
+    desc = np.zeros(len(f0))
+    used = 0
+    for depth in range(MAX_DEPTH + 1):
+        parts, terms = _panel_integrals(
+            model, graph, emb, base, mol, [p[:2] for p in pending], steps
         )
-        allowed = rtol * np.abs(result.prediction - result.baseline) + atol
-        if np.all(np.abs(result.gap) <= allowed):
-            return result
-        if n * 2 > max_steps:
-            log.warning(
-                "integrated gradients incomplete after %d steps: gap %s, allowed %s",
-                n,
-                result.gap.tolist(),
-                allowed.tolist(),
-            )
-            return result
-        n *= 2
+        used += steps * len(pending)
+        last = depth == MAX_DEPTH or used + 2 * steps * len(pending) > max_steps
+        split = []
+        for (a, b, tol), part, term in zip(pending, parts, terms, strict=True):
+            gap = ends[b] - ends[a] - part.sum(0) - term
+            if np.all(np.abs(gap) <= tol) or last:
+                atoms += part
+                desc += term
+            else:
+                split.append((a, b, tol))
+        if not split:
+            break
+        mids = [(a + b) / 2 for a, b, _ in split]
+        ends.update(zip(mids, _outputs(model, graph, emb, base, mol, mids), strict=True))
+        pending = [
+            q
+            for (a, b, tol), m in zip(split, mids, strict=True)
+            for q in ((a, m, tol / 2), (m, b, tol / 2))
+        ]
+    result = Attribution(
+        atoms=atoms,
+        descriptors=None if mol is None else desc,
+        prediction=f1,
+        baseline=f0,
+        steps=used,
+    )
+    if not np.all(np.abs(result.gap) <= allowed):
+        log.warning(
+            "integrated gradients incomplete after %d steps: gap %s, allowed %s",
+            used,
+            result.gap.tolist(),
+            allowed.tolist(),
+        )
+    return result
 
 
 @torch.no_grad()
