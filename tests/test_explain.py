@@ -47,7 +47,7 @@ def plain_ig(model: Graphormer, graph, target: int, steps: int = 200) -> np.ndar
     batch, emb = model.embed([graph])
     emb = emb.detach()
     base = emb.clone()
-    base[:, 1:] = 0
+    base[:, 1:] = emb[:, 1:].mean(1, keepdim=True)  # the default baseline: the mean atom
     total = torch.zeros(emb.shape[1], dtype=torch.float64)
     half = steps // 2
     points = [(0.1 * (k + 0.5) / half, 0.1 / half) for k in range(half)]
@@ -66,11 +66,11 @@ def test_gauss_legendre_integrates_polynomials_exactly():
         assert np.sum(w * x**degree) == pytest.approx(1 / (degree + 1), rel=1e-12)
 
 
-@pytest.mark.parametrize("attention", ["graphormer", "urpe"])
-def test_regression_contributions_are_complete(attention):
+@pytest.mark.parametrize("attention, baseline", [("graphormer", "mean"), ("urpe", "zero")])
+def test_regression_contributions_are_complete(attention, baseline):
     model = tiny(attention=attention, num_targets=2)
     graph = featurize_smiles(MOLS[0], "zinc")
-    a = integrated_gradients(model, graph)
+    a = integrated_gradients(model, graph, baseline=baseline)
     delta = a.prediction - a.baseline
     assert np.all(np.abs(delta) > 1e-2)  # a non-trivial check
     assert np.all(np.abs(a.gap) <= 0.01 * np.abs(delta))

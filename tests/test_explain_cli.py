@@ -67,7 +67,7 @@ def test_explain_writes_csvs_pictures_and_reports_bad_rows(run, tmp_path, capsys
     assert not (out / "mol-1.png").exists() and not (out / "mol-3.png").exists()
 
 
-def test_explain_smiles_flag_and_ensemble_folder_errors(run, tmp_path, capsys):
+def test_explain_smiles_flag_no_pictures_and_a_missing_checkpoint(run, tmp_path, capsys):
     out = tmp_path / "one"
     args = ["explain", "--checkpoint", str(run / "best.pt"), "--smiles", "CCN", "--no-pictures"]
     assert cli.main([*args, "--out", str(out), "--no-progress"]) == 0

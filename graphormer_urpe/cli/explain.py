@@ -8,21 +8,22 @@ import sys
 from .flags import _command, _shared, _smiles_source
 
 
-def _explainer(checkpoint: str, device: str, steps: int):
+def _explainer(checkpoint: str, device: str, **options):
     """The explainer of a checkpoint or an ensemble's folder (its loading, in one place)."""
     from ..inference.explain import Explainer
     from ..training.ensemble import load_models
 
-    return Explainer.from_loaded(load_models(checkpoint, device), steps=steps)
+    return Explainer.from_loaded(load_models(checkpoint, device), **options)
 
 
 def run_explain(args: argparse.Namespace) -> int:
     """explain predictions atom by atom
 
     Explain a trained model's predictions: each atom's contribution to each target, by
-    integrated gradients on the atom embeddings against a baseline of all-zero atom
-    embeddings (same graph, same bonds); the contributions add up to prediction minus baseline
-    prediction within 1%. An ensemble's folder gives the members' mean. Writes to --out:
+    integrated gradients on the atom embeddings against a baseline where every atom is the
+    molecule's mean atom (same graph, same bonds); the contributions add up to prediction
+    minus baseline prediction within 1%. An ensemble's folder gives the members' mean.
+    Writes to --out:
     atoms.csv (row, smiles, atom_index, element, one contribution column per target, error),
     molecules.csv (prediction, baseline, descriptor term with --mol-features runs, picture),
     mol-<row>.png and .svg (atoms coloured by the first target's contributions, a colour bar,
@@ -35,7 +36,8 @@ def run_explain(args: argparse.Namespace) -> int:
     from ..training.predict_io import read_smiles
 
     torch.set_num_threads(args.threads)
-    explainer = _explainer(args.checkpoint, args.device or "auto", args.steps)
+    options = {"steps": args.steps, "baseline": args.baseline}
+    explainer = _explainer(args.checkpoint, args.device or "auto", **options)
     smiles = list(args.smiles) if args.smiles else list(read_smiles(args.input, args.smiles_column))
     explanations = explainer.explain_many(smiles, progress=not args.no_progress, total=len(smiles))
     summary = write_explanations(
@@ -70,6 +72,13 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
         default=4,
         help="Gauss-Legendre nodes per panel of the integration path (panels are halved "
         "until the contributions are complete within 1%%; default 4)",
+    )
+    p.add_argument(
+        "--baseline",
+        choices=["mean", "zero"],
+        default="mean",
+        help="the atoms' baseline: each atom's embedding replaced by the molecule's mean atom "
+        "embedding (default), or by zero",
     )
     p.add_argument("--no-pictures", action="store_true", help="write the CSVs only")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for the model (default 1)")

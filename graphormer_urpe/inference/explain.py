@@ -2,7 +2,8 @@ r"""Which atoms drive a prediction: per-atom contributions of a trained model (o
 
 Each molecule is featurised as the model was trained, then explained by integrated gradients
 on its atom embeddings (:mod:`~graphormer_urpe.inference.integrated`, which states the
-baseline and the completeness check): ``contributions`` ``[n, T]`` add up, with the
+baseline, by default every atom replaced by the molecule's mean atom, and the completeness
+check): ``contributions`` ``[n, T]`` add up, with the
 ``descriptors`` term of a model trained with ``--mol-features``, to ``prediction -
 baseline`` within 1%. An ensemble gives the mean of its members' contributions, predictions
 and baselines (so completeness holds for the mean too). Binary tasks are explained on the
@@ -112,6 +113,8 @@ class Explainer:
             complete; see :mod:`~graphormer_urpe.inference.integrated`).
         max_steps: the most quadrature nodes in all, per molecule and member.
         rtol: the completeness tolerance (relative to ``|prediction - baseline|``).
+        baseline: ``mean`` (each atom's embedding replaced by the molecule's mean atom
+            embedding) or ``zero``; see :mod:`~graphormer_urpe.inference.integrated`.
     """
 
     models: list[Graphormer]
@@ -122,6 +125,7 @@ class Explainer:
     steps: int = 4
     max_steps: int = 4096
     rtol: float = 0.01
+    baseline: str = "mean"
 
     @classmethod
     def from_loaded(cls, loaded: Sequence[TrainedModel], **options) -> Explainer:
@@ -175,7 +179,10 @@ class Explainer:
         rtol = self.rtol
         for _ in range(4):
             parts = [
-                integrated_gradients(m, data, self.steps, self.max_steps, rtol) for m in self.models
+                integrated_gradients(
+                    m, data, self.steps, self.max_steps, rtol, baseline=self.baseline
+                )
+                for m in self.models
             ]
             a = _mean(parts)
             delta = np.abs(a.prediction - a.baseline)

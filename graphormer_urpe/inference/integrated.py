@@ -25,12 +25,15 @@ moves after. On a model trained on logP the output jumped by 4 units between
 :math:`\alpha = 0.01` and :math:`0.03`; evenly spread nodes (512 of them) still missed
 completeness by up to 40 units.
 
-**The baseline.** Every atom's embedding is zero; the graph token keeps its learned
-embedding, and the attention bias ``B`` (shortest-path distances, bond features along paths)
-and URPE's ``C`` stay those of the molecule. The baseline prediction is thus "this molecular
-graph with no atom identities". Per-molecule features (``--mol-features``) go to 0, their
-training split's median after the run's normalisation. Bonds and graph shape are part of the
-baseline and are not attributed.
+**The baseline** (``baseline="mean"``, the default) replaces every atom's embedding by the
+molecule's mean atom embedding: the same graph made of identical "average" atoms. The graph
+token keeps its learned embedding, and the attention bias ``B`` (shortest-path distances, bond
+features along paths) and URPE's ``C`` stay those of the molecule, so bonds and graph shape
+are part of the baseline and are not attributed. Per-molecule features (``--mol-features``) go
+to 0, their training split's median after the run's normalisation. ``baseline="zero"`` (every
+atom embedding zero) was the first choice; on validation molecules of a model trained on
+Crippen logP it ranked atoms *against* Crippen's terms (mean Spearman -0.16), the mean baseline
+with them (0.59 on 30 molecules), so the mean is the default.
 
 :func:`masked_predictions` gives the prediction with chosen atoms set to the baseline
 (deletion curves, :mod:`graphormer_urpe.inference.faithfulness`).
@@ -77,6 +80,10 @@ def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
 PANELS = (0.0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 """Edges of the first quadrature panels on the path ``[0, 1]`` (see the module's text)."""
 
+BASELINES = ("mean", "zero")
+"""Baselines of the atoms: every atom's embedding replaced by the molecule's mean atom
+embedding (``mean``, the default), or by zero (``zero``)."""
+
 MAX_DEPTH = 12
 """The most times a panel is halved."""
 
@@ -111,13 +118,20 @@ class Attribution:
         return self.prediction - self.baseline - self.total
 
 
-def _features(model: Graphormer, graph: Data) -> tuple[Tensor, Tensor, Tensor | None]:
-    """The molecule's embeddings ``[1, n + 1, d]``, their baseline and its per-molecule
-    features ``[1, K]`` (or ``None``)."""
+def _features(
+    model: Graphormer, graph: Data, baseline: str = "mean"
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The molecule's embeddings ``[1, n + 1, d]``, their baseline (see :data:`BASELINES`)
+    and its per-molecule features ``[1, K]`` (or ``None``)."""
+    if baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; choose one of {BASELINES}")
     batch, emb = model.embed([graph])
     emb = emb.detach()
-    base = emb.clone()
-    base[:, 1:] = 0.0  # atoms -> 0; the graph token (position 0) is kept
+    base = emb.clone()  # the graph token (position 0) is kept
+    if baseline == "zero":
+        base[:, 1:] = 0.0
+    else:
+        base[:, 1:] = emb[:, 1:].mean(1, keepdim=True)
     mol = batch.mol_features
     if mol is not None and model.config.num_mol_features:
         mol = mol.to(emb.dtype).detach()
@@ -186,6 +200,7 @@ def integrated_gradients(
     max_steps: int = 4096,
     rtol: float = 0.01,
     atol: float = 1e-5,
+    baseline: str = "mean",
 ) -> Attribution:
     """Integrated gradients of ``model``'s outputs on one molecule's atom embeddings.
 
@@ -199,12 +214,13 @@ def integrated_gradients(
         rtol: completeness: ``|prediction - baseline - sum| <= rtol * |prediction - baseline|
             + atol`` for every output.
         atol: the absolute slack, in the outputs' units.
+        baseline: ``mean`` or ``zero`` (:data:`BASELINES`).
 
     Returns:
         The :class:`Attribution` (atoms ``[n, T]`` in the graph's node order).
     """
     model.eval()
-    emb, base, mol = _features(model, graph)
+    emb, base, mol = _features(model, graph, baseline)
     f0, f1 = _outputs(model, graph, emb, base, mol, [0.0, 1.0])
     allowed = rtol * np.abs(f1 - f0) + atol  # [T]
     share = 0.5 * allowed / (len(PANELS) - 1)  # each first panel's part of half of it
@@ -255,26 +271,29 @@ def integrated_gradients(
 
 
 @torch.no_grad()
-def masked_predictions(model: Graphormer, graph: Data, masks: np.ndarray) -> np.ndarray:
-    """Outputs with chosen atoms' embeddings set to the baseline (zero).
+def masked_predictions(
+    model: Graphormer, graph: Data, masks: np.ndarray, baseline: str = "mean"
+) -> np.ndarray:
+    """Outputs with chosen atoms' embeddings set to the baseline's.
 
     Args:
         model: the model.
         graph: one molecule.
         masks: ``[M, n]`` booleans, ``True`` = masked.
+        baseline: ``mean`` or ``zero`` (:data:`BASELINES`).
 
     Returns:
         ``[M, T]`` outputs, one row per mask.
     """
     model.eval()
-    emb, _, mol = _features(model, graph)
+    emb, base, mol = _features(model, graph, baseline)
     masks = np.asarray(masks, dtype=bool)
     out = []
     for start in range(0, len(masks), CHUNK):
         part = torch.as_tensor(masks[start : start + CHUNK], device=emb.device)  # [k, n]
         batch, _ = model.embed([graph] * len(part))
-        keep = torch.cat([torch.ones_like(part[:, :1]), ~part], dim=1)  # [k, n + 1]
-        h = emb * keep[:, :, None].to(emb.dtype)
+        swap = torch.cat([torch.zeros_like(part[:, :1]), part], dim=1)  # [k, n + 1]
+        h = torch.where(swap[:, :, None], base, emb)
         m = None if mol is None else mol.expand(len(part), -1)
         out.append(model.forward_embedded(batch, h, m).double().cpu())
     return torch.cat(out).numpy() if out else np.zeros((0, model.config.num_targets))
