@@ -64,7 +64,11 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     help = "a best.pt or last.pt file, or the folder of a train --ensemble run (the mean "
     help += "of the members' contributions)"
     _shared(p, "--checkpoint", checkpoint={"help": help})
-    _smiles_source(p)
+    _smiles_source(
+        p,
+        "a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
+        "line, or - for standard input",
+    )
     p.add_argument("--out", required=True, help="folder to write the CSVs and pictures into")
     p.add_argument(
         "--steps",
