@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
+from .explain import _add_explain, run_explain
 from .predict import (
     _add_evaluate,
     _add_predict,
@@ -49,6 +50,7 @@ __all__ = [  # the sub-commands are in train, tune, predict and tools; their fla
     "run_convert",
     "run_demo",
     "run_evaluate",
+    "run_explain",
     "run_export",
     "run_plot",
     "run_predict",
@@ -80,6 +82,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_tune,
     _add_evaluate,
     _add_predict,
+    _add_explain,
     _add_plot,
     _add_synthetic,
     _add_lm,

@@ -203,6 +203,25 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+_INPUT_HELP = (
+    "a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
+    "line (a name may follow: it goes to the name column), an SD file (.sdf, .sdf.gz: each "
+    "record's title goes to the name column), or - for standard input (CSV "
+    "when its first line names "
+    "--smiles-column, else one SMILES a line)"
+)
+
+
+def _smiles_source(p: argparse.ArgumentParser, input_help: str = _INPUT_HELP) -> None:
+    """``--smiles`` or ``--input`` (one of them, required), and ``--smiles-column``: the
+    molecules of ``predict`` and ``explain``."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
+    src.add_argument("--input", help=input_help)
+    column = {"default": "smiles", "help": "SMILES column of --input"}
+    _shared(p, "--smiles-column", smiles_column=column)
+
+
 def _add_training_flags(p: argparse.ArgumentParser) -> None:
     """The optimisation flags of ``train`` and ``pretrain``."""
     t = p.add_argument_group("training")

@@ -11,7 +11,7 @@ import signal
 import sys
 from itertools import chain
 
-from .flags import _command, _print_json, _shared, positive_int
+from .flags import _command, _print_json, _shared, _smiles_source, positive_int
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -153,18 +153,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         help="a best.pt or last.pt file, or the folder of a train --ensemble run (each row "
         "then gets the members' mean and, in <target>_std columns, their standard deviation)",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
-    src.add_argument(
-        "--input",
-        help="a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
-        "line (a name may follow: it goes to the name column), an SD file (.sdf, .sdf.gz: each "
-        "record's title goes to the name column), or - for standard input (CSV "
-        "when its first line names "
-        "--smiles-column, else one SMILES a line)",
-    )
-    column = {"default": "smiles", "help": "SMILES column of --input"}
-    _shared(p, "--smiles-column", smiles_column=column)
+    _smiles_source(p)
     p.add_argument("--output", help="CSV file to write (default: stdout)")
     p.add_argument(
         "--logits",

@@ -36,7 +36,7 @@ def tune_config(args: argparse.Namespace):
     """The :class:`~graphormer_urpe.tuning.config.TuneConfig` of ``graphormer-urpe tune ARGS``
     and the data's short name: trials start from the ``small`` preset with URPE attention
     and the data and run flags given; a ``--mol-features`` given is fixed, not searched."""
-    from ..training.config import make_config
+    from ..runtime.config import make_config
     from ..tuning.config import TuneConfig
     from .train import _dataset_tag
 

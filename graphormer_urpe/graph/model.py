@@ -224,7 +224,28 @@ class GraphormerEncoder(nn.Module):
             ``[B, n + 1, d]`` (any values on padding), or ``[B, d]`` with
             ``graph_tokens_only``.
         """
-        h = self._inputs(self.node_embedding(batch))  # [B, n + 1, d]
+        return self.forward_embedded(batch, self.node_embedding(batch), graph_tokens_only)
+
+    def forward_embedded(
+        self, batch: GraphormerBatch, embeddings: Tensor, graph_tokens_only: bool = False
+    ) -> Tensor:
+        """:meth:`forward_padded` from given token embeddings instead of the batch's own.
+
+        The attention bias ``B`` (and URPE's ``C``) still come from the batch's structure, so
+        gradients with respect to ``embeddings`` are those of the atoms' embeddings alone (what
+        integrated gradients needs, :mod:`graphormer_urpe.inference.integrated`).
+
+        Args:
+            batch: the dense batch (its structure).
+            embeddings: ``[B, n + 1, d]`` token embeddings, as
+                :class:`~graphormer_urpe.graph.encodings.NodeEmbedding` gives them (position 0
+                the graph token), before the input scale, norm and dropout.
+            graph_tokens_only: return only the graph tokens.
+
+        Returns:
+            ``[B, n + 1, d]``, or ``[B, d]`` with ``graph_tokens_only``.
+        """
+        h = self._inputs(embeddings)  # [B, n + 1, d]
         bias, scales = self._bias_and_scales(batch)
         return self.encoder(
             h, attn_bias=bias, attn_scale=scales, first_token_only=graph_tokens_only
@@ -372,9 +393,29 @@ class Graphormer(nn.Module):
     def forward(self, data: GraphInput) -> Tensor:
         batch = self.encoder._dense(data)
         h = self.encoder.forward_graphs(batch)  # [B, d]
+        return self.readout(h, batch.mol_features)
+
+    def embed(self, data: GraphInput) -> tuple[GraphormerBatch, Tensor]:
+        """The dense batch and its token embeddings ``[B, n + 1, d]`` (graph token first),
+        the input of :meth:`forward_embedded`."""
+        batch = self.encoder._dense(data)
+        return batch, self.encoder.node_embedding(batch)
+
+    def forward_embedded(
+        self, batch: GraphormerBatch, embeddings: Tensor, mol_features: Tensor | None = None
+    ) -> Tensor:
+        """:meth:`forward` from token embeddings ``[B, n + 1, d]`` (see :meth:`embed`) and
+        per-molecule features ``[B, K]`` (``None``: none): ``[B, num_targets]``."""
+        h = self.encoder.forward_embedded(batch, embeddings, graph_tokens_only=True)  # [B, d]
+        return self.readout(h, mol_features)
+
+    def readout(self, h: Tensor, mol_features: Tensor | None = None) -> Tensor:
+        """The head on graph-token representations ``h`` ``[B, d]`` joined to per-molecule
+        features ``[B, K]`` where the config has them, in the targets' units:
+        ``[B, num_targets]``."""
         k = self.config.num_mol_features
         if k:
-            m = batch.mol_features
+            m = mol_features
             if m is None or m.shape != (h.shape[0], k):
                 got = None if m is None else tuple(m.shape)
                 raise ValueError(

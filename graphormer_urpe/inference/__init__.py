@@ -1,5 +1,6 @@
 """Inference: what runs after training. Loading a checkpoint or an ensemble folder, predicting
-a dataset or a stream of SMILES, evaluating a checkpoint on a split, OGB-LSC submissions.
+a dataset or a stream of SMILES, evaluating a checkpoint on a split, OGB-LSC submissions;
+explaining predictions atom by atom (:mod:`graphormer_urpe.inference.explain`).
 
 It builds on :mod:`graphormer_urpe.runtime` and never imports :mod:`graphormer_urpe.training`
 (which may import it). The public names are imported from their modules on first use (PEP 562).

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..training.config import TrainConfig
-from ..training.inputs import dataset_targets, load_splits, selection_metric
+from ..runtime.config import TrainConfig
+from ..runtime.inputs import dataset_targets, load_splits, selection_metric
 
 __all__ = ["Problem", "load_problem", "fingerprint", "MIN_VALID"]
 

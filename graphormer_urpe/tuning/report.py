@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..io.checkpoint import write_atomic
-from ..training.config import TrainConfig
+from ..runtime.config import TrainConfig
 from ..training.plots import _pyplot, _save
 from .trial import CONFIG_ATTR
 

@@ -51,7 +51,7 @@ def suggest(
 
     Returns:
         ``(train_fields, model_fields)``: fields of
-        :class:`~graphormer_urpe.training.config.TrainConfig` and of
+        :class:`~graphormer_urpe.runtime.config.TrainConfig` and of
         :class:`~graphormer_urpe.graph.config.GraphormerConfig` to override.
     """
     train: dict[str, Any] = {

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..training.config import TrainConfig, override_config, read_config
+from ..runtime.config import TrainConfig, override_config, read_config
 from .space import suggest
 
 if TYPE_CHECKING:

@@ -1,0 +1,77 @@
+"""``graphormer-urpe explain`` end to end on a tiny trained run."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from graphormer_urpe import cli
+from graphormer_urpe.inference.draw import MAX_DRAW_ATOMS
+from tests.test_cli import SMILES, TINY_MODEL
+
+LONG = "C" * (MAX_DRAW_ATOMS + 5)  # a chain too large to draw
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("explain")
+    table = root / "mols.csv"
+    with open(table, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "heavy_atoms"])
+        for s in SMILES:
+            w.writerow([s, sum(ch.isalpha() and ch not in "lr" for ch in s)])
+    args = ["train", "--dataset", f"csv:{table}", "--data-root", str(root / "data")]
+    args += ["--cache-dir", str(root / "cache"), "--target-columns", "heavy_atoms"]
+    args += ["--out", str(root / "run"), *TINY_MODEL, "--epochs", "1", "--batch-size", "8"]
+    assert cli.main([*args, "--no-progress", "--threads", "1"]) == 0
+    return root / "run"
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_explain_writes_csvs_pictures_and_reports_bad_rows(run, tmp_path, capsys):
+    inp = tmp_path / "in.csv"
+    inp.write_text(f"smiles\nCCO\nnot_a_smiles((\nc1ccccc1O\n{LONG}\n")
+    out = tmp_path / "out"
+    args = ["explain", "--checkpoint", str(run / "best.pt"), "--input", str(inp)]
+    assert cli.main([*args, "--out", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"row 3: not drawn: {len(LONG)} heavy atoms" in err
+    assert "explained 3 of 4 molecules" in err and "1 could not be read, 2 drawn" in err
+
+    atoms = _read(out / "atoms.csv")
+    assert list(atoms[0]) == ["row", "smiles", "atom_index", "element", "heavy_atoms", "error"]
+    assert [r["element"] for r in atoms if r["row"] == "0"] == ["C", "C", "O"]
+    (bad,) = [r for r in atoms if r["row"] == "1"]
+    assert bad["atom_index"] == "" and bad["heavy_atoms"] == "" and "parse" in bad["error"]
+    assert sum(r["row"] == "3" for r in atoms) == len(LONG)  # explained, not drawn
+
+    mols = _read(out / "molecules.csv")
+    assert [m["picture"] for m in mols[:3]] == ["mol-0.png", "", "mol-2.png"]
+    assert mols[3]["picture"].startswith("not drawn")
+    for row, m in enumerate(mols):
+        if row == 1:
+            continue
+        total = sum(float(r["heavy_atoms"]) for r in atoms if r["row"] == str(row))
+        delta = float(m["heavy_atoms"]) - float(m["heavy_atoms_baseline"])
+        assert total == pytest.approx(delta, rel=0.011, abs=2e-5)  # completeness, via the CSV
+    for name in ("mol-0.png", "mol-2.png", "grid.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert "<svg" in (out / "mol-0.svg").read_text()
+    assert not (out / "mol-1.png").exists() and not (out / "mol-3.png").exists()
+
+
+def test_explain_smiles_flag_no_pictures_and_a_missing_checkpoint(run, tmp_path, capsys):
+    out = tmp_path / "one"
+    args = ["explain", "--checkpoint", str(run / "best.pt"), "--smiles", "CCN", "--no-pictures"]
+    assert cli.main([*args, "--out", str(out), "--no-progress"]) == 0
+    assert len(_read(out / "atoms.csv")) == 3 and not list(out.glob("*.png"))
+    missing = ["explain", "--checkpoint", str(tmp_path / "nothing"), "--smiles", "C"]
+    assert cli.main([*missing, "--out", str(out)]) == 2
+    assert "graphormer-urpe: error:" in capsys.readouterr().err
