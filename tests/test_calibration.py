@@ -131,17 +131,19 @@ def test_temperature_scaling_lowers_ece():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
+    """A CSV of 120 small molecules (heavy-atom counts) and a short run on it."""
     from graphormer_urpe import cli
 
+    from .test_cli import _train_args
+
     root = tmp_path_factory.mktemp("cal")
-    smiles = ["C" * (i % 6 + 1) + "O" * (i % 3) for i in range(60)]
-    y = [len(s) + 0.1 * (i % 5) for i, s in enumerate(smiles)]
-    pd.DataFrame({"smiles": smiles, "y": y}).to_csv(root / "data.csv", index=False)
+    smiles = [
+        "C" * a + x + "C" * b for a in range(1, 9) for b in range(0, 5) for x in ("O", "N", "C(=O)")
+    ]
+    heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
+    pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(root / "data.csv", index=False)
     out = root / "run"
-    args = ["train", "--dataset", str(root / "data.csv"), "--target-columns", "y"]
-    args += ["--out", str(out), "--epochs", "2", "--threads", "1", "--no-progress"]
-    args += ["--num-layers", "1", "--hidden-dim", "16", "--num-heads", "2", "--ffn-dim", "16"]
-    assert cli.main(args) == 0
+    assert cli.main(_train_args(root / "data.csv", root / "store", out)) == 0
     return root, out
 
 
@@ -160,11 +162,13 @@ def test_train_keeps_calibration_and_predict_writes_intervals(tiny_run, capsys):
     args = ["predict", "--checkpoint", ckpt, "--no-progress", "--workers", "0"]
     assert cli.main([*args, "--interval", "0.9", "--smiles", "CCO", "C(("]) == 0
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
-    assert list(table.columns)[:4] == ["smiles", "y", "y_low", "y_high"]
+    t = "heavy_atoms"
+    assert list(table.columns)[:4] == ["smiles", t, f"{t}_low", f"{t}_high"]
     q = cal.quantiles(0.9)[0]
-    assert table["y_high"][0] - table["y"][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
-    assert table["y"][0] - table["y_low"][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
-    assert pd.isna(table["y_low"][1]) and isinstance(table["error"][1], str)
+    assert math.isfinite(q)
+    assert table[f"{t}_high"][0] - table[t][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
+    assert table[t][0] - table[f"{t}_low"][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
+    assert pd.isna(table[f"{t}_low"][1]) and isinstance(table["error"][1], str)
     result = json.loads(_run_json(cli, ["evaluate", "--checkpoint", ckpt, "--no-progress"], capsys))
     assert result["coverage_90"] == pytest.approx(metrics["test_coverage_90"])
 
@@ -188,11 +192,38 @@ def test_uncalibrated_checkpoint_says_how_and_calibrate_builds_it(tiny_run, caps
     assert cli.main([*args, "--interval", "0.9", "--smiles", "CCO"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "graphormer-urpe calibrate --checkpoint" in err[0]
-    assert "--target-columns y" in err[0]
+    assert "--target-columns heavy_atoms" in err[0]
     calibrate = ["calibrate", "--checkpoint", ckpt, "--input", str(root / "data.csv")]
-    summary = json.loads(_run_json(cli, [*calibrate, "--target-columns", "y", "--workers", "0"], capsys))
-    assert summary["molecules"] == 60
+    calibrate += ["--target-columns", "heavy_atoms"]
+    summary = json.loads(_run_json(cli, calibrate, capsys))
+    assert summary["molecules"] == 120
     cal = load_calibration(ckpt)
-    assert cal is not None and len(cal.scores[0]) == 60 and cal.source == "data.csv"
+    assert cal is not None and len(cal.scores[0]) == 120 and cal.source == "data.csv"
     assert cli.main([*args, "--interval", "0.8", "--smiles", "CCO"]) == 0
-    assert "y_low" in capsys.readouterr().out
+    assert "heavy_atoms_low" in capsys.readouterr().out
+
+
+def test_ensemble_calibrator_is_normalised_by_member_std(tiny_run, tmp_path, capsys):
+    from graphormer_urpe import cli
+
+    from .test_cli import _train_args
+
+    root, _ = tiny_run
+    out = tmp_path / "ens"
+    args = _train_args(root / "data.csv", root / "store", out, "--ensemble", "2", "--epochs", "2")
+    assert cli.main(args) == 0
+    cal = load_calibration(out)
+    assert cal is not None and cal.normalized and cal.checkpoint is None
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["test_coverage_90"] <= 1.0 and metrics["test_width_90"] > 0
+    capsys.readouterr()
+    smiles = ["CCO", "CCCCCCN", "CCCCCCCCCCCCCCCC"]
+    args = ["predict", "--checkpoint", str(out), "--no-progress", "--workers", "0"]
+    assert cli.main([*args, "--interval", "0.8", "--smiles", *smiles]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    t = "heavy_atoms"
+    assert list(table.columns)[:5] == ["smiles", t, f"{t}_std", f"{t}_low", f"{t}_high"]
+    # the half-width is q (std + beta): wider where the members disagree
+    half = (table[f"{t}_high"] - table[f"{t}_low"]) / 2
+    want = cal.quantiles(0.8)[0] * (table[f"{t}_std"] + cal.beta[0])
+    np.testing.assert_allclose(half, want, rtol=1e-3, atol=1e-4)
