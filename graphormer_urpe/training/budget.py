@@ -9,9 +9,9 @@ pieces do it:
   seconds per step, per validation, for the test, per checkpoint. An ensemble measures once
   and hands the costs to every member.
 * :class:`Pacer`: the deadline, and an estimate of what finishing takes (the last validation,
-  the best and last checkpoints, the test, the calibration's validation pass). It watches the training steps' real pace: when
-  the steps run slower (or faster) than measured, every remaining cost is scaled by the same
-  factor, so the run stops early enough to finish in time, and a run planned to fill its
+  the best and last checkpoints, the test, the calibration's validation pass). It watches
+  the training steps' real pace: when the steps run slower (or faster) than measured, every
+  remaining cost is scaled by the same factor, so the run stops early enough to finish in time, and a run planned to fill its
   budget is re-planned to the number of steps that now fits (a damped pace; only a change of
   more than 10%, logged once a minute at most: :class:`Replans`).
 * :class:`Schedule`: Graphormer's learning-rate schedule (linear warm-up, linear decay to
