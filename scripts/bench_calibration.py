@@ -29,7 +29,7 @@ from bench_small_data import SETS, SHARED, WORK, _call, write_splits
 
 LEVELS = ("80", "90", "95")
 TARGET = (0.85, 0.95)
-"""The 90% interval's test coverage the issue asks for on every set."""
+"""The range the 90% interval's test coverage should lie in on every set and seed."""
 
 
 def run(a: argparse.Namespace, name: str, seed: int) -> dict:
