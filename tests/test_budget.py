@@ -28,7 +28,7 @@ def test_run_costs_add_up():
     c = _costs()
     assert c.per_epoch == pytest.approx(0.25 + (2.0 + 0.25) / 2)
     assert c.per_step == pytest.approx(0.5 + c.per_epoch / 10)
-    assert c.finish == pytest.approx(2.0 + 3.0 + 0.5)
+    assert c.finish == pytest.approx(2 * 2.0 + 3.0 + 0.5)  # two validation passes: calibration
     for seconds in (10.0, 60.0, 600.0):
         steps = c.steps_for(seconds)
         assert c.seconds_for(steps) <= seconds < c.seconds_for(steps + 1)

@@ -590,8 +590,12 @@ def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path, capsys):
     p = probs[[f"prob_{t}" for t in tasks]].to_numpy()[:2]
     z = logits[[f"logit_{t}" for t in tasks]].to_numpy()[:2]
     assert ((p > 0) & (p < 1)).all()
-    np.testing.assert_allclose(p, 1.0 / (1.0 + np.exp(-z)), rtol=1e-4, atol=1e-6)
+    # probabilities calibrated on the validation split: one temperature per task
+    temperature = np.array(json.loads((out / "calibration.json").read_text())["temperature"])
+    assert temperature.shape == (12,) and (temperature > 0).all()
+    np.testing.assert_allclose(p, 1.0 / (1.0 + np.exp(-z / temperature)), rtol=1e-4, atol=1e-6)
     assert probs["error"].isna().tolist() == [True, True, False]
+    assert metrics["test_ece"] >= 0 and metrics["test_ece_calibrated"] >= 0
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
+from .calibrate import _add_calibrate, run_calibrate
 from .explain import _add_explain, run_explain
 from .predict import (
     _add_evaluate,
@@ -47,6 +48,7 @@ __all__ = [  # the sub-commands are in train, tune, predict and tools; their fla
     "IMPORTED_AT",
     "build_parser",
     "main",
+    "run_calibrate",
     "run_convert",
     "run_demo",
     "run_evaluate",
@@ -83,6 +85,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_evaluate,
     _add_predict,
     _add_explain,
+    _add_calibrate,
     _add_plot,
     _add_synthetic,
     _add_lm,

@@ -75,6 +75,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def interval_level(text: str) -> float:
+    """An ``argparse`` type: an interval's level, strictly between 0 and 1 (``0.9``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie between 0 and 1 (e.g. 0.9), got {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """An ``argparse`` type: a finite number above 0 (a duration: ``--time-limit 0`` is
     refused before any work)."""

@@ -11,7 +11,7 @@ import signal
 import sys
 from itertools import chain
 
-from .flags import _command, _print_json, _shared, _smiles_source, positive_int
+from .flags import _command, _print_json, _shared, _smiles_source, interval_level, positive_int
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -66,8 +66,9 @@ def run_predict(args: argparse.Namespace) -> int:
     'out: <reasons>' for a molecule unlike every training molecule (an element or charge
     never seen, more fragments or heavy atoms than any); nearest_similarity is the Tanimoto
     similarity of its nearest training molecule (Morgan fingerprints). Binary tasks (ogbg-molhiv,
-    ...) give probabilities in prob_<task> columns, or raw scores in logit_<task>
-    with --logits."""
+    ...) give probabilities in prob_<task> columns (calibrated on the validation split where
+    the run keeps its calibration), or raw scores in logit_<task> with --logits; --interval
+    adds a calibrated interval per regression target."""
     # SIGTERM ends it as Ctrl-C does: the rows written so far stay a valid CSV, the
     # featurising processes are stopped, and the last line says how many rows were written.
     import torch
@@ -89,6 +90,10 @@ def run_predict(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--logits applies to binary tasks; {args.checkpoint} predicts regression targets"
         )
+    from ..inference.calibrate_csv import check_interval_request
+
+    level = args.interval
+    calibration = check_interval_request(args.checkpoint, level, lm.task_type, lm.target_names)
     smiles, with_names, named = args.smiles, None, False
     if args.input:
         rows = read_input_rows(args.input, args.smiles_column)
@@ -122,6 +127,8 @@ def run_predict(args: argparse.Namespace) -> int:
                 domain=True,
                 names=named,
                 counts=counts,
+                calibration=calibration,
+                level=level,
             )
     except KeyboardInterrupt as exc:
         results.close()  # stops the featurising processes now
@@ -184,6 +191,14 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         type=positive_int,
         help="CPU threads for the model (default: the CPU cores left after --workers, at "
         "least 1; more threads than free cores slow everything down)",
+    )
+    p.add_argument(
+        "--interval",
+        type=interval_level,
+        metavar="LEVEL",
+        help="regression: write <target>_low and <target>_high, a split-conformal interval "
+        "holding the true value with probability LEVEL (e.g. 0.9), from the run's "
+        "calibration (kept by train; graphormer-urpe calibrate builds it for older runs)",
     )
     _shared(p, "--device")
     p.add_argument(

@@ -17,6 +17,7 @@ from ..io.checkpoint import incompatible_checkpoint, load_checkpoint
 from ..runtime.config import TrainConfig
 from ..runtime.inputs import load_splits, resolve_device
 from ..runtime.precision import Precision
+from .calibration import calibration_report, load_calibration
 from .prediction import predict_dataset
 
 if TYPE_CHECKING:
@@ -109,7 +110,9 @@ def evaluate_checkpoint(
 ) -> dict[str, float]:
     """The metric(s) of a checkpoint on ``split`` (``train``, ``valid`` or ``test``), read
     through the dataset's store (built first, with ``workers`` processes, when missing;
-    ``cache_dir`` overrides the folder the run used)."""
+    ``cache_dir`` overrides the folder the run used); with the checkpoint's calibrator, its
+    interval coverage and width at :data:`~graphormer_urpe.inference.calibration.LEVELS`
+    (``coverage_90``, ``width_90``, ...) or, binary tasks, the ECE before and after."""
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be train, valid or test, got {split!r}")
     lm = load_model(path, device)
@@ -128,4 +131,7 @@ def evaluate_checkpoint(
             f"the {split} split of {splits.name} has no targets to evaluate against{hint}"
         )
     result = splits.evaluate(pred, y)
+    calibration = load_calibration(path)
+    if calibration is not None:
+        result.update(calibration_report(calibration, pred[None], y))
     return {"dataset": splits.name, "split": split, "graphs": len(dataset), **result}

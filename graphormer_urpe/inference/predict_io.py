@@ -39,6 +39,7 @@ from .ensemble import mean_and_std
 
 if TYPE_CHECKING:
     from ..datasets.domain import DomainCheck
+    from .calibration import Calibration
 
 __all__ = [
     "DOMAIN_COLUMNS",
@@ -218,16 +219,20 @@ def prediction_columns(
     std: bool = False,
     domain: bool = False,
     names: bool = False,
+    interval: bool = False,
 ) -> list[str]:
     """The CSV header: ``smiles``, with ``names`` ``name``, one column per target (``prob_`` /
     ``logit_`` prefixed for binary tasks), for an ensemble (``std``) one ``<column>_std`` per
-    target, with ``domain`` the :data:`DOMAIN_COLUMNS`, ``error``."""
+    target, with ``interval`` ``<target>_low`` and ``<target>_high`` per target, with
+    ``domain`` the :data:`DOMAIN_COLUMNS`, ``error``."""
     if binary:
         prefix = "logit_" if logits else "prob_"
         target_names = [prefix + n for n in target_names]
     spread = [f"{n}_std" for n in target_names] if std else []
+    bounds = [f"{n}_{side}" for n in target_names for side in ("low", "high")] if interval else []
     first = ["smiles", "name"] if names else ["smiles"]
-    return [*first, *target_names, *spread, *(DOMAIN_COLUMNS if domain else ()), "error"]
+    extra = (*spread, *bounds, *(DOMAIN_COLUMNS if domain else ()))
+    return [*first, *target_names, *extra, "error"]
 
 
 @dataclass
@@ -293,6 +298,8 @@ def write_predictions_csv(
     domain: bool = False,
     names: bool = False,
     counts: WriteCounts | None = None,
+    calibration: Calibration | None = None,
+    level: float | None = None,
 ) -> tuple[int, int]:
     """Write the header, then one row per prediction, flushed as it comes, so that an
     interrupted run leaves a valid CSV prefix. Binary tasks get sigmoid probabilities unless
@@ -302,23 +309,30 @@ def write_predictions_csv(
     training record, empty for a row that could not be read) and ``nearest_similarity``
     (three decimals; empty where not searched) come before ``error``. With ``names``, a
     ``name`` column after ``smiles`` holds each prediction's :attr:`Prediction.name`.
-    ``counts`` is kept up to date as rows are written.
+    ``counts`` is kept up to date as rows are written. A binary task's ``calibration``
+    (:mod:`~graphormer_urpe.inference.calibration`) calibrates its probabilities; a
+    regression's, with ``level``, gives each target its interval in ``<target>_low`` and
+    ``<target>_high`` after the std columns.
 
     Returns:
         ``(rows, failed)``: rows written and how many of them could not be featurised.
     """
     counts = counts if counts is not None else WriteCounts()
     writer = csv.writer(fh, lineterminator="\n")
-    writer.writerow(prediction_columns(target_names, binary, logits, std, domain, names))
+    interval = level is not None
+    header = prediction_columns(target_names, binary, logits, std, domain, names, interval)
+    writer.writerow(header)
     fh.flush()
     line = io.StringIO()
     row_writer = csv.writer(line, lineterminator="\n")
     for p in predictions:
         first = [p.smiles, p.name or ""] if names else [p.smiles]
         if p.values is None:
-            cells = [""] * (len(target_names) * (2 if std else 1))
+            cells = [""] * (len(target_names) * (1 + std + 2 * interval))
         else:
-            cells = _cells(p, binary and not logits, std)
+            cells = _cells(p, binary and not logits, std, calibration)
+            if interval:
+                cells += _interval_cells(p, calibration, level)
         if domain:
             cells += _domain_cells(p)
         row_writer.writerow([*first, *cells, p.error or ""])
@@ -346,8 +360,27 @@ def _domain_cells(p: Prediction) -> list[str]:
     return [p.domain.label, "" if sim is None else f"{sim:.3f}"]
 
 
-def _cells(p: Prediction, probabilities: bool, std: bool) -> list[str]:
+def _interval_cells(
+    p: Prediction, calibration: Calibration | None, level: float | None
+) -> list[str]:
+    """A predicted row's ``<target>_low`` and ``<target>_high`` cells."""
+    assert calibration is not None and level is not None and p.values is not None
+    spread = None if p.members is None else mean_and_std(p.members)[1]
+    low, high = calibration.interval(p.values, spread, level)
+    return [f"{v:.6g}" for pair in zip(low.tolist(), high.tolist(), strict=True) for v in pair]
+
+
+def _cells(
+    p: Prediction, probabilities: bool, std: bool, calibration: Calibration | None = None
+) -> list[str]:
     """A predicted row's value cells (see :func:`write_predictions_csv`)."""
+    if probabilities and calibration is not None and calibration.temperature is not None:
+        # each member's temperature-scaled probabilities, their mean and std
+        members = p.values[None] if p.members is None else p.members  # [K, T]
+        t = torch.tensor(calibration.temperature, dtype=members.dtype)
+        mean, spread = mean_and_std(torch.sigmoid(members / t))
+        cells = [f"{v:.6g}" for v in mean.tolist()]
+        return cells + [f"{v:.6g}" for v in spread.tolist()] if std else cells
     if p.members is None:  # one model: its values as they are
         values = torch.sigmoid(p.values) if probabilities else p.values
         cells = [f"{v:.6g}" for v in values.tolist()]

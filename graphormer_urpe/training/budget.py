@@ -9,11 +9,12 @@ pieces do it:
   seconds per step, per validation, for the test, per checkpoint. An ensemble measures once
   and hands the costs to every member.
 * :class:`Pacer`: the deadline, and an estimate of what finishing takes (the last validation,
-  the best and last checkpoints, the test). It watches the training steps' real pace: when
-  the steps run slower (or faster) than measured, every remaining cost is scaled by the same
-  factor, so the run stops early enough to finish in time, and a run planned to fill its
-  budget is re-planned to the number of steps that now fits (a damped pace; only a change of
-  more than 10%, logged once a minute at most: :class:`Replans`).
+  the best and last checkpoints, the test, the calibration's validation pass). It watches
+  the training steps' real pace: when the steps run slower (or faster) than measured, every
+  remaining cost is scaled by the same factor, so the run stops early enough to finish in
+  time, and a run planned to fill its budget is re-planned to the number of steps that now
+  fits (a damped pace; only a change of more than 10%, logged once a minute at most:
+  :class:`Replans`).
 * :class:`Schedule`: Graphormer's learning-rate schedule (linear warm-up, linear decay to
   ``end``) whose decay can be re-planned mid-run: from the current rate, linearly to ``end``
   at the new last step, without a jump.
@@ -110,8 +111,8 @@ class RunCosts:
     @property
     def finish(self) -> float:
         """Seconds from a stop to the end: the last validation, the best and last
-        checkpoints, the test."""
-        return self.valid + self.test + 2 * self.save
+        checkpoints, the test, and the validation pass of the calibration."""
+        return 2 * self.valid + self.test + 2 * self.save
 
     def steps_for(self, seconds: float) -> int:
         """Steps that fit in ``seconds`` of training with the finish after them (>= 0)."""

@@ -162,21 +162,12 @@ def _ensemble_metrics(
 ) -> dict[str, Any]:
     """The ensemble's test metrics from its members' ``test_predictions.csv`` (raw outputs:
     logits for binary tasks), with the members' own ``metric`` (the one they selected on)."""
-    import pandas as pd  # here: predict, which imports this module, reads no tables
-
-    names = list(splits.target_names)
     test: dict[str, float] = {}
     if all(r.get("test_has_labels") for r in runs):
-        outputs = []
-        for i in range(len(runs)):
-            table = pd.read_csv(out / f"member-{i}" / "test_predictions.csv")
-            pred = table[[f"pred_{n}" for n in names]].to_numpy(dtype=np.float64)
-            if splits.task_type == "binary":  # the file holds probabilities
-                pred = np.log(pred) - np.log1p(-pred)
-            outputs.append(pred)
-        mean = torch.from_numpy(np.mean(outputs, axis=0)).float()  # [n_test, T]
-        y = torch.cat([d.y.reshape(1, -1) for d in splits.test]).float()
-        test = splits.evaluate(mean, y)
+        members = _member_outputs(out, len(runs), splits, "test")  # [K, n_test, T]
+        y = _split_targets(splits, "test")
+        test = splits.evaluate(members.mean(dim=0).float(), y)
+        test.update(_ensemble_calibration(out, len(runs), splits, members, y))
     values = [r[f"test_{metric}"] for r in runs if f"test_{metric}" in r]
     return {
         "dataset": splits.name,
@@ -192,3 +183,43 @@ def _ensemble_metrics(
         "higher_is_better": splits.higher_is_better,
         "test_graphs": len(splits.test),
     }
+
+
+def _member_outputs(out: Path, members: int, splits: Any, split: str) -> torch.Tensor:
+    """``[K, n, T]`` (float64) the members' raw outputs (logits for binary tasks) on
+    ``split``, read from their ``<split>_predictions.csv``."""
+    import pandas as pd  # here: predict, which imports this module, reads no tables
+
+    outputs = []
+    for i in range(members):
+        table = pd.read_csv(out / f"member-{i}" / f"{split}_predictions.csv")
+        pred = table[[f"pred_{n}" for n in splits.target_names]].to_numpy(dtype=np.float64)
+        if splits.task_type == "binary":  # the file holds probabilities
+            pred = np.log(pred) - np.log1p(-pred)
+        outputs.append(pred)
+    return torch.from_numpy(np.stack(outputs))  # float64
+
+
+def _split_targets(splits: Any, split: str) -> torch.Tensor:
+    """``[n, T]`` the targets of ``split`` (``NaN``: missing)."""
+    return torch.cat([d.y.reshape(1, -1) for d in getattr(splits, split)]).float()
+
+
+def _ensemble_calibration(
+    out: Path, members: int, splits: Any, test: torch.Tensor, y: torch.Tensor
+) -> dict[str, float]:
+    """Fit the ensemble's calibrator on its members' validation outputs (scores normalised by
+    their std), keep it in ``out/calibration.json``; its coverage and width (or ECE) on the
+    test outputs ``test`` ``[K, n_test, T]``. Nothing where a member kept no validation
+    predictions (a run from before calibration)."""
+    from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
+
+    if not all((out / f"member-{i}" / "valid_predictions.csv").exists() for i in range(members)):
+        return {}
+    valid = _member_outputs(out, members, splits, "valid")
+    names = list(splits.target_names)
+    cal = fit_calibration(
+        valid, _split_targets(splits, "valid"), splits.task_type, names, checkpoint=None
+    )
+    cal.save(out / CALIBRATION_FILE)
+    return calibration_report(cal, test, y)

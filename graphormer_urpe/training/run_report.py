@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
 from ..inference.prediction import _evaluate
 from ..io.checkpoint import load_checkpoint, write_atomic
 from .budget import MIN_USEFUL_EPOCHS
@@ -41,6 +42,8 @@ class RunReport(RunState):
             test = self.splits.evaluate(p, y)
             if main and self.splits.pretrain is None:  # not hundreds of descriptor columns
                 _write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
+        if self.splits.pretrain is None:
+            test.update(self._calibrate(p if self.test_labelled else None))
         metrics = self._metrics(test)
         if main:
             write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
@@ -63,6 +66,24 @@ class RunReport(RunState):
             self._short_note(),
         )
         return metrics
+
+    def _calibrate(self, test_pred: Tensor | None) -> dict[str, float]:
+        """Fit the calibrator on the validation split's predictions and keep it
+        (``calibration.json``, with ``valid_predictions.csv``, which an ensemble's calibrator
+        reads); its test coverage and width (regression) or ECE (binary)."""
+        loader, index = self.eval_loaders["valid"]
+        n, t = len(self.splits.valid), self.splits.num_targets
+        p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
+        y = self.targets["valid"]
+        if not bool(torch.isfinite(y).any()):
+            return {}
+        cal = fit_calibration(p[None], y, self.splits.task_type, list(self.splits.target_names))
+        if self.main:
+            cal.save(self.out / CALIBRATION_FILE)
+            _write_test_predictions(self.out / "valid_predictions.csv", self.splits, y, p, "valid")
+        if test_pred is None:
+            return {}
+        return calibration_report(cal, test_pred[None], self.targets["test"])
 
     def _short_note(self) -> str:
         """What the final line says of a run shorter than a few epochs (else ``""``)."""
@@ -142,18 +163,22 @@ class RunReport(RunState):
         return self.step / max(1, len(self.sampler))
 
 
-def _write_test_predictions(path: Path, splits: Any, y_true: Tensor, y_pred: Tensor) -> None:
-    """``test_predictions.csv``: per test molecule its SMILES (stores of SMILES sources), its
-    source row, and per target the true value (``true_<target>``) and the prediction
-    (``pred_<target>``, a probability for binary tasks); empty cells for missing labels.
+def _write_test_predictions(
+    path: Path, splits: Any, y_true: Tensor, y_pred: Tensor, split: str = "test"
+) -> None:
+    """``test_predictions.csv`` (``valid_predictions.csv``: ``split`` ``valid``): per molecule
+    its SMILES (stores of SMILES sources), its source row, and per target the true value
+    (``true_<target>``) and the prediction (``pred_<target>``, a probability for binary
+    tasks); empty cells for missing labels.
 
     Args:
         path: the file.
         splits: the run's :class:`~graphormer_urpe.datasets.DatasetSplits`.
-        y_true: ``[n_test, T]`` targets (``NaN`` = missing).
-        y_pred: ``[n_test, T]`` model outputs (logits for binary tasks).
+        y_true: ``[n, T]`` targets (``NaN`` = missing).
+        y_pred: ``[n, T]`` model outputs (logits for binary tasks).
+        split: the split they are of.
     """
-    test = splits.test
+    test = getattr(splits, split)
     if splits.task_type == "binary":
         y_pred = torch.sigmoid(y_pred)
     smiles = test.smiles() if getattr(test.cache, "has_smiles", False) else None

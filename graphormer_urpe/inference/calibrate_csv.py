@@ -1,0 +1,104 @@
+"""Calibrating a checkpoint on a CSV with targets (``graphormer-urpe calibrate``): for runs
+that keep no calibrator (trained before intervals existed) or to recalibrate on other
+molecules. The CSV's molecules must not be ones the model trained on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .calibration import (
+    calibration_path,
+    calibration_report,
+    fit_calibration,
+    uncalibrated_message,
+)
+from .ensemble import load_models
+from .stream import iter_predictions
+
+__all__ = ["calibrate_from_csv", "check_interval_request"]
+
+
+def calibrate_from_csv(
+    checkpoint: str | Path,
+    source: str | Path,
+    target_columns: list[str],
+    smiles_column: str = "smiles",
+    device: str = "auto",
+    workers: int = 0,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """Predict the molecules of ``source`` (a CSV with a SMILES column and one column per
+    model target, in the model's order), fit a calibrator on them (:func:`~graphormer_urpe.
+    inference.calibration.fit_calibration`; an ensemble folder: normalised by its members'
+    std) and write it where :func:`~graphormer_urpe.inference.calibration.load_calibration`
+    finds it. Rows that cannot be read or have no target are left out.
+
+    Returns:
+        A summary: the file written, the molecules used, and the calibrator's coverage and
+        width (binary: ECE) on those same molecules.
+    """
+    import pandas as pd
+
+    models = load_models(checkpoint, device)
+    lm = models[0]
+    if len(target_columns) != len(lm.target_names):
+        raise ValueError(
+            f"{checkpoint} predicts {len(lm.target_names)} targets ({', '.join(lm.target_names)});"
+            f" --target-columns names {len(target_columns)}"
+        )
+    table = pd.read_csv(source)
+    missing = [c for c in [smiles_column, *target_columns] if c not in table.columns]
+    if missing:
+        raise ValueError(f"{source} has no column {', '.join(missing)}")
+    y_all = table[target_columns].to_numpy(dtype=np.float64)  # [N, T]
+    outputs, rows = [], []
+    smiles = table[smiles_column].astype(str).tolist()
+    preds = iter_predictions(models, smiles, batch_size=batch_size, workers=workers)
+    for p in preds:
+        if p.values is not None:
+            outputs.append(p.values[None] if p.members is None else p.members)  # [K, T]
+            rows.append(p.index)
+    if not rows:
+        raise ValueError(f"{source}: no molecule could be read")
+    members = torch.stack(outputs, dim=1)  # [K, N, T]
+    y = torch.from_numpy(y_all[rows])
+    if not bool(torch.isfinite(y).any()):
+        raise ValueError(f"{source}: no target values in {', '.join(target_columns)}")
+    ensemble = len(models) > 1
+    name = None if ensemble else Path(checkpoint).name
+    cal = fit_calibration(
+        members, y, lm.task_type, lm.target_names, source=Path(source).name, checkpoint=name
+    )
+    out = calibration_path(checkpoint)
+    cal.save(out)
+    known = int(torch.isfinite(y).any(dim=1).sum())
+    return {"calibration": str(out), "molecules": known, **calibration_report(cal, members, y)}
+
+
+def check_interval_request(
+    checkpoint: str | Path, level: float | None, task_type: str, target_names: list[str]
+):
+    """The calibrator ``predict`` uses (``None``: none), after checking that an interval
+    asked for (``level``) can be given: a regression model with a calibrator.
+
+    Raises:
+        ValueError: an interval for a binary task, or for a checkpoint without a
+            calibrator (the message says how to build one).
+    """
+    from .calibration import load_calibration
+
+    cal = load_calibration(checkpoint)
+    if level is None:
+        return cal
+    if task_type == "binary":
+        raise ValueError(
+            "--interval applies to regression targets; a binary task's probabilities are "
+            "calibrated (temperature scaling) wherever the run keeps its calibration"
+        )
+    if cal is None:
+        raise ValueError(uncalibrated_message(checkpoint, target_names))
+    return cal

@@ -1,0 +1,229 @@
+"""Calibrated intervals and probabilities: conformal coverage on synthetic data with known
+noise, against plain references; temperature scaling and ECE; the CLI end to end."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from graphormer_urpe.inference.calibration import (
+    Calibration,
+    calibration_report,
+    expected_calibration_error,
+    fit_calibration,
+    load_calibration,
+)
+
+
+def _reference_quantile(scores: np.ndarray, level: float) -> float:
+    """The ⌈(n + 1) level⌉-th smallest score, written plainly."""
+    s = np.sort(scores)
+    k = math.ceil((len(s) + 1) * level - 1e-9)
+    return math.inf if k > len(s) else float(s[k - 1])
+
+
+def test_single_model_intervals_match_reference_and_cover():
+    gen = np.random.default_rng(0)
+    sigma = 0.5
+    n_cal, n_test = 999, 20000
+    x = gen.normal(size=n_cal + n_test)
+    y = x + gen.normal(scale=sigma, size=x.shape)  # the model predicts x: noise sigma
+    pred = torch.from_numpy(x).reshape(1, -1, 1)
+    target = torch.from_numpy(y).reshape(-1, 1)
+    cal = fit_calibration(pred[:, :n_cal], target[:n_cal], "regression", ["y"])
+    assert not cal.normalized
+    for level in (0.8, 0.9, 0.95):
+        q = _reference_quantile(np.abs(y[:n_cal] - x[:n_cal]), level)
+        assert cal.quantiles(level)[0] == pytest.approx(q)
+        # the gaussian's own half-width, which the conformal one estimates
+        z = {0.8: 1.2816, 0.9: 1.6449, 0.95: 1.9600}[level]
+        assert q == pytest.approx(z * sigma, rel=0.1)
+        low, high = cal.interval(x[n_cal:, None], None, level)
+        inside = ((low[:, 0] <= y[n_cal:]) & (y[n_cal:] <= high[:, 0])).mean()
+        assert abs(inside - level) < 0.02
+    report = calibration_report(cal, pred[:, n_cal:], target[n_cal:])
+    assert abs(report["coverage_90"] - 0.9) < 0.02
+    assert report["width_90"] == pytest.approx(2 * cal.quantiles(0.9)[0])
+
+
+def test_ensemble_intervals_adapt_to_heteroscedastic_noise():
+    """Members that disagree where the noise is large: normalised intervals widen there and
+    keep their coverage in both halves, where absolute ones over- and under-cover."""
+    gen = np.random.default_rng(1)
+    n, k = 8000, 5
+    noise = np.where(np.arange(n) % 2 == 0, 0.2, 1.0)  # two noise levels, alternating
+    truth = gen.normal(size=n)
+    y = truth + gen.normal(size=n) * noise
+    members = truth + gen.normal(size=(k, n)) * noise  # spread ∝ noise
+    z, target = torch.from_numpy(members)[..., None], torch.from_numpy(y)[:, None]
+    half = n // 2
+    cal = fit_calibration(z[:, :half], target[:half], "regression", ["y"], checkpoint=None)
+    plain = fit_calibration(z[:, :half].mean(0, keepdim=True), target[:half], "regression", ["y"])
+    assert cal.normalized
+    mean, std = members.mean(0)[half:, None], members.std(0)[half:, None]
+    test_y, quiet = y[half:], noise[half:] == 0.2
+    for c, adapts in ((cal, True), (plain, False)):
+        low, high = c.interval(mean, std, 0.9)
+        inside = (low[:, 0] <= test_y) & (test_y <= high[:, 0])
+        width = (high - low)[:, 0]
+        if adapts:
+            assert width[~quiet].mean() > 2.5 * width[quiet].mean()
+            assert abs(inside[quiet].mean() - 0.9) < 0.04
+            assert abs(inside[~quiet].mean() - 0.9) < 0.04
+        else:
+            assert width.std() < 1e-9
+            assert inside[quiet].mean() > 0.97 and inside[~quiet].mean() < 0.85
+    # the scores are the residuals over std + beta, sorted
+    ref = np.abs(y[:half] - members[:, :half].mean(0)) / (members[:, :half].std(0) + cal.beta[0])
+    np.testing.assert_allclose(cal.scores[0], np.sort(ref))
+
+
+def test_missing_targets_and_round_trip(tmp_path):
+    z = torch.tensor([[[1.0, 2.0], [2.0, float("nan")], [3.0, 1.0]]])
+    y = torch.tensor([[1.5, 2.0], [1.0, float("nan")], [3.0, float("nan")]])
+    cal = fit_calibration(z, y, "regression", ["a", "b"])
+    assert [len(s) for s in cal.scores] == [3, 1]
+    cal.save(tmp_path / "c.json")
+    back = Calibration.from_dict(json.loads((tmp_path / "c.json").read_text()))
+    assert back.target_names == ["a", "b"]
+    np.testing.assert_array_equal(back.scores[0], [0.0, 0.5, 1.0])
+    assert math.isinf(back.quantiles(0.9)[1])  # one score: too few for 90%
+
+
+def _reference_ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        m = (p >= lo) & ((p < hi) if b < bins - 1 else (p <= hi))
+        if m.any():
+            total += m.sum() / len(p) * abs(p[m].mean() - y[m].mean())
+    return total
+
+
+def test_temperature_scaling_lowers_ece():
+    gen = np.random.default_rng(2)
+    n = 6000
+    true_logit = gen.normal(scale=2.0, size=n)
+    y = (gen.random(n) < 1 / (1 + np.exp(-true_logit))).astype(float)
+    over = 3.0 * true_logit  # an overconfident model: temperature 3 undoes it
+    assert expected_calibration_error(1 / (1 + np.exp(-over)), y) == pytest.approx(
+        _reference_ece(1 / (1 + np.exp(-over)), y)
+    )
+    z, target = torch.from_numpy(over).reshape(1, -1, 1), torch.from_numpy(y).reshape(-1, 1)
+    cal = fit_calibration(z[:, : n // 2], target[: n // 2], "binary", ["t"])
+    assert cal.temperature[0] == pytest.approx(3.0, rel=0.15)
+    report = calibration_report(cal, z[:, n // 2 :], target[n // 2 :])
+    assert report["ece_calibrated"] < 0.03 < report["ece"]
+    p = cal.probabilities(z[:, n // 2 :]).numpy()[:, 0]
+    assert report["ece_calibrated"] == pytest.approx(_reference_ece(p, y[n // 2 :]))
+
+
+# ---------------------------------------------------------------------------------------
+# the command line: train, predict --interval, an uncalibrated checkpoint, calibrate
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A CSV of 120 small molecules (heavy-atom counts) and a short run on it."""
+    from graphormer_urpe import cli
+
+    from .test_cli import _train_args
+
+    root = tmp_path_factory.mktemp("cal")
+    smiles = [
+        "C" * a + x + "C" * b for a in range(1, 9) for b in range(0, 5) for x in ("O", "N", "C(=O)")
+    ]
+    heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
+    pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(root / "data.csv", index=False)
+    out = root / "run"
+    assert cli.main(_train_args(root / "data.csv", root / "store", out)) == 0
+    return root, out
+
+
+def test_train_keeps_calibration_and_predict_writes_intervals(tiny_run, capsys):
+    from graphormer_urpe import cli
+
+    root, out = tiny_run
+    cal = load_calibration(out / "best.pt")
+    assert cal is not None and cal.task_type == "regression" and len(cal.scores[0]) > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    for name in ("80", "90", "95"):
+        assert 0.0 <= metrics[f"test_coverage_{name}"] <= 1.0
+        assert metrics[f"test_width_{name}"] >= 0.0
+    capsys.readouterr()
+    ckpt = str(out / "best.pt")
+    args = ["predict", "--checkpoint", ckpt, "--no-progress", "--workers", "0"]
+    assert cli.main([*args, "--interval", "0.9", "--smiles", "CCO", "C(("]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    t = "heavy_atoms"
+    assert list(table.columns)[:4] == ["smiles", t, f"{t}_low", f"{t}_high"]
+    q = cal.quantiles(0.9)[0]
+    assert math.isfinite(q)
+    assert table[f"{t}_high"][0] - table[t][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
+    assert table[t][0] - table[f"{t}_low"][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
+    assert pd.isna(table[f"{t}_low"][1]) and isinstance(table["error"][1], str)
+    result = json.loads(_run_json(cli, ["evaluate", "--checkpoint", ckpt, "--no-progress"], capsys))
+    assert result["coverage_90"] == pytest.approx(metrics["test_coverage_90"])
+
+
+def _run_json(cli, args, capsys) -> str:
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    return capsys.readouterr().out
+
+
+def test_uncalibrated_checkpoint_says_how_and_calibrate_builds_it(tiny_run, capsys, tmp_path):
+    import shutil
+
+    from graphormer_urpe import cli
+
+    root, out = tiny_run
+    shutil.copy(out / "best.pt", tmp_path / "best.pt")  # a run from before calibration
+    ckpt = str(tmp_path / "best.pt")
+    capsys.readouterr()
+    args = ["predict", "--checkpoint", ckpt, "--no-progress", "--workers", "0"]
+    assert cli.main([*args, "--interval", "0.9", "--smiles", "CCO"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "graphormer-urpe calibrate --checkpoint" in err[0]
+    assert "--target-columns heavy_atoms" in err[0]
+    calibrate = ["calibrate", "--checkpoint", ckpt, "--input", str(root / "data.csv")]
+    calibrate += ["--target-columns", "heavy_atoms"]
+    summary = json.loads(_run_json(cli, calibrate, capsys))
+    assert summary["molecules"] == 120
+    cal = load_calibration(ckpt)
+    assert cal is not None and len(cal.scores[0]) == 120 and cal.source == "data.csv"
+    assert cli.main([*args, "--interval", "0.8", "--smiles", "CCO"]) == 0
+    assert "heavy_atoms_low" in capsys.readouterr().out
+
+
+def test_ensemble_calibrator_is_normalised_by_member_std(tiny_run, tmp_path, capsys):
+    from graphormer_urpe import cli
+
+    from .test_cli import _train_args
+
+    root, _ = tiny_run
+    out = tmp_path / "ens"
+    args = _train_args(root / "data.csv", root / "store", out, "--ensemble", "2", "--epochs", "2")
+    assert cli.main(args) == 0
+    cal = load_calibration(out)
+    assert cal is not None and cal.normalized and cal.checkpoint is None
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["test_coverage_90"] <= 1.0 and metrics["test_width_90"] > 0
+    capsys.readouterr()
+    smiles = ["CCO", "CCCCCCN", "CCCCCCCCCCCCCCCC"]
+    args = ["predict", "--checkpoint", str(out), "--no-progress", "--workers", "0"]
+    assert cli.main([*args, "--interval", "0.8", "--smiles", *smiles]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    t = "heavy_atoms"
+    assert list(table.columns)[:5] == ["smiles", t, f"{t}_std", f"{t}_low", f"{t}_high"]
+    # the half-width is q (std + beta): wider where the members disagree
+    half = (table[f"{t}_high"] - table[f"{t}_low"]) / 2
+    want = cal.quantiles(0.8)[0] * (table[f"{t}_std"] + cal.beta[0])
+    np.testing.assert_allclose(half, want, rtol=1e-3, atol=1e-4)
