@@ -150,7 +150,10 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dic
     }
 
 
-def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) -> dict:
+def run_stream(
+    a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path, extra: list[str] = ()
+) -> dict:
+    """This code's ``predict`` on ``smi`` (``n`` molecules), with ``extra`` flags."""
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
     cmd += ["--input", str(smi), "--output", str(out), "--no-progress", "--device", a.device]
     cmd += ["--workers", str(a.workers), "--batch-size", str(a.batch_size)]
@@ -159,7 +162,7 @@ def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) 
         cmd += ["--no-similarity"]
     if a.threads is not None:
         cmd += ["--threads", str(a.threads)]
-    result = {"molecules": n, **measure(cmd, REPO)}
+    result = {"molecules": n, **measure([*cmd, *extra], REPO)}
     return _rates(result, n)
 
 
