@@ -212,3 +212,28 @@ def test_ensemble_members_side_by_side(ckpt, tmp_path):
     got = embed_smiles(lms, MIXED, workers=0)
     want = np.concatenate([reference(ckpt, MIXED), reference(other, MIXED)], axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
+    """The guide's two scikit-learn blocks, on a tiny model and a few molecules."""
+    import re
+    import shutil
+
+    guide = Path(__file__).resolve().parents[1] / "docs" / "guides" / "embeddings.md"
+    ridge, forest = re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
+    monkeypatch.chdir(tmp_path)
+    ckpt = Path("runs/nci5k-small-urpe/best.pt")
+    ckpt.parent.mkdir(parents=True)
+    shutil.copy(_checkpoint(tmp_path / "tiny.pt"), ckpt)
+    smiles = [*VALID, *MIXED[:5]]
+    y = [len(s) for s in smiles]
+    table = "smiles,y\n" + "".join(f'"{s}",{v}\n' for s, v in zip(smiles, y, strict=True))
+    Path("new_target.csv").write_text(table)
+    readable = sum(s not in BAD for s in smiles)
+    exec(compile(ridge, "ridge", "exec"), {})
+    assert f"over {readable} molecules" in capsys.readouterr().out
+    Path("measured.csv").write_text(table)
+    write_embeddings(ckpt, smiles, "emb.npy", device="cpu", workers=0)
+    scope: dict = {}
+    exec(compile(forest.replace("n_estimators=500", "n_estimators=5"), "forest", "exec"), scope)
+    assert scope["forest"].n_features_in_ == HIDDEN and scope["readable"].sum() == readable
