@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from _moses import moses_smiles_file
-from bench_predict import first_lines, make_checkpoint, run_stream
+from bench_predict import first_lines, make_checkpoint, run_stream, stream_config
 
 from graphormer_urpe.datasets.domain import record_of_smiles
 from graphormer_urpe.inference.stream import (
@@ -140,12 +140,7 @@ def main() -> None:
             "preset": a.preset,
             **model,
             "pairs": a.pairs,
-            "workers": a.workers,
-            "batch_size": a.batch_size,
-            "chunk_size": a.chunk_size,
-            "threads": a.threads,
-            "device": a.device,
-            "domain_molecules": a.domain_molecules,
+            **stream_config(a),
             "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
             "load_average_1min_start_end": [round(x, 2) for x in load],
         },

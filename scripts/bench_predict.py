@@ -166,6 +166,12 @@ def run_stream(
     return _rates(result, n)
 
 
+def stream_config(a: argparse.Namespace) -> dict:
+    """The ``predict`` options a report records."""
+    keys = ("workers", "batch_size", "chunk_size", "threads", "device", "domain_molecules")
+    return {k: getattr(a, k) for k in keys}
+
+
 def _rates(result: dict, n: int) -> dict:
     result["molecules_per_s"] = round(n / result["seconds"], 1)
     result["cpu_ms_per_molecule"] = round(1000 * result["cpu_s"] / n, 3)
@@ -373,12 +379,7 @@ def main() -> None:
     report = {
         "benchmark": "predict",
         "config": {
-            "workers": a.workers,
-            "batch_size": a.batch_size,
-            "chunk_size": a.chunk_size,
-            "threads": a.threads,
-            "device": a.device,
-            "domain_molecules": a.domain_molecules,
+            **stream_config(a),
             "similarity": not a.no_similarity,
             "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else None,
             "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",

@@ -31,26 +31,10 @@ from graphormer_urpe.inference.predict_io import Prediction
 from graphormer_urpe.runtime.inputs import build_model
 from graphormer_urpe.training import make_config, save_checkpoint
 
-VALID = [
-    "CCO",
-    "c1ccccc1",
-    "CC(=O)Nc1ccc(O)cc1",
-    "C1CCCCC1",
-    "CC(C)(C)C",
-    "OCCO",
-    "c1ccncc1",
-    "CC#N",
-    "OC(=O)c1ccccc1",
-    "CCCCCCCCCC",
-    "C1CC1",
-    "NC1CCCCC1",
-    "COc1ccccc1",
-    "c1ccc2ccccc2c1",
-    "CN1CCC[C@H]1c1cccnc1",
-]
-BAD = ["not_a_smiles((", "C1CC", ""]
+from .test_predict_stream import BAD, VALID
+
 # invalid rows at the start, middle and end; enough rows for several chunks and windows
-MIXED = [BAD[0], *VALID[:8], BAD[1], *VALID[8:], *VALID[::-1], BAD[2]]
+MIXED = [BAD[0], *VALID[:8], BAD[2], *VALID[8:], *VALID[::-1], BAD[1]]
 HIDDEN = 16
 
 
