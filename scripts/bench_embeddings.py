@@ -8,8 +8,9 @@ every other pair, so both see the same load of a shared machine). Each run is me
 ``bench_predict.py`` measures ``predict`` (wall time, peak resident and proportional memory
 of the command with its worker processes, CPU time); the report gives the medians, the
 throughput ratio (embeddings / plain; target >= 0.9) and the peak memory of the embeddings
-runs (target <= 2 GB), and checks the array: its shape, input-order rows for the first and
-last molecules' ids, no NaN row for a readable molecule. Run::
+runs (target <= 2 GB), the ratio of CPU time per molecule (plain / embeddings: what the
+load of a shared machine changes least), and checks the array: its shape, input-order rows
+for the first and last molecules' ids, no NaN row for a readable molecule. Run::
 
     python scripts/bench_embeddings.py --size 100000
     python scripts/bench_embeddings.py --size 1000000 --pairs 1 --json docs/results/embeddings.json
@@ -126,6 +127,13 @@ def main() -> None:
         "predict_molecules_per_s": median(plain, "molecules_per_s"),
         "embeddings_molecules_per_s": median(emb, "molecules_per_s"),
         "throughput_ratio": round(ratio, 3),
+        # CPU time per molecule (command and workers): what the load of a shared machine
+        # changes least; plain / embeddings, the throughput ratio on idle cores
+        "predict_cpu_ms_per_molecule": median(plain, "cpu_ms_per_molecule"),
+        "embeddings_cpu_ms_per_molecule": median(emb, "cpu_ms_per_molecule"),
+        "cpu_ratio": round(
+            median(plain, "cpu_ms_per_molecule") / median(emb, "cpu_ms_per_molecule"), 3
+        ),
         "embeddings_peak_pss_gib": round(peak_pss, 2),
         "embeddings_peak_rss_gib": round(max(r["peak_rss_mib"] for r in emb) / 1024, 2),
         "predict_peak_pss_gib": round(max(r["peak_pss_mib"] for r in plain) / 1024, 2),
