@@ -37,6 +37,19 @@ def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
     assert report["results"]["profile"]["small"]["model"]["cpu_ms_per_molecule"] > 0
 
 
+def test_embeddings_benchmark_smoke_mode_emits_json(tmp_path):
+    from tests.test_predict_stream import BAD, MIXED
+
+    smi = tmp_path / "mols.smi"
+    smi.write_text("".join(f"{s or 'C1CC'}\n" for s in MIXED * 10))
+    report, _ = _bench("bench_embeddings", "--smiles-file", str(smi))
+    assert report["benchmark"] == "predict --embeddings"
+    (run,) = report["runs"]["embeddings"]
+    assert run["array"]["shape"][0] == 300 and run["array"]["ok"]
+    assert run["array"]["nan_rows"] == 10 * sum(s in BAD for s in MIXED)
+    assert report["summary"]["throughput_ratio"] > 0 and report["runs"]["predict"]
+
+
 def test_startup_benchmark_smoke_mode_emits_json():
     script = SCRIPTS / "bench_startup.py"
     proc = subprocess.run(
