@@ -221,3 +221,17 @@ def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
     scope: dict = {}
     exec(compile(forest.replace("n_estimators=500", "n_estimators=5"), "forest", "exec"), scope)
     assert scope["forest"].n_features_in_ == HIDDEN and scope["readable"].sum() == readable
+
+
+def test_an_unreadable_sd_record_gets_a_nan_row(ckpt, tmp_path):
+    from .test_sdf import BROKEN, write_sdf
+
+    sdf, emb = tmp_path / "in.sdf", tmp_path / "emb.npy"
+    titles = write_sdf(sdf, VALID[:6])
+    args = ["predict", "--checkpoint", str(ckpt), "--input", str(sdf), "--device", "cpu"]
+    args += ["--output", str(tmp_path / "p.csv"), "--embeddings", str(emb), "--no-progress"]
+    assert cli.main([*args, "--workers", "0"]) == 0
+    got = np.load(emb)
+    assert np.isnan(got).any(axis=1).tolist() == [i == BROKEN for i in range(6)]
+    with open(side_paths(emb)[1], newline="") as fh:
+        assert [r["name"] for r in csv.DictReader(fh)] == titles

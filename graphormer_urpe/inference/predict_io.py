@@ -201,7 +201,7 @@ def carry_names(
         for p in predictions:
             name, error = waiting.popleft()
             if error is not None:
-                p = p._replace(values=None, members=None, domain=None, error=error)
+                p = p._replace(values=None, members=None, domain=None, error=error, embedding=None)
             yield p._replace(name=name)
 
     return smiles(), named
