@@ -150,7 +150,10 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dic
     }
 
 
-def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) -> dict:
+def run_stream(
+    a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path, extra: list[str] = ()
+) -> dict:
+    """This code's ``predict`` on ``smi`` (``n`` molecules), with ``extra`` flags."""
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
     cmd += ["--input", str(smi), "--output", str(out), "--no-progress", "--device", a.device]
     cmd += ["--workers", str(a.workers), "--batch-size", str(a.batch_size)]
@@ -159,8 +162,14 @@ def run_stream(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) 
         cmd += ["--no-similarity"]
     if a.threads is not None:
         cmd += ["--threads", str(a.threads)]
-    result = {"molecules": n, **measure(cmd, REPO)}
+    result = {"molecules": n, **measure([*cmd, *extra], REPO)}
     return _rates(result, n)
+
+
+def stream_config(a: argparse.Namespace) -> dict:
+    """The ``predict`` options a report records."""
+    keys = ("workers", "batch_size", "chunk_size", "threads", "device", "domain_molecules")
+    return {k: getattr(a, k) for k in keys}
 
 
 def _rates(result: dict, n: int) -> dict:
@@ -370,12 +379,7 @@ def main() -> None:
     report = {
         "benchmark": "predict",
         "config": {
-            "workers": a.workers,
-            "batch_size": a.batch_size,
-            "chunk_size": a.chunk_size,
-            "threads": a.threads,
-            "device": a.device,
-            "domain_molecules": a.domain_molecules,
+            **stream_config(a),
             "similarity": not a.no_similarity,
             "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else None,
             "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",

@@ -25,16 +25,32 @@ def test_benchmark_smoke_mode_emits_json(name):
         assert all(c > 10 for c in counts) and report["config"]["ops_note"]
 
 
-def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
+def _mixed_smi(tmp_path: Path) -> Path:
+    """300 lines of valid and unreadable SMILES (an empty one as an unreadable ring)."""
     from tests.test_predict_stream import MIXED
 
     smi = tmp_path / "mols.smi"
-    smi.write_text("".join(f"{s}\n" for s in MIXED * 10))
-    report, _ = _bench("bench_predict", "--smiles-file", str(smi))
+    smi.write_text("".join(f"{s or 'C1CC'}\n" for s in MIXED * 10))
+    return smi
+
+
+def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
+    report, _ = _bench("bench_predict", "--smiles-file", str(_mixed_smi(tmp_path)))
     assert report["benchmark"] == "predict"
     (run,) = report["results"]["stream"]
     assert run["molecules"] == 300 and run["molecules_per_s"] > 0 and run["peak_rss_mib"] > 0
     assert report["results"]["profile"]["small"]["model"]["cpu_ms_per_molecule"] > 0
+
+
+def test_embeddings_benchmark_smoke_mode_emits_json(tmp_path):
+    from tests.test_predict_stream import BAD, MIXED
+
+    report, _ = _bench("bench_embeddings", "--smiles-file", str(_mixed_smi(tmp_path)))
+    assert report["benchmark"] == "predict --embeddings"
+    (run,) = report["runs"]["embeddings"]
+    assert run["array"]["shape"][0] == 300 and run["array"]["ok"]
+    assert run["array"]["nan_rows"] == 10 * sum(s in BAD for s in MIXED)
+    assert report["summary"]["throughput_ratio"] > 0 and report["runs"]["predict"]
 
 
 def test_startup_benchmark_smoke_mode_emits_json():

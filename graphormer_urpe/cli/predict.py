@@ -73,6 +73,7 @@ def run_predict(args: argparse.Namespace) -> int:
     # featurising processes are stopped, and the last line says how many rows were written.
     import torch
 
+    from ..inference.embeddings import embedding_dim
     from ..inference.ensemble import load_models
     from ..inference.predict_io import (
         WriteCounts,
@@ -109,16 +110,20 @@ def run_predict(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
         similarity=not args.no_similarity,
+        embeddings=bool(args.embeddings),
     )
     results = with_names(predictions) if with_names else predictions
     where = f" to {args.output}" if args.output else ""
     try:
         with interrupts_between_rows(counts), contextlib.ExitStack() as stack:
             out = sys.stdout
+            written = results
+            if args.embeddings:  # the vectors the head reads, row by row beside the CSV
+                written = _embeddings_tee(stack, args, models, results)
             if args.output:  # written line by line: an interrupted run leaves a valid prefix
                 out = stack.enter_context(open(args.output, "w", newline="", encoding="utf-8"))
             write_predictions_csv(
-                results,
+                written,
                 out,
                 lm.target_names,
                 binary,
@@ -147,7 +152,25 @@ def run_predict(args: argparse.Namespace) -> int:
         f"molecules predicted, {counts.failed} could not be read, {domain}",
         file=sys.stderr,
     )
+    if args.embeddings:
+        dim = embedding_dim([m.model for m in models])
+        print(
+            f"graphormer-urpe: wrote embeddings [{counts.rows}, {dim}] to {args.embeddings}",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _embeddings_tee(stack: contextlib.ExitStack, args: argparse.Namespace, models, results):
+    """``results`` as they are, each row's embedding written to ``--embeddings`` on its way
+    (the files close with ``stack``)."""
+    from ..inference.embeddings_io import EmbeddingWriter
+
+    source = str(args.checkpoint)
+    writer = stack.enter_context(
+        EmbeddingWriter(args.embeddings, [m.model for m in models], source)
+    )
+    return writer.tee(results)
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
@@ -206,6 +229,14 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="leave the nearest_similarity column empty: skip the search of each molecule's "
         "nearest training fingerprint (the domain column's checks still run)",
+    )
+    p.add_argument(
+        "--embeddings",
+        metavar="FILE.npy",
+        help="also write each row's graph-level vector (what the head reads: the graph "
+        "token, joined to the descriptors of a --mol-features model; an ensemble's members "
+        "side by side) to this .npy, in input order, NaN rows for unreadable SMILES, with "
+        "FILE.json (dimension, rows) and FILE.ids.csv (row, name, smiles, error)",
     )
     _shared(p, "--no-progress")
 

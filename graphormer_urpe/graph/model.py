@@ -413,17 +413,35 @@ class Graphormer(nn.Module):
         """The head on graph-token representations ``h`` ``[B, d]`` joined to per-molecule
         features ``[B, K]`` where the config has them, in the targets' units:
         ``[B, num_targets]``."""
+        return self.head_output(self.head_input(h, mol_features))
+
+    def head_input(self, h: Tensor, mol_features: Tensor | None = None) -> Tensor:
+        """What the head reads: graph-token representations ``h`` ``[B, d]``, joined to the
+        per-molecule features ``[B, K]`` where the config has them: ``[B, d + K]``."""
         k = self.config.num_mol_features
-        if k:
-            m = mol_features
-            if m is None or m.shape != (h.shape[0], k):
-                got = None if m is None else tuple(m.shape)
-                raise ValueError(
-                    f"the model joins {k} per-molecule features to each graph; the batch has "
-                    f"mol_features {got} (give every graph data.mol_x [1, {k}])"
-                )
-            h = torch.cat([h, m.to(h.dtype)], dim=1)  # [B, d + K]
-        out = self.head(h)  # [B, num_targets]
+        if not k:
+            return h
+        m = mol_features
+        if m is None or m.shape != (h.shape[0], k):
+            got = None if m is None else tuple(m.shape)
+            raise ValueError(
+                f"the model joins {k} per-molecule features to each graph; the batch has "
+                f"mol_features {got} (give every graph data.mol_x [1, {k}])"
+            )
+        return torch.cat([h, m.to(h.dtype)], dim=1)  # [B, d + K]
+
+    def head_output(self, x: Tensor) -> Tensor:
+        """The head on its input ``x`` ``[B, d + K]`` (:meth:`head_input`), in the targets'
+        units: ``[B, num_targets]``."""
+        out = self.head(x)  # [B, num_targets]
         if self.config.target_std is not None:
             out = out * self.target_std + self.target_mean
         return out
+
+    def forward_with_head_input(self, data: GraphInput) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` ``[B, num_targets]`` and the head's input ``[B, d + K]`` (the
+        graph-level vector: the graph token's final representation, joined to the
+        per-molecule features where the model uses them), from one pass."""
+        batch = self.encoder._dense(data)
+        x = self.head_input(self.encoder.forward_graphs(batch), batch.mol_features)
+        return self.head_output(x), x

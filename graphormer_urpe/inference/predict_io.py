@@ -81,6 +81,11 @@ class Prediction(NamedTuple):
     that could not be featurised, or a checkpoint without the record (domain unknown)."""
     name: str | None = None
     """The row's name in a ``.smi`` file (``""``: the line has none); ``None``: not read."""
+    embedding: Tensor | None = None
+    """``[D]`` float32 the graph-level vector the head reads (an ensemble: its members'
+    side by side; :mod:`~graphormer_urpe.inference.embeddings`), only when asked for
+    (``iter_predictions(..., embeddings=True)``); ``None`` otherwise or for an unreadable
+    row."""
 
 
 # --------------------------------------------------------------------------------------
@@ -197,7 +202,7 @@ def carry_names(
         for p in predictions:
             name, error = waiting.popleft()
             if error is not None:
-                p = p._replace(values=None, members=None, domain=None, error=error)
+                p = p._replace(values=None, members=None, domain=None, error=error, embedding=None)
             yield p._replace(name=name)
 
     return smiles(), named

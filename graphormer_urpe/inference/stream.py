@@ -50,6 +50,7 @@ from ..graph.flat import FlatGraphs
 from ..graph.shapes import StaticShapes
 from ..runtime.capture import CapturedForward, default_backend
 from ..runtime.precision import Precision
+from .embeddings import WithHeadInput
 from .ensemble import load_models
 from .loading import LoadedModel, load_model
 from .predict_io import (
@@ -292,8 +293,12 @@ def _predict_window(
     graphs: FlatGraphs | None,
     batch_size: int,
     trim_heap: _HeapTrimmer,
+    targets: int | None = None,
 ) -> Iterator[Prediction]:
-    out = None  # [K, W, T], in window order
+    """One window's predictions; with ``targets`` (the models output ``[B, T + D]``,
+    :class:`~graphormer_urpe.inference.embeddings.WithHeadInput`) the last ``D`` values of
+    each member are the row's ``embedding``, joined across members."""
+    out = None  # [K, W, T] (or [K, W, T + D] with targets), in window order
     if graphs is not None:
         for take in size_order(graphs.num_nodes, batch_size):
             batch = collator(graphs.take(take))
@@ -304,17 +309,21 @@ def _predict_window(
                 out = part.new_empty(part.shape[0], len(graphs), part.shape[2])
             out[:, torch.from_numpy(take)] = part
             trim_heap()
+    emb = None  # [K, W, D]
+    if targets is not None and out is not None:
+        out, emb = out[..., :targets], out[..., targets:]
     k = 0
     for r in rows:
         if r.error is not None:
             yield Prediction(r.index, r.smiles, None, r.error)
             continue
         assert out is not None
+        e = None if emb is None else emb[:, k].reshape(-1)
         if len(forwards) == 1:
-            yield Prediction(r.index, r.smiles, out[0, k], None, domain=r.domain)
+            yield Prediction(r.index, r.smiles, out[0, k], None, domain=r.domain, embedding=e)
         else:
             values = out[:, k].mean(dim=0)
-            yield Prediction(r.index, r.smiles, values, None, out[:, k], r.domain)
+            yield Prediction(r.index, r.smiles, values, None, out[:, k], r.domain, embedding=e)
         k += 1
 
 
@@ -328,6 +337,7 @@ def iter_predictions(
     device: str = "auto",
     progress: bool = False,
     similarity: bool = True,
+    embeddings: bool = False,
 ) -> Iterator[Prediction]:
     """Predict every SMILES of ``smiles`` (any iterable, read lazily), yielding one
     :class:`Prediction` per input row in input order as soon as its batch is done.
@@ -345,6 +355,9 @@ def iter_predictions(
         progress: show a progress bar (molecules/s) on standard error.
         similarity: search each molecule's nearest training fingerprint (where the
             checkpoint records them); the other domain checks cost next to nothing.
+        embeddings: also give each row the graph-level vector its head reads
+            (:attr:`Prediction.embedding`; :mod:`~graphormer_urpe.inference.embeddings`),
+            from the same forward pass.
     """
     for name, value, low in (("batch_size", batch_size, 1), ("chunk_size", chunk_size, 1)):
         if value < low:
@@ -367,7 +380,9 @@ def iter_predictions(
     static = StaticShapes(batch_size, cfg.multi_hop_max_dist) if backend else None
     collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max, static=static)
     autocast = lambda: precision.autocast(backend is None)  # noqa: E731
-    forwards = [CapturedForward(m.model, autocast, lm.device, backend) for m in models]
+    nets = [WithHeadInput(m.model) if embeddings else m.model for m in models]
+    forwards = [CapturedForward(net, autocast, lm.device, backend) for net in nets]
+    targets = cfg.num_targets if embeddings else None
     if any(m.mol_features != lm.mol_features for m in models):
         raise ValueError("the ensemble's members were trained with different molecule features")
     domain = lm.domain  # an ensemble's members record the same training split
@@ -380,7 +395,9 @@ def iter_predictions(
     with tqdm(desc="predict", unit="mol", disable=None if progress else True, smoothing=0.1) as bar:
         trim_heap = _HeapTrimmer()
         for rows, graphs in _windows(chunks, SORT_WINDOW * batch_size):
-            yield from _predict_window(forwards, collator, rows, graphs, batch_size, trim_heap)
+            yield from _predict_window(
+                forwards, collator, rows, graphs, batch_size, trim_heap, targets
+            )
             bar.update(len(rows))
 
 

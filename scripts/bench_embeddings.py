@@ -1,0 +1,169 @@
+"""Benchmark ``graphormer-urpe predict --embeddings`` against plain ``predict`` in the same run.
+
+Prints JSON (and writes it to ``--json``). On the first ``--size`` MOSES training SMILES
+(``scripts/_moses.py``) with an untrained checkpoint of ``--preset`` that records a training
+domain (as :mod:`bench_predict` makes them), ``--pairs`` times: plain ``predict`` writing its
+CSV, then ``predict --embeddings`` writing the same CSV and the ``.npy`` (the order swaps
+every other pair, so both see the same load of a shared machine). Each run is measured as
+``bench_predict.py`` measures ``predict`` (wall time, peak resident and proportional memory
+of the command with its worker processes, CPU time); the report gives the medians, the
+throughput ratio (embeddings / plain; target >= 0.9) and the peak memory of the embeddings
+runs (target <= 2 GB), the ratio of CPU time per molecule (plain / embeddings: what the
+load of a shared machine changes least), and checks the array: its shape, input-order rows
+for the first and last molecules' ids, no NaN row for a readable molecule. Run::
+
+    python scripts/bench_embeddings.py --size 100000
+    python scripts/bench_embeddings.py --size 1000000 --pairs 1 --json docs/results/embeddings.json
+    python scripts/bench_embeddings.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from _moses import moses_smiles_file
+from bench_predict import first_lines, make_checkpoint, run_stream, stream_config
+
+from graphormer_urpe.datasets.domain import record_of_smiles
+from graphormer_urpe.inference.stream import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_WORKERS,
+)
+
+GIB = 2**30
+
+
+def check_array(path: Path, smi: Path, n: int) -> dict:
+    """The written array against its input: shape, ids in input order, NaN rows."""
+    x = np.load(path, mmap_mode="r")
+    meta = json.loads(path.with_suffix(".json").read_text())
+    with open(path.with_suffix(".ids.csv"), newline="") as fh:
+        ids = csv.DictReader(fh)
+        first = next(ids)
+        *_, last = ids
+    with open(smi) as fh:
+        smiles = [line.split()[0] for line in fh]
+    nan_rows = int(
+        sum(np.isnan(x[i : i + 100_000]).any(axis=1).sum() for i in range(0, n, 100_000))
+    )
+    return {
+        "shape": list(x.shape),
+        "file_mib": round(path.stat().st_size / 2**20, 1),
+        "rows_in_input_order": first["smiles"] == smiles[0] and last["smiles"] == smiles[-1],
+        "nan_rows": nan_rows,
+        "unreadable": meta["unreadable"],
+        "ok": list(x.shape) == [n, meta["dim"]] and nan_rows == meta["unreadable"],
+    }
+
+
+def median(runs: list[dict], key: str) -> float:
+    return round(statistics.median(r[key] for r in runs), 2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=1_000_000, help="MOSES molecules (default 1M)")
+    p.add_argument("--pairs", type=int, default=1, help="plain/embeddings run pairs")
+    p.add_argument("--preset", default="small")
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default predict's)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--domain-molecules", type=int, default=10_000)
+    p.add_argument("--smiles-file", default=None, help="one SMILES a line, instead of MOSES")
+    p.add_argument("--json", default=None, help="also write the report here")
+    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    a = p.parse_args()
+    a.no_similarity = False  # what run_stream reads: predict as a user runs it
+    if a.smoke:
+        a.size, a.pairs, a.domain_molecules = 300, 1, min(a.domain_molecules, 300)
+    work = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
+
+    def molecules(n: int) -> Path:
+        return first_lines(a.smiles_file, n, work) if a.smiles_file else moses_smiles_file(n)
+
+    load = [os.getloadavg()[0]]
+    runs: dict[str, list[dict]] = {"predict": [], "embeddings": []}
+    try:
+        domain = None
+        if a.domain_molecules:
+            with open(molecules(a.domain_molecules)) as fh:
+                domain = record_of_smiles([line.split()[0] for line in fh]).to_dict()
+        ckpt = work / f"{a.preset}.pt"
+        model = make_checkpoint(a.preset, ckpt, domain)
+        smi, npy = molecules(a.size), work / "emb.npy"
+        for pair in range(a.pairs):
+            order = ["predict", "embeddings"] if pair % 2 == 0 else ["embeddings", "predict"]
+            for kind in order:
+                extra = ["--embeddings", str(npy)] if kind == "embeddings" else []
+                row = run_stream(a, ckpt, smi, a.size, work / "out.csv", extra)
+                if kind == "embeddings":
+                    row["array"] = check_array(npy, smi, a.size)
+                    npy.unlink()
+                runs[kind].append(row)
+                print(json.dumps({"run": kind, **row}), file=sys.stderr)
+    finally:
+        load.append(os.getloadavg()[0])
+        shutil.rmtree(work, ignore_errors=True)
+    plain, emb = runs["predict"], runs["embeddings"]
+    ratio = median(emb, "molecules_per_s") / median(plain, "molecules_per_s")
+    peak_pss = max(r["peak_pss_mib"] for r in emb) / 1024
+    summary = {
+        "molecules": a.size,
+        "predict_molecules_per_s": median(plain, "molecules_per_s"),
+        "embeddings_molecules_per_s": median(emb, "molecules_per_s"),
+        "throughput_ratio": round(ratio, 3),
+        # CPU time per molecule (command and workers): what the load of a shared machine
+        # changes least; plain / embeddings, the throughput ratio on idle cores
+        "predict_cpu_ms_per_molecule": median(plain, "cpu_ms_per_molecule"),
+        "embeddings_cpu_ms_per_molecule": median(emb, "cpu_ms_per_molecule"),
+        "cpu_ratio": round(
+            median(plain, "cpu_ms_per_molecule") / median(emb, "cpu_ms_per_molecule"), 3
+        ),
+        "embeddings_peak_pss_gib": round(peak_pss, 2),
+        "embeddings_peak_rss_gib": round(max(r["peak_rss_mib"] for r in emb) / 1024, 2),
+        "predict_peak_pss_gib": round(max(r["peak_pss_mib"] for r in plain) / 1024, 2),
+        "target_throughput_ratio_0_9_met": ratio >= 0.9,
+        "target_peak_2_gib_met": peak_pss <= 2.0,
+        "arrays_ok": all(r["array"]["ok"] for r in emb),
+    }
+    report = {
+        "benchmark": "predict --embeddings",
+        "date": datetime.date.today().isoformat(),
+        "config": {
+            "preset": a.preset,
+            **model,
+            "pairs": a.pairs,
+            **stream_config(a),
+            "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
+            "load_average_1min_start_end": [round(x, 2) for x in load],
+        },
+        "summary": summary,
+        "runs": runs,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+    }
+    text = json.dumps(report, indent=2)
+    if a.json:
+        Path(a.json).write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
