@@ -41,7 +41,7 @@ def tiny(seed: int = 0, scale: float = 0.2, **overrides) -> Graphormer:
     return model
 
 
-def plain_ig(model: Graphormer, graph, target: int, steps: int = 200) -> np.ndarray:
+def plain_ig(model: Graphormer, graph, target: int, steps: int = 80) -> np.ndarray:
     """Reference: integrated gradients by the midpoint rule, one path point at a time, on a
     grid ten times finer over ``[0, 0.1]`` (where LayerNorms of small inputs move most)."""
     batch, emb = model.embed([graph])
