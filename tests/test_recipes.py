@@ -76,6 +76,11 @@ def test_the_recipe_trains_the_recommended_ensemble_and_predicts_with_it(
     with open(output) as fh:
         rows = list(csv.DictReader(fh))
     assert rows and f"{target}_std" in rows[0] and all(r[target] for r in rows)
+    if "--interval" in predict:  # the ensemble's calibrated interval
+        assert all(
+            float(r[f"{target}_low"]) <= float(r[target]) <= float(r[f"{target}_high"])
+            for r in rows
+        )
 
 
 def test_the_readme_and_the_guide_give_the_same_recipe():
