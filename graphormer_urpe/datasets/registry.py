@@ -46,6 +46,7 @@ from .smiles_csv import open_csv
 from .source import check_strict
 from .splitting import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
 from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache
+from .table_head import spec_paths
 from .zinc import ZINC_DEFAULT_ROOT, open_zinc
 
 __all__ = [
@@ -284,7 +285,7 @@ def load_csv(
     store = {"cache_dir": cache_dir, "workers": workers, "strict": strict}
     if descriptors:
         store["descriptors"] = True
-    paths = [spec] if os.path.exists(spec) else [p.strip() for p in spec.split(",")]
+    paths = spec_paths(spec)
     if len(paths) == 1:
         if split_column is not None and split not in ("random", "column"):
             raise ValueError(f"split={split!r} conflicts with split_column={split_column!r}")

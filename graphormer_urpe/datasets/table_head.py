@@ -91,7 +91,12 @@ def _finite_or_missing(text: str) -> bool:
 
 def table_paths(dataset: str) -> list[str]:
     """The files of a ``csv:`` / ``sdf:`` dataset name (one, or three comma-separated)."""
-    spec = dataset.partition(":")[2]
+    return spec_paths(dataset.partition(":")[2])
+
+
+def spec_paths(spec: str) -> list[str]:
+    """The files of a dataset name's path part: one file (which may hold a comma), or
+    ``TRAIN,VALID,TEST``."""
     return [spec] if os.path.exists(spec) else [p.strip() for p in spec.split(",")]
 
 
