@@ -124,6 +124,24 @@ def test_temperature_scaling_lowers_ece():
     assert report["ece_calibrated"] == pytest.approx(_reference_ece(p, y[n // 2 :]))
 
 
+def test_temperature_never_sharpens_on_the_split_that_chose_the_checkpoint():
+    gen = np.random.default_rng(3)
+    n = 4000
+    true_logit = gen.normal(scale=2.0, size=n)
+    y = torch.from_numpy((gen.random(n) < 1 / (1 + np.exp(-true_logit))).astype(float))
+    target = y.reshape(-1, 1)
+    for scale, free, kept in ((0.4, 0.4, 1.0), (2.5, 2.5, 2.5)):  # under-, over-confident
+        z = torch.from_numpy(scale * true_logit).reshape(1, -1, 1)
+        anywhere = fit_calibration(z, target, "binary", ["t"]).temperature[0]
+        chosen = fit_calibration(z, target, "binary", ["t"], chose_checkpoint=True)
+        assert anywhere == pytest.approx(free, rel=0.15)
+        assert chosen.temperature[0] == pytest.approx(kept, rel=0.15)
+        assert chosen.temperature[0] >= 1.0
+    # the bound itself, not a point a hair inside it, when sharpening would have been best
+    z = torch.from_numpy(0.4 * true_logit).reshape(1, -1, 1)
+    assert fit_calibration(z, target, "binary", ["t"], chose_checkpoint=True).temperature == [1.0]
+
+
 # ---------------------------------------------------------------------------------------
 # the command line: train, predict --interval, an uncalibrated checkpoint, calibrate
 # ---------------------------------------------------------------------------------------

@@ -17,7 +17,13 @@ probability at least ``level`` (split conformal prediction; the quantile is take
 Binary tasks. One temperature ``T`` per task, fitted by minimising the log loss of
 :math:`\frac1K \sum_k \text{sigmoid}(z_k / T)` over the calibration molecules (``z_k``: member
 ``k``'s logit); the expected calibration error (:func:`expected_calibration_error`) is
-reported before and after.
+reported before and after. When the calibration molecules also chose the checkpoint (the
+validation split of ``train``), the model looks more accurate on them than on new molecules,
+and a temperature fitted there sharpens probabilities that new molecules then find
+over-confident (measured on scaffold splits: docs/results/calibration.md). On those
+molecules ``T`` is kept at 1 or above: the calibration may soften the probabilities, never
+sharpen them. Molecules that played no part in training (``graphormer-urpe calibrate`` on a
+CSV with targets) get the full range.
 
 A run keeps its calibrator in ``calibration.json`` beside ``best.pt`` (an ensemble: in its
 folder); :func:`load_calibration` finds it, and ``graphormer-urpe calibrate`` builds one for a
@@ -192,9 +198,10 @@ def expected_calibration_error(prob: np.ndarray, y: np.ndarray, bins: int = ECE_
     return float(np.abs(gap).sum() / max(len(prob), 1))
 
 
-def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
+def fit_temperature(logits: np.ndarray, y: np.ndarray, lowest: float = 0.05) -> float:
     """The temperature ``T`` minimising the log loss of ``mean_k sigmoid(logits[k] / T)``
-    against 0/1 labels ``y`` ``[N]`` (``logits``: ``[K, N]``), searched over ``[0.05, 20]``."""
+    against 0/1 labels ``y`` ``[N]`` (``logits``: ``[K, N]``), searched over
+    ``[lowest, 20]``."""
     from scipy.optimize import minimize_scalar
 
     z = np.asarray(logits, dtype=np.float64)
@@ -204,8 +211,10 @@ def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
         p = np.clip((1.0 / (1.0 + np.exp(-z / math.exp(log_t)))).mean(axis=0), 1e-12, 1 - 1e-12)
         return float(-(y * np.log(p) + (1 - y) * np.log1p(-p)).mean())
 
-    found = minimize_scalar(loss, bounds=(math.log(0.05), math.log(20.0)), method="bounded")
-    return float(math.exp(found.x))
+    found = minimize_scalar(loss, bounds=(math.log(lowest), math.log(20.0)), method="bounded")
+    best = float(math.exp(found.x))
+    # the bounded search stops a hair inside its bounds; the bound itself when it is no worse
+    return lowest if loss(math.log(lowest)) <= loss(math.log(best)) else best
 
 
 def fit_calibration(
@@ -215,6 +224,7 @@ def fit_calibration(
     target_names: list[str],
     source: str = "valid split",
     checkpoint: str | None = "best.pt",
+    chose_checkpoint: bool = False,
 ) -> Calibration:
     """Fit a calibrator on molecules the model did not train on.
 
@@ -227,6 +237,8 @@ def fit_calibration(
         target_names: the ``T`` targets' names.
         source: what the molecules are (recorded).
         checkpoint: the checkpoint file it belongs to; ``None`` for an ensemble folder.
+        chose_checkpoint: the molecules also chose the checkpoint (a validation split):
+            binary temperatures are kept at 1 or above (soften, never sharpen).
     """
     z, y_np = members.double().numpy(), y.double().numpy()
     cal = Calibration(task_type, list(target_names), source=source, checkpoint=checkpoint)
@@ -235,7 +247,8 @@ def fit_calibration(
         cal.temperature, cal.ece = [], []
         for t in range(y_np.shape[1]):
             zt, yt = z[:, known[:, t], t], y_np[known[:, t], t]
-            temp = fit_temperature(zt, yt) if len(yt) else 1.0
+            lowest = 1.0 if chose_checkpoint else 0.05
+            temp = fit_temperature(zt, yt, lowest) if len(yt) else 1.0
             before = (1.0 / (1.0 + np.exp(-zt))).mean(axis=0)
             after = (1.0 / (1.0 + np.exp(-zt / temp))).mean(axis=0)
             cal.temperature.append(temp)

@@ -218,8 +218,9 @@ def _ensemble_calibration(
         return {}
     valid = _member_outputs(out, members, splits, "valid")
     names = list(splits.target_names)
+    y_valid = _split_targets(splits, "valid")
     cal = fit_calibration(
-        valid, _split_targets(splits, "valid"), splits.task_type, names, checkpoint=None
+        valid, y_valid, splits.task_type, names, checkpoint=None, chose_checkpoint=True
     )
     cal.save(out / CALIBRATION_FILE)
     return calibration_report(cal, test, y)

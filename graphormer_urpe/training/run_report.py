@@ -77,7 +77,8 @@ class RunReport(RunState):
         y = self.targets["valid"]
         if not bool(torch.isfinite(y).any()):
             return {}
-        cal = fit_calibration(p[None], y, self.splits.task_type, list(self.splits.target_names))
+        names = list(self.splits.target_names)
+        cal = fit_calibration(p[None], y, self.splits.task_type, names, chose_checkpoint=True)
         if self.main:
             cal.save(self.out / CALIBRATION_FILE)
             _write_test_predictions(self.out / "valid_predictions.csv", self.splits, y, p, "valid")
