@@ -9,10 +9,20 @@ one ``graphormer-urpe train`` (``--threads 1``, ``--time-limit`` ``--minutes``, 
 and mean width at 0.8, 0.9 and 0.95 come from its ``metrics.json`` (binary sets: the test ECE
 before and after temperature scaling). With ``--ensemble K`` the runs are K-member ensembles,
 whose intervals are normalised by the members' spread. Finished runs are kept and skipped,
-so an interrupted benchmark resumes. Run::
+so an interrupted benchmark resumes.
+
+With ``--chemprop EXE`` (Chemprop 2.x, e.g. ``ENV/bin/chemprop`` in a virtual environment made
+for the benchmark), each split also gets Chemprop's own calibrated intervals, first: ``chemprop
+train`` with its defaults, then ``chemprop predict --cal-path valid.csv --uncertainty-method
+dropout --calibration-method conformal-regression --conformal-alpha A`` for each level (its
+conformal calibrator on Monte Carlo dropout half-widths; with ``--uncertainty-method none``
+Chemprop 2.3.1 stops with a ``TypeError``). Ours then gets Chemprop's wall time on that split
+as its ``--time-limit``, as in ``scripts/bench_small_data.py``. Run::
 
     python scripts/bench_calibration.py --minutes 1 --parallel 2 \\
         --out docs/results/calibration.json --markdown docs/results/calibration.md
+    python scripts/bench_calibration.py --chemprop ENV/bin/chemprop --init-from pretrained \\
+        --mol-features rdkit2d --parallel 2 --out docs/results/calibration_chemprop.json
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from bench_small_data import SETS, SHARED, WORK, _call, write_splits
 
 LEVELS = ("80", "90", "95")
@@ -32,10 +44,60 @@ TARGET = (0.85, 0.95)
 """The range the 90% interval's test coverage should lie in on every set and seed."""
 
 
+def run_chemprop(a: argparse.Namespace, name: str, seed: int) -> dict:
+    """Chemprop's defaults and its conformal intervals on one split (kept in ``result.json``)."""
+    split = write_splits(name, seed, a.data_dir, a.work, None)
+    out = split / "calibration-chemprop"
+    done = out / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    targets = list(SETS[name].targets)
+    files = [str(split / f"{p}.csv") for p in ("train", "valid", "test")]
+    common = ["--accelerator", "cpu", "--devices", "1", "--num-workers", "0"]
+    start = time.perf_counter()
+    _call(
+        [a.chemprop, "train", "-i", *files, "-s", "smiles", "--target-columns", *targets]
+        + ["-t", "regression", "-o", str(out / "model"), "--pytorch-seed", str(seed), *common],
+        out / "train.log",
+    )
+    wall = time.perf_counter() - start
+    (model,) = sorted((out / "model").rglob("best*.pt"))[-1:]
+    truth = pd.read_csv(files[2])[targets].to_numpy(dtype=float)
+    known = np.isfinite(truth)
+    result: dict = {"method": "chemprop", "set": name, "seed": seed, "seconds": round(wall, 1)}
+    for level in LEVELS:
+        pred_file = out / f"test_{level}.csv"
+        alpha = f"{1 - int(level) / 100:.2f}"
+        _call(
+            [a.chemprop, "predict", "-i", files[2], "-s", "smiles", "--model-paths", str(model)]
+            + ["-o", str(pred_file), "--cal-path", files[1], "--uncertainty-method", "dropout"]
+            + ["--calibration-method", "conformal-regression", "--conformal-alpha", alpha]
+            + common,
+            out / f"predict_{level}.log",
+        )
+        table = pd.read_csv(pred_file)
+        pred = table[targets].to_numpy(dtype=float)
+        half = table[[f"{t}_unc" for t in targets]].to_numpy(dtype=float)
+        inside = np.abs(truth - pred) <= half
+        result[f"coverage_{level}"] = float(inside[known].mean())
+        result[f"width_{level}"] = float(2 * half[known].mean())
+        if level == "90":
+            result["test_rmse"] = float(np.sqrt(((truth - pred)[known] ** 2).mean()))
+    result["test_graphs"] = int(known.any(axis=1).sum())
+    done.write_text(json.dumps(result, indent=1))
+    return result
+
+
 def run(a: argparse.Namespace, name: str, seed: int) -> dict:
     """One (set, seed) run; its calibration figures (kept in ``result.json``)."""
+    minutes = a.minutes
+    if a.chemprop:
+        minutes = run_chemprop(a, name, seed)["seconds"] / 60
     split = write_splits(name, seed, a.data_dir, a.work, None)
     tag = "calibration" + (f"-ens{a.ensemble}" if a.ensemble > 1 else "")
+    tag += "".join(f"-{x}" for x in (a.init_from, a.mol_features) if x)
+    tag += "-chemprop-time" if a.chemprop else ""
     out = a.work / name / f"seed{seed}" / tag
     done = out / "result.json"
     if done.exists():
@@ -45,12 +107,14 @@ def run(a: argparse.Namespace, name: str, seed: int) -> dict:
     files = ",".join(str(split / f"{p}.csv") for p in ("train", "valid", "test"))
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
     cmd += ["--target-columns", *task.targets, "--seed", str(seed), "--threads", "1"]
-    cmd += ["--time-limit", f"{a.minutes:g}", "--out", str(out / "run"), "--no-progress"]
+    cmd += ["--time-limit", f"{minutes:.3f}", "--out", str(out / "run"), "--no-progress"]
     cmd += ["--cache-dir", str(out / "cache")]
     if task.classification:
         cmd += ["--task", "classification"]
     if a.init_from:
         cmd += ["--init-from", a.init_from]
+    if a.mol_features:
+        cmd += ["--mol-features", a.mol_features]
     if a.ensemble > 1:
         cmd += ["--ensemble", str(a.ensemble)]
     start = time.perf_counter()
@@ -58,6 +122,7 @@ def run(a: argparse.Namespace, name: str, seed: int) -> dict:
     metrics = json.loads((out / "run" / "metrics.json").read_text())
     keys = [k for k in metrics if k.startswith(("test_coverage_", "test_width_", "test_ece"))]
     result = {
+        "method": "ours",
         "set": name,
         "seed": seed,
         "seconds": round(time.perf_counter() - start, 1),
@@ -71,10 +136,13 @@ def run(a: argparse.Namespace, name: str, seed: int) -> dict:
 
 
 def summary(results: list[dict]) -> dict:
-    """Per set: the mean and the range over seeds of each figure."""
+    """Per method and set (``ours/esol``; ``esol`` for ours alone): the mean and the range
+    over seeds of each figure."""
     out: dict = {}
-    for name in dict.fromkeys(r["set"] for r in results):
-        rows = [r for r in results if r["set"] == name]
+    methods = dict.fromkeys(r.get("method", "ours") for r in results)
+    for key in dict.fromkeys((r.get("method", "ours"), r["set"]) for r in results):
+        name = key[1] if len(methods) == 1 else "/".join(key)
+        rows = [r for r in results if (r.get("method", "ours"), r["set"]) == key]
         keys = [k for k in rows[0] if k.startswith(("coverage_", "width_", "ece", "test_rmse"))]
         out[name] = {"seeds": [r["seed"] for r in rows]}
         for k in keys:
@@ -119,6 +187,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--minutes", type=float, default=1.0, help="time limit of each run")
     p.add_argument("--init-from", default=None, help="train's --init-from (default: scratch)")
+    p.add_argument("--mol-features", default=None, help="train's --mol-features")
+    p.add_argument("--chemprop", default=None, help="Chemprop 2.x executable, to compare")
     p.add_argument("--ensemble", type=int, default=1, help="members per run (default 1)")
     p.add_argument("--parallel", type=int, default=1, help="runs at once (each one thread)")
     p.add_argument("--data-dir", type=Path, default=SHARED)
@@ -133,10 +203,21 @@ def main(argv: list[str] | None = None) -> None:
     jobs = [(name, seed) for name in a.sets for seed in a.seeds]
     with ThreadPoolExecutor(a.parallel) as pool:
         results = list(pool.map(lambda job: run(a, *job), jobs))
+    if a.chemprop:
+        results += [run_chemprop(a, *job) for job in jobs]  # kept from the runs above
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": "2 CPU cores, one thread per run",
-        "runs": {"minutes": a.minutes, "init_from": a.init_from, "ensemble": a.ensemble},
+        "runs": {
+            "minutes": "Chemprop's wall time per split" if a.chemprop else a.minutes,
+            "init_from": a.init_from,
+            "mol_features": a.mol_features,
+            "ensemble": a.ensemble,
+            "chemprop": "defaults; predict --uncertainty-method dropout --calibration-method "
+            "conformal-regression"
+            if a.chemprop
+            else None,
+        },
         "split": "balanced scaffold 80/10/10; calibrator fitted on the valid split",
         "target_coverage_90": list(TARGET),
         "summary": summary(results),
