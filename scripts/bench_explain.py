@@ -1,8 +1,8 @@
 """How faithful are the explanations? Crippen logP, whose true per-atom split is known.
 
 Trains a model on Crippen logP (RDKit ``Crippen.MolLogP``) of real ZINC molecules, then
-explains molecules it was not trained on (``graphormer_urpe.inference.explain``, integrated
-gradients against the ``--baseline``) and compares, per molecule:
+explains molecules it was not trained on (``graphormer_urpe.inference.explain``, the
+``--method`` against the ``--baseline``) and compares, per molecule:
 
 * the Spearman correlation between our contributions and Crippen's per-atom terms
   (``faithfulness.crippen_atom_contributions``), beside that of a random permutation of our
@@ -11,8 +11,9 @@ gradients against the ``--baseline``) and compares, per molecule:
   are set to the baseline, against k random atoms (and against Crippen's own top k).
 
 Validation molecules are reported beside the test molecules: any choice of method is made on
-them, never on the test molecules. Writes JSON (``--out``), a figure (``--figure``) and one
-explained test molecule's picture (``--example``)::
+them, never on the test molecules (``--splits valid`` explains those alone). Writes JSON
+(``--out``), a figure (``--figure``) and one explained test molecule's picture
+(``--example``)::
 
     python scripts/bench_explain.py --out docs/results/explain.json \\
         --figure docs/figures/explain.png --example docs/figures/explain_example.png
@@ -36,7 +37,7 @@ from rdkit.Chem import Crippen
 
 from graphormer_urpe import cli
 from graphormer_urpe.inference.draw import draw_contributions
-from graphormer_urpe.inference.explain import Explainer, MoleculeExplanation
+from graphormer_urpe.inference.explain import METHODS, Explainer, MoleculeExplanation
 from graphormer_urpe.inference.faithfulness import (
     crippen_atom_contributions,
     deletion_curve,
@@ -140,7 +141,8 @@ def figure(report: dict, path: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     bins = np.linspace(-1, 1, 21)
     a.hist(test["per_molecule_random_spearman"], bins, alpha=0.6, label="random permutation")
-    a.hist(test["per_molecule_spearman"], bins, alpha=0.6, label="integrated gradients")
+    method = report["config"]["method"].replace("-", " ")
+    a.hist(test["per_molecule_spearman"], bins, alpha=0.6, label=method)
     a.set_xlabel("Spearman with Crippen's per-atom terms")
     a.set_ylabel("test molecules")
     a.set_title(f"mean {test['spearman_mean']:.2f} (random {test['random_spearman_mean']:.2f})")
@@ -168,6 +170,9 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=10.0, help="training minutes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline", default="mean", choices=["mean", "zero"])
+    p.add_argument("--method", default=METHODS[0], choices=METHODS)
+    p.add_argument("--permutations", type=int, default=32, help="shapley: orderings per molecule")
+    p.add_argument("--splits", nargs="+", default=["valid", "test"], choices=["valid", "test"])
     p.add_argument("--out", help="JSON file")
     p.add_argument("--figure", help="PNG figure")
     p.add_argument("--example", help="PNG of one explained test molecule")
@@ -186,11 +191,15 @@ def main() -> None:
             run = train(work / "logp.csv", work, args.time_limit, args.smoke)
         metrics = json.loads((run / "metrics.json").read_text())
         explainer = Explainer.from_loaded(
-            [load_model(run / "best.pt", "cpu")], baseline=args.baseline
+            [load_model(run / "best.pt", "cpu")],
+            baseline=args.baseline,
+            method=args.method,
+            permutations=args.permutations,
         )
         results = {
             split: measure(explainer, rows[split][:count], args.seed + k)
             for k, split in enumerate(("valid", "test"))
+            if split in args.splits
         }
         if args.example:
             s = rows["test"][0]
@@ -209,6 +218,8 @@ def main() -> None:
             "training_minutes": None if args.smoke else args.time_limit,
             "threads": 1,
             "baseline": args.baseline,
+            "method": args.method,
+            "permutations": args.permutations if args.method == "shapley" else None,
             "seed": args.seed,
         },
         "model": {
@@ -220,7 +231,7 @@ def main() -> None:
     text = json.dumps(report, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    if args.figure:
+    if args.figure and "test" in results:
         figure(report, Path(args.figure))
     summary = {
         k: {m: v for m, v in r.items() if not m.startswith("per_")} for k, r in results.items()

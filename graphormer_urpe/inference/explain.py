@@ -1,13 +1,15 @@
 r"""Which atoms drive a prediction: per-atom contributions of a trained model (or ensemble).
 
-Each molecule is featurised as the model was trained, then explained by integrated gradients
-on its atom embeddings (:mod:`~graphormer_urpe.inference.integrated`, which states the
-baseline, by default every atom replaced by the molecule's mean atom, and the completeness
-check): ``contributions`` ``[n, T]`` add up, with the
-``descriptors`` term of a model trained with ``--mol-features``, to ``prediction -
-baseline`` within 1%. An ensemble gives the mean of its members' contributions, predictions
-and baselines (so completeness holds for the mean too). Binary tasks are explained on the
-logit.
+Each molecule is featurised as the model was trained, then explained by one of
+:data:`METHODS`: integrated gradients on its atom embeddings
+(:mod:`~graphormer_urpe.inference.integrated`, which states the baseline, by default every
+atom replaced by the molecule's mean atom, and the completeness check) or sampled Shapley
+values of the atoms against the same baseline (:mod:`~graphormer_urpe.inference.shapley`).
+Either way ``contributions`` ``[n, T]`` add up, with the ``descriptors`` term of a model
+trained with ``--mol-features``, to ``prediction - baseline`` (within 1% for integrated
+gradients, exactly for Shapley values). An ensemble gives the mean of its members'
+contributions, predictions and baselines (so completeness holds for the mean too). Binary
+tasks are explained on the logit.
 
 Example::
 
@@ -32,8 +34,12 @@ from tqdm.auto import tqdm
 from ..datasets.featurize import InvalidMoleculeError, featurize_smiles, parse_smiles
 from ..graph.model import Graphormer
 from .integrated import Attribution, integrated_gradients
+from .shapley import shapley_values
 
-__all__ = ["Explainer", "MoleculeExplanation", "TrainedModel"]
+__all__ = ["METHODS", "Explainer", "MoleculeExplanation", "TrainedModel"]
+
+METHODS = ("integrated-gradients", "shapley")
+"""The explanation methods; the first is the default."""
 
 
 class TrainedModel(Protocol):
@@ -60,7 +66,8 @@ class MoleculeExplanation:
             ``None``.
         prediction: ``[T]`` the model's output (``nan`` when unreadable).
         baseline: ``[T]`` the output at the baseline.
-        steps: quadrature nodes used, all panels together (the most among ensemble members).
+        steps: forward evaluations (Shapley values) or quadrature nodes, all panels together
+            (integrated gradients), the most among ensemble members.
         error: why the row could not be explained, else ``None``.
     """
 
@@ -109,10 +116,16 @@ class Explainer:
         target_names: ``[T]`` the targets' names.
         task_type: ``"regression"`` or ``"binary"`` (explained on the logit).
         mol_features: the run's per-molecule feature record (``None``: none).
-        steps: Gauss–Legendre nodes per panel of the path (panels are halved until
-            complete; see :mod:`~graphormer_urpe.inference.integrated`).
-        max_steps: the most quadrature nodes in all, per molecule and member.
-        rtol: the completeness tolerance (relative to ``|prediction - baseline|``).
+        method: one of :data:`METHODS`.
+        permutations: Shapley values: orderings of the atoms sampled per molecule (half of
+            them the reverses of the others); the members of an ensemble share them.
+        seed: Shapley values: seeds each molecule's orderings.
+        steps: integrated gradients: Gauss–Legendre nodes per panel of the path (panels are
+            halved until complete; see :mod:`~graphormer_urpe.inference.integrated`).
+        max_steps: integrated gradients: the most quadrature nodes in all, per molecule and
+            member.
+        rtol: integrated gradients: the completeness tolerance (relative to ``|prediction -
+            baseline|``).
         baseline: ``mean`` (each atom's embedding replaced by the molecule's mean atom
             embedding) or ``zero``; see :mod:`~graphormer_urpe.inference.integrated`.
     """
@@ -122,10 +135,17 @@ class Explainer:
     target_names: list[str]
     task_type: str = "regression"
     mol_features: dict | None = None
+    method: str = METHODS[0]
+    permutations: int = 32
+    seed: int = 0
     steps: int = 4
     max_steps: int = 4096
     rtol: float = 0.01
     baseline: str = "mean"
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown explanation method {self.method!r}; choose one of {METHODS}")
 
     @classmethod
     def from_loaded(cls, loaded: Sequence[TrainedModel], **options) -> Explainer:
@@ -173,9 +193,17 @@ class Explainer:
         )
 
     def _attribution(self, data: Data) -> Attribution:
-        """The members' mean attribution, complete within ``rtol`` of the *mean*'s
+        """The members' mean attribution. Shapley values share the orderings, so the mean is
+        exactly complete; integrated gradients are complete within ``rtol`` of the *mean*'s
         ``prediction - baseline`` (members whose differences cancel are integrated to a
         tighter tolerance)."""
+        if self.method == "shapley":
+            return _mean(
+                [
+                    shapley_values(m, data, self.permutations, self.seed, self.baseline)
+                    for m in self.models
+                ]
+            )
         rtol = self.rtol
         for _ in range(4):
             parts = [

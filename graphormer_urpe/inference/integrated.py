@@ -36,7 +36,9 @@ Crippen logP it ranked atoms *against* Crippen's terms (mean Spearman -0.16), th
 with them (0.59 on 30 molecules), so the mean is the default.
 
 :func:`masked_predictions` gives the prediction with chosen atoms set to the baseline
-(deletion curves, :mod:`graphormer_urpe.inference.faithfulness`).
+(deletion curves, :mod:`graphormer_urpe.inference.faithfulness`); :func:`coalition_outputs`
+also sets the per-molecule features to theirs (Shapley values,
+:mod:`graphormer_urpe.inference.shapley`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "PANELS",
     "gauss_legendre",
     "integrated_gradients",
+    "coalition_outputs",
     "masked_predictions",
 ]
 
@@ -271,10 +274,50 @@ def integrated_gradients(
 
 
 @torch.no_grad()
+def coalition_outputs(
+    model: Graphormer,
+    graph: Data,
+    present: np.ndarray,
+    baseline: str = "mean",
+    features: tuple[Tensor, Tensor, Tensor | None] | None = None,
+) -> np.ndarray:
+    """Outputs on coalitions of the players (the atoms, then the descriptors if any).
+
+    Args:
+        model: the model (in eval mode).
+        graph: one molecule of ``n`` atoms.
+        present: ``[M, p]`` booleans, ``True`` = the player keeps its real value; ``p`` is
+            ``n``, or ``n + 1`` for a model with per-molecule features (the last column).
+        baseline: ``mean`` or ``zero`` (:data:`BASELINES`).
+        features: the molecule's embeddings, baseline and descriptors, when already computed.
+
+    Returns:
+        ``[M, T]`` outputs, one row per coalition.
+    """
+    emb, base, mol = features or _features(model, graph, baseline)
+    n = graph.num_nodes
+    present = np.asarray(present, dtype=bool)
+    if present.ndim != 2 or present.shape[1] != n + (mol is not None):
+        raise ValueError(
+            f"coalitions must be [M, {n + (mol is not None)}] (atoms"
+            f"{' + descriptors' if mol is not None else ''}), got {list(present.shape)}"
+        )
+    out = []
+    for start in range(0, len(present), CHUNK):
+        part = torch.as_tensor(present[start : start + CHUNK], device=emb.device)  # [k, p]
+        batch, _ = model.embed([graph] * len(part))
+        keep = torch.cat([torch.ones_like(part[:, :1]), part[:, :n]], dim=1)  # [k, n + 1]
+        h = torch.where(keep[:, :, None], emb, base)
+        m = None if mol is None else part[:, n:].to(mol.dtype) * mol  # [k, K]
+        out.append(model.forward_embedded(batch, h, m).double().cpu())
+    return torch.cat(out).numpy() if out else np.zeros((0, model.config.num_targets))
+
+
 def masked_predictions(
     model: Graphormer, graph: Data, masks: np.ndarray, baseline: str = "mean"
 ) -> np.ndarray:
-    """Outputs with chosen atoms' embeddings set to the baseline's.
+    """Outputs with chosen atoms' embeddings set to the baseline's (the per-molecule
+    features, if any, kept).
 
     Args:
         model: the model.
@@ -286,14 +329,8 @@ def masked_predictions(
         ``[M, T]`` outputs, one row per mask.
     """
     model.eval()
-    emb, base, mol = _features(model, graph, baseline)
-    masks = np.asarray(masks, dtype=bool)
-    out = []
-    for start in range(0, len(masks), CHUNK):
-        part = torch.as_tensor(masks[start : start + CHUNK], device=emb.device)  # [k, n]
-        batch, _ = model.embed([graph] * len(part))
-        swap = torch.cat([torch.zeros_like(part[:, :1]), part], dim=1)  # [k, n + 1]
-        h = torch.where(swap[:, :, None], base, emb)
-        m = None if mol is None else mol.expand(len(part), -1)
-        out.append(model.forward_embedded(batch, h, m).double().cpu())
-    return torch.cat(out).numpy() if out else np.zeros((0, model.config.num_targets))
+    features = _features(model, graph, baseline)
+    present = ~np.asarray(masks, dtype=bool).reshape(-1, graph.num_nodes)
+    if features[2] is not None:
+        present = np.concatenate([present, np.ones((len(present), 1), dtype=bool)], axis=1)
+    return coalition_outputs(model, graph, present, baseline, features)
