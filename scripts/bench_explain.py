@@ -68,6 +68,15 @@ def split_csv(source: Path, out: Path, sizes: tuple[int, int, int], seed: int) -
     return rows
 
 
+def read_splits(table: Path) -> dict:
+    """The SMILES of each split of a table written by :func:`split_csv`."""
+    rows: dict = {"train": [], "valid": [], "test": []}
+    with open(table, newline="") as fh:
+        for row in csv.DictReader(fh):
+            rows[row["split"]].append(row["smiles"])
+    return rows
+
+
 def train(table: Path, work: Path, minutes: float, smoke: bool) -> Path:
     run = work / "run"
     args = ["train", "--dataset", f"csv:{table}", "--data-root", str(work / "data")]
@@ -185,7 +194,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        rows = split_csv(Path(args.data), work / "logp.csv", sizes, args.seed)
+        table = work / "logp.csv"
+        rows = read_splits(table) if table.exists() else None
+        if rows is None or tuple(len(rows[k]) for k in ("train", "valid", "test")) != sizes:
+            if (work / "run" / "best.pt").exists():
+                raise SystemExit(f"{work} holds a run trained on other --sizes; give its sizes")
+            rows = split_csv(Path(args.data), table, sizes, args.seed)
         run = work / "run"
         if not (run / "best.pt").exists():  # --work keeps a trained run for the next call
             run = train(work / "logp.csv", work, args.time_limit, args.smoke)
