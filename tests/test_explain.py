@@ -97,7 +97,9 @@ def test_steps_grow_until_complete():
 
 def test_classification_is_explained_on_the_logit():
     model = tiny(seed=1, num_targets=1)
-    explainer = Explainer([model], "zinc", ["active"], task_type="binary")
+    explainer = Explainer(
+        [model], "zinc", ["active"], task_type="binary", method="integrated-gradients"
+    )
     e = explainer.explain(MOLS[1])
     logit = float(model([featurize_smiles(MOLS[1], "zinc")])[0, 0].detach())
     assert e.prediction[0] == pytest.approx(logit, abs=1e-5)  # the logit, not a probability
@@ -119,14 +121,23 @@ def test_descriptor_term_is_separate_and_completes_the_sum():
 
 def test_ensemble_gives_the_members_mean():
     members = [tiny(seed=s) for s in (3, 4)]
-    fixed = {"steps": 8, "max_steps": 8}  # the same quadrature for members and ensemble
+    fixed = {
+        "steps": 8,
+        "max_steps": 8,
+        "method": "integrated-gradients",
+    }  # the same quadrature for members and ensemble
     one = [Explainer([m], "zinc", ["y"], **fixed).explain(MOLS[3]) for m in members]
     both = Explainer(members, "zinc", ["y"], **fixed).explain(MOLS[3])
     mean = (one[0].contributions + one[1].contributions) / 2
     assert both.contributions == pytest.approx(mean, abs=1e-6)
     assert both.prediction == pytest.approx((one[0].prediction + one[1].prediction) / 2)
     # adaptive: complete for the mean, even where the members' differences partly cancel
-    assert Explainer(members, "zinc", ["y"]).explain(MOLS[3]).completeness_error[0] <= 0.01
+    assert (
+        Explainer(members, "zinc", ["y"], method="integrated-gradients")
+        .explain(MOLS[3])
+        .completeness_error[0]
+        <= 0.01
+    )
 
 
 def additive_model(seed: int = 5) -> Graphormer:
@@ -150,7 +161,7 @@ def test_contributions_rank_atoms_as_a_known_additive_truth():
     for smi in MOLS:
         graph = featurize_smiles(smi, "zinc")
         n = graph.num_nodes
-        e = Explainer([model], "zinc", ["y"]).explain(smi)
+        e = Explainer([model], "zinc", ["y"], method="integrated-gradients").explain(smi)
         # truth: each atom alone moved from the baseline (exact for an additive model)
         alone = masked_predictions(model, graph, ~np.eye(n, dtype=bool))[:, 0]
         base = masked_predictions(model, graph, np.ones((1, n), dtype=bool))[0, 0]
@@ -188,7 +199,7 @@ def test_deletion_curve_ranks_the_additive_truth_above_random():
     model = additive_model(seed=6)
     smi = MOLS[2]
     graph = featurize_smiles(smi, "zinc")
-    e = Explainer([model], "zinc", ["y"]).explain(smi)
+    e = Explainer([model], "zinc", ["y"], method="integrated-gradients").explain(smi)
     d = deletion_curve(
         lambda m: masked_predictions(model, graph, m)[:, 0],
         e.contributions[:, 0],

@@ -73,15 +73,14 @@ def test_explain_smiles_flag_no_pictures_and_a_missing_checkpoint(run, tmp_path,
     args = ["explain", "--checkpoint", str(run / "best.pt"), "--smiles", "CCN", "--no-pictures"]
     assert cli.main([*args, "--out", str(out), "--no-progress"]) == 0
     assert len(_read(out / "atoms.csv")) == 3 and not list(out.glob("*.png"))
-    shapley = [*args, "--out", str(tmp_path / "shap"), "--no-progress", "--method", "shapley"]
-    assert cli.main([*shapley, "--permutations", "4"]) == 0
-    (m,) = _read(tmp_path / "shap" / "molecules.csv")
-    total = sum(float(r["heavy_atoms"]) for r in _read(tmp_path / "shap" / "atoms.csv"))
+    ig = [*args, "--out", str(tmp_path / "ig"), "--no-progress", "--method"]
+    assert cli.main([*ig, "integrated-gradients", "--steps", "2"]) == 0
+    (m,) = _read(tmp_path / "ig" / "molecules.csv")
+    total = sum(float(r["heavy_atoms"]) for r in _read(tmp_path / "ig" / "atoms.csv"))
     delta = float(m["heavy_atoms"]) - float(m["heavy_atoms_baseline"])
-    assert total == pytest.approx(delta, rel=1e-5, abs=1e-5)  # exactly complete
+    assert total == pytest.approx(delta, rel=0.011, abs=2e-5)  # complete within 1%
     for method in METHODS:  # the command offers every method of the library
-        parsed = cli.build_parser().parse_args([*shapley[:-1], method])
-        assert parsed.method == method
+        assert cli.build_parser().parse_args([*ig, method]).method == method
     missing = ["explain", "--checkpoint", str(tmp_path / "nothing"), "--smiles", "C"]
     assert cli.main([*missing, "--out", str(out)]) == 2
     assert "graphormer-urpe: error:" in capsys.readouterr().err

@@ -20,10 +20,10 @@ def run_explain(args: argparse.Namespace) -> int:
     """explain predictions atom by atom
 
     Explain a trained model's predictions: each atom's contribution to each target, against a
-    baseline where every atom is the molecule's mean atom (same graph, same bonds), by
-    integrated gradients on the atom embeddings (complete within 1%: the contributions add up
-    to prediction minus baseline prediction) or by sampled Shapley values of the atoms
-    (exactly complete). An ensemble's folder gives the members' mean.
+    baseline where every atom is the molecule's mean atom (same graph, same bonds), by sampled
+    Shapley values of the atoms (the default; the contributions add up exactly to prediction
+    minus baseline prediction) or by integrated gradients on the atom embeddings (within 1%).
+    An ensemble's folder gives the members' mean.
     Writes to --out:
     atoms.csv (row, smiles, atom_index, element, one contribution column per target, error),
     molecules.csv (prediction, baseline, descriptor term with --mol-features runs, picture),
@@ -78,10 +78,10 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="folder to write the CSVs and pictures into")
     p.add_argument(
         "--method",
-        choices=["integrated-gradients", "shapley"],  # inference.explain.METHODS
-        default="integrated-gradients",
-        help="integrated-gradients on the atom embeddings (default), or shapley: sampled "
-        "Shapley values of the atoms",
+        choices=["shapley", "integrated-gradients"],  # inference.explain.METHODS
+        default="shapley",
+        help="shapley: sampled Shapley values of the atoms, exactly complete (default); or "
+        "integrated-gradients on the atom embeddings, complete within 1%%",
     )
     p.add_argument(
         "--permutations",

@@ -38,7 +38,7 @@ from .shapley import shapley_values
 
 __all__ = ["METHODS", "Explainer", "MoleculeExplanation", "TrainedModel"]
 
-METHODS = ("integrated-gradients", "shapley")
+METHODS = ("shapley", "integrated-gradients")
 """The explanation methods; the first is the default."""
 
 
