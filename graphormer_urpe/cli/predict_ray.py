@@ -1,0 +1,65 @@
+"""``predict --engine ray``: the run on a Ray cluster (its flags are ``predict``'s, in
+:mod:`.predict`). Imported only when ``--engine ray`` is given, so plain ``predict`` never
+imports Ray."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+__all__ = ["run_predict_ray"]
+
+
+def run_predict_ray(args: argparse.Namespace) -> int:
+    """``predict --engine ray``: check the flags, run, print the summary line."""
+    if not args.input:
+        raise ValueError("--engine ray reads --input (a folder, a glob pattern or a file)")
+    if not args.output:
+        raise ValueError("--engine ray writes to --output, a folder")
+    if args.embeddings and os.path.abspath(args.embeddings) != os.path.abspath(args.output):
+        raise ValueError(
+            "with --engine ray, --embeddings names the --output folder (each part's vectors "
+            "go to part-NNNNN.npy beside it)"
+        )
+    if args.device not in (None, "auto", "cpu"):
+        raise ValueError(
+            "with --engine ray, --device is auto (GPUs where the cluster has them) or cpu"
+        )
+    from tqdm.auto import tqdm
+
+    from ..inference.ray_engine import predict_on_ray
+
+    for name in ("ray", "ray.data"):  # Ray's own progress lines: the bar below says it all
+        logging.getLogger(name).setLevel(logging.WARNING)
+    disable = None if not args.no_progress else True
+    with tqdm(desc="predict (ray)", unit="mol", disable=disable, smoothing=0.1) as bar:
+        summary = predict_on_ray(
+            args.checkpoint,
+            args.input,
+            args.output,
+            address=args.address,
+            smiles_column=args.smiles_column,
+            batch_size=args.batch_size,
+            rows_per_block=args.rows_per_block,
+            actors=args.actors,
+            similarity=not args.no_similarity,
+            embeddings=bool(args.embeddings),
+            logits=args.logits,
+            interval=args.interval,
+            num_cpus=args.num_cpus,
+            object_store_mib=args.object_store_mib,
+            gpus=args.device != "cpu",
+            progress=bar.update,
+        )
+    skipped = summary["skipped_shards"]
+    done = f" ({skipped} of {summary['shards']} shards complete from an earlier run)"
+    print(
+        f"graphormer-urpe: wrote {summary['rows']} rows to {args.output}"
+        f"{done if skipped else ''}: {summary['rows'] - summary['failed']} molecules "
+        f"predicted, {summary['failed']} could not be read, {summary['outside']} out of the "
+        f"training domain; manifest {os.path.join(args.output, 'manifest.json')}",
+        file=sys.stderr,
+    )
+    return 0
