@@ -5,7 +5,6 @@ imports Ray."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -31,8 +30,6 @@ def run_predict_ray(args: argparse.Namespace) -> int:
 
     from ..inference.ray_engine import predict_on_ray
 
-    for name in ("ray", "ray.data"):  # Ray's own progress lines: the bar below says it all
-        logging.getLogger(name).setLevel(logging.WARNING)
     disable = None if not args.no_progress else True
     with tqdm(desc="predict (ray)", unit="mol", disable=disable, smoothing=0.1) as bar:
         summary = predict_on_ray(

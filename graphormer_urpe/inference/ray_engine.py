@@ -31,7 +31,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -111,8 +113,10 @@ def connect(
     timeout: float = CONNECT_TIMEOUT_S,
 ) -> bool:
     """Connect this process to a Ray cluster (see the module's text for ``address``), or
-    start one here (``address`` ``None``: ``num_cpus`` cores, default all, and an object store
-    of ``object_store_mib`` MiB).
+    start one here (``address`` ``None`` and no ``RAY_ADDRESS`` in the environment:
+    ``num_cpus`` cores, default all, and an object store of ``object_store_mib`` MiB). A
+    process already connected (``ray.init`` called) stays on its cluster, once ``address``
+    has been checked.
 
     Returns:
         Whether this process started the cluster (and so should shut it down).
@@ -122,12 +126,29 @@ def connect(
             ``ray://`` without Ray Client.
     """
     ray = _import_ray()
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        _check_address(address, timeout)
     if ray.is_initialized():
         return False
-    quiet = {"include_dashboard": False, "logging_level": logging.WARNING}
     if address is None:
-        ray.init(num_cpus=num_cpus, object_store_memory=object_store_mib * 2**20, **quiet)
+        ray.init(
+            num_cpus=num_cpus,
+            object_store_memory=object_store_mib * 2**20,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+        )
         return True
+    try:
+        ray.init(address=address, logging_level=logging.WARNING)
+    except ConnectionError as exc:
+        raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {exc}") from None
+    return False
+
+
+def _check_address(address: str, timeout: float) -> None:
+    """Raise :class:`ClusterUnreachable` unless ``address`` can be joined: Ray Client is
+    installed for ``ray://``, ``auto`` finds a cluster, the head answers."""
     if address.startswith("ray://"):
         try:
             import grpc  # noqa: F401
@@ -144,14 +165,8 @@ def connect(
                 "no Ray cluster found on this machine (address auto); start one with "
                 "`ray start --head`, or give its address"
             )
-        _probe(found, timeout)
-    else:
-        _probe(address, timeout)
-    try:
-        ray.init(address=address, logging_level=logging.WARNING)
-    except ConnectionError as exc:
-        raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {exc}") from None
-    return False
+        address = found
+    _probe(address, timeout)
 
 
 def _auto_address() -> str | None:
@@ -249,10 +264,13 @@ def predict_on_ray(
                 "calibration": calibration,
                 "threads": 1,
             }
-            batches = _run(ray, todo, predictor, rows_per_block, smiles_column, actors, gpus)
             try:
-                for batch in batches:
-                    writer.write(batch)
+                with _data_context(quiet=progress is not None):
+                    batches = _run(
+                        ray, todo, predictor, rows_per_block, smiles_column, actors, gpus
+                    )
+                    for batch in batches:
+                        writer.write(batch)
                 writer.finish()
             except BaseException:
                 writer.abort()
@@ -275,6 +293,30 @@ def _plan(ray, actors: int | None, gpus: bool) -> tuple[int, dict[str, Any]]:
     return actors or max(1, cpus), {"num_cpus": 1}
 
 
+@contextlib.contextmanager
+def _data_context(quiet: bool) -> Iterator[None]:
+    """Ray Data's settings for the run, restored after it: rows in input order (set before
+    the dataset is made: without it, blocks come out as they finish), blocks of at most
+    :data:`BLOCK_BYTES`, and with ``quiet`` no progress bars of Ray's own."""
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    options = context.execution_options
+    before = (options.preserve_order, context.target_max_block_size, context.enable_progress_bars)
+    options.preserve_order = True
+    context.target_max_block_size = BLOCK_BYTES
+    data_log = logging.getLogger("ray.data")
+    level = data_log.level
+    if quiet:
+        context.enable_progress_bars = False
+        data_log.setLevel(logging.WARNING)  # Ray's own progress lines
+    try:
+        yield
+    finally:
+        options.preserve_order, context.target_max_block_size, context.enable_progress_bars = before
+        data_log.setLevel(level)
+
+
 BLOCK_BYTES = 128 * 2**10
 """Ray Data's largest block for the run: a read task's blocks are smaller than an actor's
 batch, so its blocks spread over all actors (Ray's default, 128 MiB, makes one block of a
@@ -291,11 +333,8 @@ def _run(
     gpus: bool,
 ) -> Iterator[dict[str, np.ndarray]]:
     """The dataset of ``todo``'s predicted rows, in input order, as numpy batches."""
-    from ray.data import ActorPoolStrategy, DataContext, TaskPoolStrategy
+    from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
-    context = DataContext.get_current()
-    context.execution_options.preserve_order = True  # before the dataset is made
-    context.target_max_block_size = BLOCK_BYTES
     items = [{"shard": i, "path": path} for i, path in enumerate(todo)]
     count, resources = _plan(ray, actors, gpus)
     ds = ray.data.from_items(items).map_batches(

@@ -176,6 +176,7 @@ class PartWriter:
 
     def _open(self, shard: int) -> None:
         part = self.manifest.folder / self.names[self.sources[shard]]
+        part.parent.mkdir(parents=True, exist_ok=True)
         fd, self._tmp = tempfile.mkstemp(prefix=f".{part.name}.", suffix=".tmp", dir=part.parent)
         self._fh = open(fd, "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed in _close
         self._csv = csv.writer(self._fh, lineterminator="\n")
