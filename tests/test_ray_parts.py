@@ -21,9 +21,14 @@ from graphormer_urpe.datasets.domain import record_of_smiles
 from graphormer_urpe.inference.calibration import fit_calibration
 from graphormer_urpe.inference.predict_io import read_named_smiles, write_predictions_csv
 from graphormer_urpe.inference.ray_output import MANIFEST, Manifest, PartWriter
-from graphormer_urpe.inference.ray_predictor import Predictor
+from graphormer_urpe.inference.ray_predictor import (
+    FEATURIZED,
+    FeaturizedPredictor,
+    Predictor,
+    featurize_block,
+)
 from graphormer_urpe.inference.ray_shards import list_shards, read_shard
-from graphormer_urpe.inference.stream import iter_predictions
+from graphormer_urpe.inference.stream import Featurizing, iter_predictions
 from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
 
 from .test_predict_stream import MIXED, VALID, _checkpoint
@@ -207,6 +212,23 @@ def test_intervals_and_embeddings(ckpt):
     assert emb.shape == (len(MIXED), 16) and emb.dtype == np.float32
     readable = columns["error"] == ""
     assert np.isfinite(emb[readable]).all() and np.isnan(emb[~readable]).all()
+
+
+def test_blocks_featurised_in_tasks_give_the_same_columns(ckpt):
+    predictor = Predictor(str(ckpt), batch_size=4, device="cpu", embeddings=True)
+    gpu_side = FeaturizedPredictor(str(ckpt), batch_size=4, device="cpu", embeddings=True)
+    featurizing = Featurizing.of(load_checkpoint_model(ckpt))
+    blocks = [MIXED[:9], MIXED[9:]]
+    packed = [featurize_block({"smiles": np.array(b, dtype=object)}, featurizing) for b in blocks]
+    got = gpu_side({FEATURIZED: np.concatenate([p[FEATURIZED] for p in packed])})
+    want = [predictor({"smiles": np.array(b, dtype=object)}) for b in blocks]
+    assert set(got) == set(want[0])
+    for key in got:
+        joined = np.concatenate([w[key] for w in want])
+        if joined.dtype == object:
+            assert got[key].tolist() == joined.tolist(), key
+        else:
+            assert np.array_equal(got[key], joined, equal_nan=True), key
 
 
 def load_checkpoint_model(path: Path):

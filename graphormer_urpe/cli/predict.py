@@ -278,6 +278,14 @@ def _add_ray_flags(p: argparse.ArgumentParser) -> None:
         help="model copies (default: one per GPU of the cluster, else one per CPU core)",
     )
     g.add_argument(
+        "--featurize",
+        choices=["auto", "actors", "tasks"],
+        default="auto",
+        help="where SMILES become graphs: tasks (CPU tasks; the actors only run the model), "
+        "actors (each actor featurises its block), auto (default: tasks for GPU actors, the "
+        "actors on a CPU cluster)",
+    )
+    g.add_argument(
         "--rows-per-block",
         type=positive_int,
         default=DEFAULT_ROWS_PER_BLOCK,

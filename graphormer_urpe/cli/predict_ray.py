@@ -48,6 +48,7 @@ def run_predict_ray(args: argparse.Namespace) -> int:
             num_cpus=args.num_cpus,
             object_store_mib=args.object_store_mib,
             gpus=args.device != "cpu",
+            featurize=args.featurize,
             progress=bar.update,
         )
     skipped = summary["skipped_shards"]

@@ -44,8 +44,9 @@ import numpy as np
 
 from .ensemble import load_models
 from .ray_output import Manifest, PartWriter
-from .ray_predictor import Predictor, output_layout
+from .ray_predictor import FeaturizedPredictor, Predictor, featurize_block, output_layout
 from .ray_shards import list_shards, read_shard, shards_have_names
+from .stream import Featurizing
 from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_OBJECT_STORE_MIB, DEFAULT_ROWS_PER_BLOCK
 
 __all__ = [
@@ -203,6 +204,7 @@ def predict_on_ray(
     num_cpus: int | None = None,
     object_store_mib: int = DEFAULT_OBJECT_STORE_MIB,
     gpus: bool = True,
+    featurize: str = "auto",
     progress: Callable[[int], object] | None = None,
 ) -> dict[str, Any]:
     """Predict every row of the shards of ``source`` on a Ray cluster into ``output``.
@@ -226,6 +228,10 @@ def predict_on_ray(
         num_cpus: a cluster started here: its cores (default all).
         object_store_mib: a cluster started here: its object store (MiB).
         gpus: run the actors on the cluster's GPUs where it has them (``False``: CPUs).
+        featurize: ``tasks`` (CPU tasks featurise, the actors only run the model), ``actors``
+            (each actor featurises its block), or ``auto``: tasks for GPU actors, the actors
+            themselves on a CPU cluster (a CPU actor is a CPU worker: featurising where it
+            predicts saves sending the graphs through the object store).
         progress: called with the number of rows of each block written.
 
     Returns:
@@ -233,6 +239,8 @@ def predict_on_ray(
         ``skipped_shards`` (complete from an earlier run), ``seconds``, ``output``.
     """
     started = time.perf_counter()
+    if featurize not in ("auto", "actors", "tasks"):
+        raise ValueError(f"featurize is auto, actors or tasks, not {featurize!r}")
     shards = list_shards(source)
     names = shards_have_names(shards)
     models = load_models(checkpoint, "cpu")
@@ -264,11 +272,10 @@ def predict_on_ray(
                 "calibration": calibration,
                 "threads": 1,
             }
+            layout_of = {"actors": actors, "gpus": gpus, "featurize": featurize}
             try:
                 with _data_context(quiet=progress is not None):
-                    batches = _run(
-                        ray, todo, predictor, rows_per_block, smiles_column, actors, gpus
-                    )
+                    batches = _run(ray, todo, predictor, rows_per_block, smiles_column, **layout_of)
                     for batch in batches:
                         writer.write(batch)
                 writer.finish()
@@ -303,10 +310,10 @@ def _data_context(quiet: bool) -> Iterator[None]:
     context = DataContext.get_current()
     options = context.execution_options
     before = (options.preserve_order, context.target_max_block_size, context.enable_progress_bars)
-    options.preserve_order = True
-    context.target_max_block_size = BLOCK_BYTES
     data_log = logging.getLogger("ray.data")
     level = data_log.level
+    options.preserve_order = True
+    context.target_max_block_size = BLOCK_BYTES
     if quiet:
         context.enable_progress_bars = False
         data_log.setLevel(logging.WARNING)  # Ray's own progress lines
@@ -331,6 +338,7 @@ def _run(
     smiles_column: str,
     actors: int | None,
     gpus: bool,
+    featurize: str,
 ) -> Iterator[dict[str, np.ndarray]]:
     """The dataset of ``todo``'s predicted rows, in input order, as numpy batches."""
     from ray.data import ActorPoolStrategy, TaskPoolStrategy
@@ -344,13 +352,26 @@ def _run(
         num_cpus=0,
         compute=TaskPoolStrategy(size=1),
     )
+    if featurize == "auto":
+        featurize = "tasks" if "num_gpus" in resources else "actors"
+    udf, batch_size = Predictor, rows_per_block
+    if featurize == "tasks":
+        models = predictor["model"]
+        featurizing = Featurizing.of(models[0], predictor["similarity"])
+        ds = ds.map_batches(
+            featurize_block,
+            batch_size=rows_per_block,
+            fn_kwargs={"featurizing": featurizing},
+            num_cpus=1,
+        )
+        udf, batch_size = FeaturizedPredictor, 1
+    # Ray Data restarts an actor that died (max_restarts=-1) and retries its batch
+    # (max_task_retries=-1), its defaults for actor pools
     ds = ds.map_batches(
-        Predictor,
+        udf,
         fn_constructor_kwargs=predictor,
-        batch_size=rows_per_block,
+        batch_size=batch_size,
         compute=ActorPoolStrategy(size=count),
         **resources,
     )
-    # Ray Data restarts an actor that died (max_restarts=-1) and retries its batch
-    # (max_task_retries=-1), its defaults for actor pools
     return ds.iter_batches(batch_size=None, batch_format="numpy")

@@ -26,6 +26,7 @@ Ray; the class needs nothing of it. Example::
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,13 +39,19 @@ from ..runtime.inputs import resolve_device
 from .embeddings import embedding_dim
 from .loading import LoadedModel
 from .predict_io import Prediction, PredictionLayout
-from .stream import StreamModel, loaded_models
+from .stream import Featurizing, StreamModel, loaded_models
 from .stream_defaults import DEFAULT_BATCH_SIZE
 
 if TYPE_CHECKING:
     from .calibration import Calibration
 
-__all__ = ["Predictor", "output_layout", "prediction_columns_of"]
+__all__ = [
+    "FeaturizedPredictor",
+    "Predictor",
+    "featurize_block",
+    "output_layout",
+    "prediction_columns_of",
+]
 
 
 def output_layout(
@@ -167,3 +174,42 @@ class Predictor:
         predictions = self.stream.predict([self.stream.featurize(smiles)])
         columns = prediction_columns_of(self.layout, predictions, len(smiles), self.embedding_dim)
         return {**batch, **columns}
+
+
+# --------------------------------------------------------------------------------------
+# Featurising in CPU tasks, the model in GPU actors
+# --------------------------------------------------------------------------------------
+
+
+FEATURIZED = "featurized"
+"""The column of :func:`featurize_block`'s one row: the block, featurised and packed."""
+
+
+def featurize_block(
+    batch: dict[str, np.ndarray], featurizing: Featurizing, smiles_column: str = "smiles"
+) -> dict[str, np.ndarray]:
+    """A block's molecules featurised (a CPU task: a GPU actor then only runs the model),
+    packed with the block's columns into one row of bytes (:data:`FEATURIZED`): the graphs
+    cross the object store as a few large arrays, not as a Python object per molecule."""
+    smiles = ["" if s is None else str(s) for s in batch[smiles_column].tolist()]
+    packed = pickle.dumps((batch, featurizing(smiles)), protocol=5)
+    return {FEATURIZED: np.array([packed], dtype=object)}
+
+
+class FeaturizedPredictor(Predictor):
+    """:class:`Predictor` of blocks that :func:`featurize_block` featurised: each row of a
+    batch unpacks to a block, which leaves with the prediction columns added (the same
+    columns as :class:`Predictor`'s)."""
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The blocks packed in ``batch``, predicted and joined."""
+        parts = []
+        for packed in batch[FEATURIZED].tolist():
+            block, chunk = pickle.loads(packed)
+            predictions = self.stream.predict([chunk])
+            n = len(chunk.smiles)
+            columns = prediction_columns_of(self.layout, predictions, n, self.embedding_dim)
+            parts.append({**block, **columns})
+        if len(parts) == 1:
+            return parts[0]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

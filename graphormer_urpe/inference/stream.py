@@ -73,6 +73,7 @@ __all__ = [  # the reading and writing of predict_io re-exported, where they wer
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_WORKERS",
     "DOMAIN_COLUMNS",
+    "Featurizing",
     "Prediction",
     "StreamModel",
     "WriteCounts",
@@ -329,6 +330,32 @@ def _predict_window(
         k += 1
 
 
+class Featurizing(NamedTuple):
+    """What featurising SMILES for a model takes: its featuriser, its hops of path
+    features, its molecule features' record and its training-domain record. Picklable, so
+    that a process of its own (a worker, a Ray task) can featurise for the model."""
+
+    featurizer: str
+    hops: int
+    mol_features: dict | None = None
+    domain: DomainRecord | None = None
+
+    @classmethod
+    def of(cls, model: LoadedModel, similarity: bool = True) -> Featurizing:
+        """What ``model`` reads (an ensemble's first member: they read the same); without
+        ``similarity``, no search of the nearest training fingerprint."""
+        domain = model.domain
+        if domain is not None and not similarity:
+            domain = replace(domain, fingerprints=None)
+        hops = model.model.config.multi_hop_max_dist
+        return cls(model.featurizer, hops, model.mol_features, domain)
+
+    def __call__(self, part: list[str], first: int = 0) -> _Chunk:
+        """The chunk ``part`` (rows ``first``, ``first + 1``, ...) featurised (see
+        :func:`_featurize_part`)."""
+        return _featurize_part(part, first, *self)
+
+
 class StreamModel:
     """The model(s) of a stream with what feeds them: featurising a chunk of SMILES as the
     checkpoint reads molecules, and predicting featurised chunks window by window.
@@ -372,28 +399,20 @@ class StreamModel:
         self.forwards = [CapturedForward(net, autocast, lm.device, backend) for net in nets]
         self.targets = cfg.num_targets if embeddings else None
         self.batch_size = batch_size
-        self.featurizer, self.hops, self.mol_features = (
-            lm.featurizer,
-            cfg.multi_hop_max_dist,
-            lm.mol_features,
-        )
-        domain = lm.domain  # an ensemble's members record the same training split
-        if domain is not None and not similarity:
-            domain = replace(domain, fingerprints=None)
-        self.domain = domain
+        # an ensemble's members read the same and record the same training split
+        self.featurizing = Featurizing.of(lm, similarity)
         self.trim_heap = _HeapTrimmer()
 
     def featurize(self, part: list[str], first: int = 0) -> _Chunk:
         """The chunk of SMILES ``part`` (rows ``first``, ``first + 1``, ...) featurised for
         these models, in this process."""
-        return _featurize_part(
-            part, first, self.featurizer, self.hops, self.mol_features, self.domain
-        )
+        return self.featurizing(part, first)
 
     def chunks(self, smiles: Iterable[str], workers: int, chunk_size: int) -> Iterator[_Chunk]:
         """Every chunk of ``smiles`` featurised, in input order, by ``workers`` processes."""
+        f = self.featurizing
         return _featurized(
-            smiles, self.featurizer, self.hops, workers, chunk_size, self.mol_features, self.domain
+            smiles, f.featurizer, f.hops, workers, chunk_size, f.mol_features, f.domain
         )
 
     def predict(
