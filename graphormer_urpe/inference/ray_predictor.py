@@ -40,7 +40,7 @@ from .embeddings import embedding_dim
 from .loading import LoadedModel
 from .predict_io import Prediction, PredictionLayout
 from .stream import Featurizing, StreamModel, loaded_models
-from .stream_defaults import DEFAULT_BATCH_SIZE
+from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE
 
 if TYPE_CHECKING:
     from .calibration import Calibration
@@ -114,6 +114,15 @@ def prediction_columns_of(
     return out
 
 
+def _parts(smiles: list[str]) -> list[tuple[int, list[str]]]:
+    """``smiles`` in chunks of :data:`DEFAULT_CHUNK_SIZE`, each with its first row: a block
+    featurised a chunk at a time takes less memory, and less time (0.72 CPU ms per MOSES
+    molecule in chunks of 1,000, 0.80 in one chunk of 4,096: the nearest-similarity search
+    of a smaller chunk stays in the caches); the windows of the model span the chunks."""
+    size = DEFAULT_CHUNK_SIZE
+    return [(i, smiles[i : i + size]) for i in range(0, len(smiles), size)]
+
+
 class Predictor:
     """Adds ``predict``'s columns to a batch of SMILES (see the module's text).
 
@@ -171,7 +180,8 @@ class Predictor:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``batch`` with the prediction columns added (see the module's text)."""
         smiles = ["" if s is None else str(s) for s in batch[self.smiles_column].tolist()]
-        predictions = self.stream.predict([self.stream.featurize(smiles)])
+        chunks = [self.stream.featurize(part, first) for first, part in _parts(smiles)]
+        predictions = self.stream.predict(chunks)
         columns = prediction_columns_of(self.layout, predictions, len(smiles), self.embedding_dim)
         return {**batch, **columns}
 
@@ -192,7 +202,8 @@ def featurize_block(
     packed with the block's columns into one row of bytes (:data:`FEATURIZED`): the graphs
     cross the object store as a few large arrays, not as a Python object per molecule."""
     smiles = ["" if s is None else str(s) for s in batch[smiles_column].tolist()]
-    packed = pickle.dumps((batch, featurizing(smiles)), protocol=5)
+    chunks = [featurizing(part, first) for first, part in _parts(smiles)]
+    packed = pickle.dumps((batch, chunks), protocol=5)
     return {FEATURIZED: np.array([packed], dtype=object)}
 
 
@@ -205,9 +216,9 @@ class FeaturizedPredictor(Predictor):
         """The blocks packed in ``batch``, predicted and joined."""
         parts = []
         for packed in batch[FEATURIZED].tolist():
-            block, chunk = pickle.loads(packed)
-            predictions = self.stream.predict([chunk])
-            n = len(chunk.smiles)
+            block, chunks = pickle.loads(packed)  # made by featurize_block in this run
+            predictions = self.stream.predict(chunks)
+            n = sum(len(c.smiles) for c in chunks)
             columns = prediction_columns_of(self.layout, predictions, n, self.embedding_dim)
             parts.append({**block, **columns})
         if len(parts) == 1:
