@@ -35,6 +35,9 @@ def cluster():
     """A Ray cluster on this machine for the module's tests (started once: seconds)."""
     if ray.is_initialized():
         ray.shutdown()
+    # ray.init installs SIGINT and SIGTERM handlers that outlive the cluster: the tests
+    # after these ones get this process's own back
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -44,6 +47,8 @@ def cluster():
     )
     yield
     ray.shutdown()
+    for sig, handler in kept.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="module")

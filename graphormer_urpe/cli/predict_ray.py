@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 __all__ = ["run_predict_ray"]
@@ -28,29 +29,23 @@ def run_predict_ray(args: argparse.Namespace) -> int:
         )
     from tqdm.auto import tqdm
 
-    from ..inference.ray_engine import predict_on_ray
+    from ..inference.predict_io import WriteCounts, interrupts_between_rows
 
     disable = None if not args.no_progress else True
-    with tqdm(desc="predict (ray)", unit="mol", disable=disable, smoothing=0.1) as bar:
-        summary = predict_on_ray(
-            args.checkpoint,
-            args.input,
-            args.output,
-            address=args.address,
-            smiles_column=args.smiles_column,
-            batch_size=args.batch_size,
-            rows_per_block=args.rows_per_block,
-            actors=args.actors,
-            similarity=not args.no_similarity,
-            embeddings=bool(args.embeddings),
-            logits=args.logits,
-            interval=args.interval,
-            num_cpus=args.num_cpus,
-            object_store_mib=args.object_store_mib,
-            gpus=args.device != "cpu",
-            featurize=args.featurize,
-            progress=bar.update,
+    bar = tqdm(desc="predict (ray)", unit="mol", disable=disable, smoothing=0.1)
+    # Ctrl-C and SIGTERM stop the run at once: the shard being written is dropped, the
+    # complete ones stay in the manifest, and the same command goes on from there
+    try:
+        with bar, interrupts_between_rows(WriteCounts()):
+            summary = _predict(args, bar.update)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        exc.args = (
+            f"{signal.Signals(signum).name}: stopped; the complete shards are kept in "
+            f"{os.path.join(args.output, 'manifest.json')}, and the same command goes on "
+            "from there",
         )
+        raise
     skipped = summary["skipped_shards"]
     done = f" ({skipped} of {summary['shards']} shards complete from an earlier run)"
     print(
@@ -61,3 +56,27 @@ def run_predict_ray(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _predict(args: argparse.Namespace, progress) -> dict:
+    from ..inference.ray_engine import predict_on_ray
+
+    return predict_on_ray(
+        args.checkpoint,
+        args.input,
+        args.output,
+        address=args.address,
+        smiles_column=args.smiles_column,
+        batch_size=args.batch_size,
+        rows_per_block=args.rows_per_block,
+        actors=args.actors,
+        similarity=not args.no_similarity,
+        embeddings=bool(args.embeddings),
+        logits=args.logits,
+        interval=args.interval,
+        num_cpus=args.num_cpus,
+        object_store_mib=args.object_store_mib,
+        gpus=args.device != "cpu",
+        featurize=args.featurize,
+        progress=progress,
+    )

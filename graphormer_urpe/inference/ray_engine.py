@@ -34,7 +34,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -133,18 +135,37 @@ def connect(
     if ray.is_initialized():
         return False
     if address is None:
-        ray.init(
-            num_cpus=num_cpus,
-            object_store_memory=object_store_mib * 2**20,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-        )
+        with _own_signal_handlers():
+            ray.init(
+                num_cpus=num_cpus,
+                object_store_memory=object_store_mib * 2**20,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+            )
         return True
     try:
-        ray.init(address=address, logging_level=logging.WARNING)
+        with _own_signal_handlers():
+            ray.init(address=address, logging_level=logging.WARNING)
     except ConnectionError as exc:
         raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {exc}") from None
     return False
+
+
+@contextlib.contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """Keep this process's SIGINT and SIGTERM handlers through ``ray.init`` (which installs
+    its own, and leaves them after ``ray.shutdown``): the caller decides what a signal does
+    (``predict`` stops the run, keeps the complete shards, and shuts the cluster down)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def _check_address(address: str, timeout: float) -> None:
