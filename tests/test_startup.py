@@ -76,7 +76,7 @@ def test_parsing_and_every_help_import_no_torch():
                 parser.parse_args(argv)
             helps[" ".join(argv)] = len(text.getvalue())
         args = parser.parse_args(["predict", "--checkpoint", "x.pt", "--smiles", "CCO"])
-        heavy = ["torch", "torch_geometric", "rdkit", "numpy", "pandas"]
+        heavy = ["torch", "torch_geometric", "rdkit", "numpy", "pandas", "ray"]
         print(json.dumps({
             "commands": sorted(sub.choices),
             "helps": helps,
@@ -138,7 +138,7 @@ def test_predict_command_imports_neither_the_compiler_nor_pyg_nor_pandas(tmp_pat
         text = io.StringIO()
         with contextlib.redirect_stdout(text), contextlib.redirect_stderr(io.StringIO()):
             code = cli.main(["predict", "--checkpoint", sys.argv[1], "--smiles", "CCO", "C1CC"])
-        heavy = ["torch", "torch._dynamo", "torch_geometric", "triton", "pandas", "scipy"]
+        heavy = ["torch", "torch._dynamo", "torch_geometric", "triton", "pandas", "scipy", "ray"]
         print(json.dumps({
             "code": code,
             "csv": text.getvalue().splitlines(),

@@ -69,6 +69,10 @@ def run_predict(args: argparse.Namespace) -> int:
     ...) give probabilities in prob_<task> columns (calibrated on the validation split where
     the run keeps its calibration), or raw scores in logit_<task> with --logits; --interval
     adds a calibrated interval per regression target."""
+    if args.engine == "ray":  # a Ray cluster: imported only here
+        from .predict_ray import run_predict_ray
+
+        return run_predict_ray(args)
     # SIGTERM ends it as Ctrl-C does: the rows written so far stay a valid CSV, the
     # featurising processes are stopped, and the last line says how many rows were written.
     import torch
@@ -239,6 +243,67 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "FILE.json (dimension, rows) and FILE.ids.csv (row, name, smiles, error)",
     )
     _shared(p, "--no-progress")
+    _add_ray_flags(p)
+
+
+def _add_ray_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``predict --engine ray`` (a group of ``predict``'s)."""
+    from ..inference.stream_defaults import DEFAULT_OBJECT_STORE_MIB, DEFAULT_ROWS_PER_BLOCK
+
+    g = p.add_argument_group(
+        "Ray cluster (--engine ray; pip install 'graphormer-urpe[ray]')",
+        "--input is a folder, a glob pattern ('lib/*.smi.gz', quoted) or a file of .csv, "
+        ".csv.gz, .smi, .txt or .parquet shards; --output a folder of part-NNNNN.csv files "
+        "(one per input shard, in its row order, the columns of local predict) and "
+        "manifest.json; a re-run skips the shards already complete. --embeddings names the "
+        "--output folder: each part's vectors go to part-NNNNN.npy beside it.",
+    )
+    g.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local (default: streaming predict in this process and --workers) or ray (Ray "
+        "Data on a Ray cluster: read tasks, one model copy per actor, a GPU each where the "
+        "cluster has GPUs)",
+    )
+    g.add_argument(
+        "--address",
+        help="the cluster: auto (the one `ray start` joined this machine to), HOST:PORT (its "
+        "head), or ray://HOST:PORT (Ray Client: pip install 'ray[client]'); default: start a "
+        "cluster on this machine for the run",
+    )
+    g.add_argument(
+        "--actors",
+        type=positive_int,
+        help="model copies (default: one per GPU of the cluster, else one per CPU core)",
+    )
+    g.add_argument(
+        "--featurize",
+        choices=["auto", "actors", "tasks"],
+        default="auto",
+        help="where SMILES become graphs: tasks (CPU tasks; the actors only run the model), "
+        "actors (each actor featurises its block), auto (default: tasks for GPU actors, the "
+        "actors on a CPU cluster)",
+    )
+    g.add_argument(
+        "--rows-per-block",
+        type=positive_int,
+        default=DEFAULT_ROWS_PER_BLOCK,
+        help=f"input rows an actor featurises and predicts at a time (default "
+        f"{DEFAULT_ROWS_PER_BLOCK})",
+    )
+    g.add_argument(
+        "--num-cpus",
+        type=positive_int,
+        help="a cluster started here: its cores (default: all of this machine's)",
+    )
+    g.add_argument(
+        "--object-store-mib",
+        type=positive_int,
+        default=DEFAULT_OBJECT_STORE_MIB,
+        help=f"a cluster started here: its object store, MiB (default "
+        f"{DEFAULT_OBJECT_STORE_MIB}: bounded memory)",
+    )
 
 
 def run_submit(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "DOMAIN_COLUMNS",
     "Interrupted",
     "Prediction",
+    "PredictionLayout",
     "WriteCounts",
     "carry_names",
     "interrupts_between_rows",
@@ -293,6 +294,83 @@ def interrupts_between_rows(counts: WriteCounts) -> Iterator[None]:
             signal.signal(sig, h)
 
 
+@dataclass(frozen=True)
+class PredictionLayout:
+    """The columns of ``predict``'s output and how a :class:`Prediction` fills them (see
+    :func:`write_predictions_csv` for what each holds).
+
+    :meth:`row` gives a prediction's CSV cells. The Ray engine's actors give the same row as
+    typed columns (:meth:`numbers`, :meth:`domain_of`), and its writer turns those into the
+    same cells with :meth:`cells`: one piece of code for both engines.
+    """
+
+    target_names: Sequence[str]
+    binary: bool = False
+    logits: bool = False
+    std: bool = False
+    domain: bool = False
+    names: bool = False
+    calibration: Calibration | None = None
+    level: float | None = None
+
+    @property
+    def header(self) -> list[str]:
+        """The CSV header (:func:`prediction_columns`)."""
+        interval = self.level is not None
+        return prediction_columns(
+            self.target_names, self.binary, self.logits, self.std, self.domain, self.names, interval
+        )
+
+    @property
+    def value_columns(self) -> list[str]:
+        """The numeric columns, in order: the targets, their ``_std``, ``_low`` and ``_high``."""
+        first = 2 if self.names else 1
+        per_target = 1 + self.std + 2 * (self.level is not None)
+        return self.header[first : first + len(self.target_names) * per_target]
+
+    def numbers(self, p: Prediction) -> list[float]:
+        """The numbers of a predicted row's :attr:`value_columns` (``p.values`` is set)."""
+        numbers = _numbers(p, self.binary and not self.logits, self.std, self.calibration)
+        if self.level is not None:
+            numbers += _interval_numbers(p, self.calibration, self.level)
+        return numbers
+
+    @staticmethod
+    def domain_of(p: Prediction) -> tuple[str, float | None]:
+        """A row's ``(domain, nearest_similarity)``: ``("", None)`` for a row that could not
+        be read, ``("unknown", None)`` where the checkpoint has no training record."""
+        if p.values is None:
+            return "", None
+        if p.domain is None:
+            return "unknown", None
+        return p.domain.label, p.domain.nearest_similarity
+
+    def cells(
+        self,
+        smiles: str,
+        name: str | None,
+        numbers: Sequence[float] | None,
+        domain: tuple[str, float | None],
+        error: str | None,
+    ) -> list[str]:
+        """A CSV row from its parts: ``numbers`` (``None``: a row that could not be read)
+        those of :meth:`numbers`, ``domain`` that of :meth:`domain_of`."""
+        first = [smiles, name or ""] if self.names else [smiles]
+        if numbers is None:
+            values = [""] * len(self.value_columns)
+        else:
+            values = [f"{v:.6g}" for v in numbers]
+        if self.domain:
+            label, sim = domain
+            values += [label, "" if sim is None else f"{sim:.3f}"]
+        return [*first, *values, error or ""]
+
+    def row(self, p: Prediction) -> list[str]:
+        """The CSV row of ``p``."""
+        numbers = None if p.values is None else self.numbers(p)
+        return self.cells(p.smiles, p.name, numbers, self.domain_of(p), p.error)
+
+
 def write_predictions_csv(
     predictions: Iterable[Prediction],
     fh: IO[str],
@@ -323,24 +401,14 @@ def write_predictions_csv(
         ``(rows, failed)``: rows written and how many of them could not be featurised.
     """
     counts = counts if counts is not None else WriteCounts()
+    layout = PredictionLayout(target_names, binary, logits, std, domain, names, calibration, level)
     writer = csv.writer(fh, lineterminator="\n")
-    interval = level is not None
-    header = prediction_columns(target_names, binary, logits, std, domain, names, interval)
-    writer.writerow(header)
+    writer.writerow(layout.header)
     fh.flush()
     line = io.StringIO()
     row_writer = csv.writer(line, lineterminator="\n")
     for p in predictions:
-        first = [p.smiles, p.name or ""] if names else [p.smiles]
-        if p.values is None:
-            cells = [""] * (len(target_names) * (1 + std + 2 * interval))
-        else:
-            cells = _cells(p, binary and not logits, std, calibration)
-            if interval:
-                cells += _interval_cells(p, calibration, level)
-        if domain:
-            cells += _domain_cells(p)
-        row_writer.writerow([*first, *cells, p.error or ""])
+        row_writer.writerow(layout.row(p))
         counts.writing = True
         fh.write(line.getvalue())  # one whole line per write
         fh.flush()
@@ -355,42 +423,29 @@ def write_predictions_csv(
     return counts.rows, counts.failed
 
 
-def _domain_cells(p: Prediction) -> list[str]:
-    """A row's :data:`DOMAIN_COLUMNS` cells."""
-    if p.values is None:
-        return ["", ""]
-    if p.domain is None:
-        return ["unknown", ""]
-    sim = p.domain.nearest_similarity
-    return [p.domain.label, "" if sim is None else f"{sim:.3f}"]
-
-
-def _interval_cells(
+def _interval_numbers(
     p: Prediction, calibration: Calibration | None, level: float | None
-) -> list[str]:
-    """A predicted row's ``<target>_low`` and ``<target>_high`` cells."""
+) -> list[float]:
+    """A predicted row's ``<target>_low`` and ``<target>_high`` numbers, target by target."""
     assert calibration is not None and level is not None and p.values is not None
     spread = None if p.members is None else mean_and_std(p.members)[1]
     low, high = calibration.interval(p.values, spread, level)
-    return [f"{v:.6g}" for pair in zip(low.tolist(), high.tolist(), strict=True) for v in pair]
+    return [v for pair in zip(low.tolist(), high.tolist(), strict=True) for v in pair]
 
 
-def _cells(
+def _numbers(
     p: Prediction, probabilities: bool, std: bool, calibration: Calibration | None = None
-) -> list[str]:
-    """A predicted row's value cells (see :func:`write_predictions_csv`)."""
+) -> list[float]:
+    """A predicted row's value numbers (see :func:`write_predictions_csv`)."""
     if probabilities and calibration is not None and calibration.temperature is not None:
         # each member's temperature-scaled probabilities, their mean and std
         members = p.values[None] if p.members is None else p.members  # [K, T]
         t = torch.tensor(calibration.temperature, dtype=members.dtype)
         mean, spread = mean_and_std(torch.sigmoid(members / t))
-        cells = [f"{v:.6g}" for v in mean.tolist()]
-        return cells + [f"{v:.6g}" for v in spread.tolist()] if std else cells
+        return mean.tolist() + spread.tolist() if std else mean.tolist()
     if p.members is None:  # one model: its values as they are
-        values = torch.sigmoid(p.values) if probabilities else p.values
-        cells = [f"{v:.6g}" for v in values.tolist()]
-        return cells + ["0"] * len(cells) if std else cells
+        values = (torch.sigmoid(p.values) if probabilities else p.values).tolist()
+        return values + [0.0] * len(values) if std else values
     members = torch.sigmoid(p.members) if probabilities else p.members  # [K, T]
     mean, spread = mean_and_std(members)
-    cells = [f"{v:.6g}" for v in mean.tolist()]
-    return cells + [f"{v:.6g}" for v in spread.tolist()] if std else cells
+    return mean.tolist() + spread.tolist() if std else mean.tolist()

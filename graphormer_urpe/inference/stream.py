@@ -34,7 +34,7 @@ import logging
 import math
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import lru_cache
 from itertools import chain, islice
@@ -73,10 +73,13 @@ __all__ = [  # the reading and writing of predict_io re-exported, where they wer
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_WORKERS",
     "DOMAIN_COLUMNS",
+    "Featurizing",
     "Prediction",
+    "StreamModel",
     "WriteCounts",
     "default_threads",
     "iter_predictions",
+    "loaded_models",
     "predict_smiles",
     "prediction_columns",
     "read_named_smiles",
@@ -327,6 +330,111 @@ def _predict_window(
         k += 1
 
 
+class Featurizing(NamedTuple):
+    """What featurising SMILES for a model takes: its featuriser, its hops of path
+    features, its molecule features' record and its training-domain record. Picklable, so
+    that a process of its own (a worker, a Ray task) can featurise for the model."""
+
+    featurizer: str
+    hops: int
+    mol_features: dict | None = None
+    domain: DomainRecord | None = None
+
+    @classmethod
+    def of(cls, model: LoadedModel, similarity: bool = True) -> Featurizing:
+        """What ``model`` reads (an ensemble's first member: they read the same); without
+        ``similarity``, no search of the nearest training fingerprint."""
+        domain = model.domain
+        if domain is not None and not similarity:
+            domain = replace(domain, fingerprints=None)
+        hops = model.model.config.multi_hop_max_dist
+        return cls(model.featurizer, hops, model.mol_features, domain)
+
+    def __call__(self, part: list[str], first: int = 0) -> _Chunk:
+        """The chunk ``part`` (rows ``first``, ``first + 1``, ...) featurised (see
+        :func:`_featurize_part`)."""
+        return _featurize_part(part, first, *self)
+
+
+class StreamModel:
+    """The model(s) of a stream with what feeds them: featurising a chunk of SMILES as the
+    checkpoint reads molecules, and predicting featurised chunks window by window.
+
+    :func:`iter_predictions` runs one in this process; the Ray engine
+    (:mod:`~graphormer_urpe.inference.ray_predictor`) runs one in each actor, so both give a
+    row the same columns from the same code.
+
+    Args:
+        models: the model, or an ensemble's members (see :func:`iter_predictions`).
+        batch_size: valid molecules per model batch.
+        similarity: search each molecule's nearest training fingerprint.
+        embeddings: give each row the vector the head reads.
+    """
+
+    def __init__(
+        self,
+        models: list[LoadedModel],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        similarity: bool = True,
+        embeddings: bool = False,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        lm = models[0]
+        if any(m.mol_features != lm.mol_features for m in models):
+            raise ValueError("the ensemble's members were trained with different molecule features")
+        for m in models:
+            m.model.eval()
+        cfg = lm.model.config
+        precision = Precision(lm.config.precision, lm.device)
+        # on one GPU, static batches and forward passes captured per batch shape
+        backend = default_backend(lm.device)
+        static = StaticShapes(batch_size, cfg.multi_hop_max_dist) if backend else None
+        self.collator = GraphormerCollator(
+            cfg.multi_hop_max_dist, cfg.spatial_pos_max, static=static
+        )
+        autocast = lambda: precision.autocast(backend is None)  # noqa: E731
+        nets = [WithHeadInput(m.model) if embeddings else m.model for m in models]
+        self.forwards = [CapturedForward(net, autocast, lm.device, backend) for net in nets]
+        self.targets = cfg.num_targets if embeddings else None
+        self.batch_size = batch_size
+        # an ensemble's members read the same and record the same training split
+        self.featurizing = Featurizing.of(lm, similarity)
+        self.trim_heap = _HeapTrimmer()
+
+    def featurize(self, part: list[str], first: int = 0) -> _Chunk:
+        """The chunk of SMILES ``part`` (rows ``first``, ``first + 1``, ...) featurised for
+        these models, in this process."""
+        return self.featurizing(part, first)
+
+    def chunks(self, smiles: Iterable[str], workers: int, chunk_size: int) -> Iterator[_Chunk]:
+        """Every chunk of ``smiles`` featurised, in input order, by ``workers`` processes."""
+        f = self.featurizing
+        return _featurized(
+            smiles, f.featurizer, f.hops, workers, chunk_size, f.mol_features, f.domain
+        )
+
+    def predict(
+        self, chunks: Iterable[_Chunk], done: Callable[[int], object] | None = None
+    ) -> Iterator[Prediction]:
+        """One :class:`Prediction` per row of ``chunks`` (consecutive, in input order), as
+        each window of ``SORT_WINDOW * batch_size`` valid molecules is done; ``done(rows)``
+        after each window."""
+        for rows, graphs in _windows(chunks, SORT_WINDOW * self.batch_size):
+            yield from _predict_window(
+                self.forwards,
+                self.collator,
+                rows,
+                graphs,
+                self.batch_size,
+                self.trim_heap,
+                self.targets,
+            )
+            if done is not None:
+                done(len(rows))
+
+
 def iter_predictions(
     model: LoadedModel | list[LoadedModel] | str | Path,
     smiles: Iterable[str],
@@ -364,41 +472,28 @@ def iter_predictions(
             raise ValueError(f"{name} must be >= {low}, got {value}")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    if isinstance(model, LoadedModel):
-        models = [model]
-    elif isinstance(model, list):
-        models = model
-    else:
-        models = load_models(model, device)
-    lm = models[0]
-    for m in models:
-        m.model.eval()
-    cfg = lm.model.config
-    precision = Precision(lm.config.precision, lm.device)
-    # on one GPU, static batches and forward passes captured per batch shape
-    backend = default_backend(lm.device)
-    static = StaticShapes(batch_size, cfg.multi_hop_max_dist) if backend else None
-    collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max, static=static)
-    autocast = lambda: precision.autocast(backend is None)  # noqa: E731
-    nets = [WithHeadInput(m.model) if embeddings else m.model for m in models]
-    forwards = [CapturedForward(net, autocast, lm.device, backend) for net in nets]
-    targets = cfg.num_targets if embeddings else None
-    if any(m.mol_features != lm.mol_features for m in models):
-        raise ValueError("the ensemble's members were trained with different molecule features")
-    domain = lm.domain  # an ensemble's members record the same training split
-    if domain is not None and not similarity:
-        domain = replace(domain, fingerprints=None)
-    chunks = _featurized(
-        smiles, lm.featurizer, cfg.multi_hop_max_dist, workers, chunk_size, lm.mol_features, domain
+    stream = StreamModel(
+        loaded_models(model, device),
+        batch_size=batch_size,
+        similarity=similarity,
+        embeddings=embeddings,
     )
+    chunks = stream.chunks(smiles, workers, chunk_size)
     # disable=None: drawn on a terminal only, never into a log file
     with tqdm(desc="predict", unit="mol", disable=None if progress else True, smoothing=0.1) as bar:
-        trim_heap = _HeapTrimmer()
-        for rows, graphs in _windows(chunks, SORT_WINDOW * batch_size):
-            yield from _predict_window(
-                forwards, collator, rows, graphs, batch_size, trim_heap, targets
-            )
-            bar.update(len(rows))
+        yield from stream.predict(chunks, bar.update)
+
+
+def loaded_models(
+    model: LoadedModel | list[LoadedModel] | str | Path, device: str = "auto"
+) -> list[LoadedModel]:
+    """The models ``model`` names: itself as a list, or those of a checkpoint path or an
+    ensemble folder loaded on ``device``."""
+    if isinstance(model, LoadedModel):
+        return [model]
+    if isinstance(model, list):
+        return model
+    return load_models(model, device)
 
 
 def predict_smiles(

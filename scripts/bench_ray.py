@@ -1,0 +1,215 @@
+"""Benchmark ``predict --engine ray`` (a Ray cluster started on this machine) against streaming
+``predict`` in the same run, on the same input.
+
+Prints JSON (and writes it to ``--json``). On the first ``--size`` MOSES training SMILES
+(``scripts/_moses.py``; one ``.smi`` file, so one shard) with an untrained checkpoint of
+``--preset`` that records a training domain (as :mod:`bench_predict` makes them),
+``--pairs`` times: streaming ``predict`` writing its CSV, and ``predict --engine ray`` writing
+its part file and manifest (the order swaps every other pair, so both see the same load of a
+shared machine). Each run is one command in a subprocess, measured as ``bench_predict.py``
+measures ``predict``: wall time (start-up, the cluster's start and stop included), the peak
+of the summed proportional set size (PSS) of the command's whole process tree (for Ray: the
+cluster's processes, its workers and its object store too) and the CPU time of that tree
+(sampled every 0.5 s: ``tree_cpu_s``). The report gives
+the medians, the throughput ratio (ray / streaming; target >= 0.8) and checks the output:
+the same rows in the same order as streaming ``predict``'s CSV, and the largest difference
+of a predicted value (batches are cut from different windows, so the padding differs). Run::
+
+    python scripts/bench_ray.py --size 100000 --pairs 3 --json docs/results/predict_ray.json
+    python scripts/bench_ray.py --size 1000000 --pairs 1 --json docs/results/predict_ray_1m.json
+    python scripts/bench_ray.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from _moses import moses_smiles_file
+from bench_predict import (
+    REPO,
+    _rates,
+    first_lines,
+    make_checkpoint,
+    measure,
+    run_stream,
+    stream_config,
+)
+
+from graphormer_urpe.datasets.domain import record_of_smiles
+from graphormer_urpe.inference.stream_defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_OBJECT_STORE_MIB,
+    DEFAULT_ROWS_PER_BLOCK,
+    DEFAULT_WORKERS,
+)
+
+
+def run_ray(a: argparse.Namespace, ckpt: Path, smi: Path, n: int, out: Path) -> dict:
+    """This code's ``predict --engine ray`` on ``smi`` (``n`` molecules) into ``out``."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--engine", "ray"]
+    cmd += ["--checkpoint", str(ckpt), "--input", str(smi), "--output", str(out)]
+    cmd += ["--no-progress", "--batch-size", str(a.batch_size)]
+    cmd += ["--rows-per-block", str(a.rows_per_block)]
+    cmd += ["--object-store-mib", str(a.object_store_mib)]
+    if a.actors:
+        cmd += ["--actors", str(a.actors)]
+    result = {"molecules": n, **measure(cmd, REPO)}
+    return _rates(result, n)
+
+
+def compare(stream_csv: Path, ray_folder: Path) -> dict:
+    """Streaming ``predict``'s CSV against the Ray engine's part file: rows, order, values."""
+    manifest = json.loads((ray_folder / "manifest.json").read_text())
+    (shard,) = manifest["shards"]
+    with open(stream_csv, newline="") as a, open(ray_folder / shard["output"], newline="") as b:
+        ra, rb = csv.reader(a), csv.reader(b)
+        header = next(ra)
+        same_header = header == next(rb)
+        k = header.index("y")
+        rows = order = 0
+        worst = 0.0
+        for x, y in zip(ra, rb, strict=True):
+            rows += 1
+            order += x[0] == y[0] and x[1] == y[1] and x[-3:] == y[-3:]
+            if x[k] and y[k]:
+                worst = max(worst, abs(float(x[k]) - float(y[k])))
+    return {
+        "same_header": same_header,
+        "rows": rows,
+        "manifest_rows": shard["rows"],
+        "rows_in_same_order_with_same_domain_and_errors": order == rows,
+        "max_abs_difference_y": worst,
+        "ok": same_header and order == rows == shard["rows"] and worst < 1e-4,
+    }
+
+
+def median(runs: list[dict], key: str) -> float:
+    return round(statistics.median(r[key] for r in runs), 2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=100_000, help="MOSES molecules (default 100k)")
+    p.add_argument("--pairs", type=int, default=1, help="streaming / ray run pairs")
+    p.add_argument("--preset", default="small")
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default predict's)")
+    p.add_argument("--rows-per-block", type=int, default=DEFAULT_ROWS_PER_BLOCK)
+    p.add_argument("--object-store-mib", type=int, default=DEFAULT_OBJECT_STORE_MIB)
+    p.add_argument("--actors", type=int, default=None, help="default: one per core")
+    p.add_argument("--domain-molecules", type=int, default=10_000)
+    p.add_argument("--smiles-file", default=None, help="one SMILES a line, instead of MOSES")
+    p.add_argument("--json", default=None, help="also write the report here")
+    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    a = p.parse_args()
+    a.device, a.no_similarity = "cpu", False  # what run_stream reads: predict as a user runs it
+    if a.smoke:
+        a.size, a.pairs, a.domain_molecules = 300, 1, min(a.domain_molecules, 300)
+    work = Path(tempfile.mkdtemp(prefix="bench-ray-"))
+
+    def molecules(n: int) -> Path:
+        return first_lines(a.smiles_file, n, work) if a.smiles_file else moses_smiles_file(n)
+
+    load = [os.getloadavg()[0]]
+    runs: dict[str, list[dict]] = {"stream": [], "ray": []}
+    try:
+        domain = None
+        if a.domain_molecules:
+            with open(molecules(a.domain_molecules)) as fh:
+                domain = record_of_smiles([line.split()[0] for line in fh]).to_dict()
+        ckpt = work / f"{a.preset}.pt"
+        model = make_checkpoint(a.preset, ckpt, domain)
+        smi = molecules(a.size)
+        out_csv, out_ray = work / "stream.csv", work / "ray"
+        for pair in range(a.pairs):
+            order = ["stream", "ray"] if pair % 2 == 0 else ["ray", "stream"]
+            for kind in order:
+                if kind == "stream":
+                    row = run_stream(a, ckpt, smi, a.size, out_csv)
+                else:
+                    row = run_ray(a, ckpt, smi, a.size, out_ray)
+                row["tree_cpu_ms_per_molecule"] = round(1000 * row["tree_cpu_s"] / a.size, 3)
+                runs[kind].append({"pair": pair, **row})
+                print(json.dumps({"run": kind, **runs[kind][-1]}), file=sys.stderr)
+            runs["ray"][-1]["output"] = compare(out_csv, out_ray)
+    finally:
+        load.append(os.getloadavg()[0])
+        shutil.rmtree(work, ignore_errors=True)
+    stream, ray = runs["stream"], runs["ray"]
+    ratio = median(ray, "molecules_per_s") / median(stream, "molecules_per_s")
+    per_pair = [
+        round(r["molecules_per_s"] / s["molecules_per_s"], 3)
+        for s, r in zip(stream, ray, strict=True)
+    ]
+    summary = {
+        "molecules": a.size,
+        "stream_molecules_per_s": median(stream, "molecules_per_s"),
+        "ray_molecules_per_s": median(ray, "molecules_per_s"),
+        "throughput_ratio": round(ratio, 3),
+        "throughput_ratio_per_pair": per_pair,
+        # the CPU time of each command's whole process tree (Ray: the cluster's too)
+        "stream_cpu_ms_per_molecule": median(stream, "tree_cpu_ms_per_molecule"),
+        "ray_cpu_ms_per_molecule": median(ray, "tree_cpu_ms_per_molecule"),
+        "stream_peak_pss_gib": round(max(r["peak_pss_mib"] for r in stream) / 1024, 2),
+        "ray_peak_pss_gib": round(max(r["peak_pss_mib"] for r in ray) / 1024, 2),
+        "ray_peak_rss_gib": round(max(r["peak_rss_mib"] for r in ray) / 1024, 2),
+        "target_throughput_ratio_0_8_met": ratio >= 0.8,
+        "outputs_ok": all(r["output"]["ok"] for r in ray),
+        "max_abs_difference_y": max(r["output"]["max_abs_difference_y"] for r in ray),
+    }
+    report = {
+        "benchmark": "predict --engine ray against streaming predict",
+        "date": datetime.date.today().isoformat(),
+        "config": {
+            "preset": a.preset,
+            **model,
+            "pairs": a.pairs,
+            **stream_config(a),
+            "rows_per_block": a.rows_per_block,
+            "object_store_mib": a.object_store_mib,
+            "actors": a.actors or os.cpu_count(),
+            "cluster": "started by the command on this machine (ray.init), all its cores",
+            "ray": _ray_version(),
+            "gpu": None,
+            "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
+            "load_average_1min_start_end": [round(x, 2) for x in load],
+        },
+        "summary": summary,
+        "runs": runs,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+    }
+    text = json.dumps(report, indent=2, default=lambda x: None if math.isnan(x) else x)
+    if a.json:
+        Path(a.json).write_text(text + "\n")
+    print(text)
+
+
+def _ray_version() -> str | None:
+    try:
+        import ray
+    except ImportError:
+        return None
+    return ray.__version__
+
+
+if __name__ == "__main__":
+    main()
