@@ -21,26 +21,20 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 import os
-import platform
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
-from _moses import moses_smiles_file
-from bench_predict import first_lines, make_checkpoint, run_stream, stream_config
-
-from graphormer_urpe.datasets.domain import record_of_smiles
-from graphormer_urpe.inference.stream import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_CHUNK_SIZE,
-    DEFAULT_WORKERS,
+from bench_predict import (
+    bench_inputs,
+    median,
+    pair_arguments,
+    pair_report,
+    run_stream,
 )
 
 GIB = 2**30
@@ -69,42 +63,22 @@ def check_array(path: Path, smi: Path, n: int) -> dict:
     }
 
 
-def median(runs: list[dict], key: str) -> float:
-    return round(statistics.median(r[key] for r in runs), 2)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=1_000_000, help="MOSES molecules (default 1M)")
     p.add_argument("--pairs", type=int, default=1, help="plain/embeddings run pairs")
-    p.add_argument("--preset", default="small")
-    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default predict's)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--domain-molecules", type=int, default=10_000)
-    p.add_argument("--smiles-file", default=None, help="one SMILES a line, instead of MOSES")
-    p.add_argument("--json", default=None, help="also write the report here")
-    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    pair_arguments(p)
     a = p.parse_args()
     a.no_similarity = False  # what run_stream reads: predict as a user runs it
     if a.smoke:
         a.size, a.pairs, a.domain_molecules = 300, 1, min(a.domain_molecules, 300)
     work = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
 
-    def molecules(n: int) -> Path:
-        return first_lines(a.smiles_file, n, work) if a.smiles_file else moses_smiles_file(n)
-
     load = [os.getloadavg()[0]]
     runs: dict[str, list[dict]] = {"predict": [], "embeddings": []}
     try:
-        domain = None
-        if a.domain_molecules:
-            with open(molecules(a.domain_molecules)) as fh:
-                domain = record_of_smiles([line.split()[0] for line in fh]).to_dict()
-        ckpt = work / f"{a.preset}.pt"
-        model = make_checkpoint(a.preset, ckpt, domain)
+        molecules, ckpt, model = bench_inputs(a, work)
         smi, npy = molecules(a.size), work / "emb.npy"
         for pair in range(a.pairs):
             order = ["predict", "embeddings"] if pair % 2 == 0 else ["embeddings", "predict"]
@@ -141,24 +115,7 @@ def main() -> None:
         "target_peak_2_gib_met": peak_pss <= 2.0,
         "arrays_ok": all(r["array"]["ok"] for r in emb),
     }
-    report = {
-        "benchmark": "predict --embeddings",
-        "date": datetime.date.today().isoformat(),
-        "config": {
-            "preset": a.preset,
-            **model,
-            "pairs": a.pairs,
-            **stream_config(a),
-            "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
-            "load_average_1min_start_end": [round(x, 2) for x in load],
-        },
-        "summary": summary,
-        "runs": runs,
-        "torch": torch.__version__,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "python": sys.version.split()[0],
-    }
+    report = pair_report("predict --embeddings", a, model, load, summary, runs)
     text = json.dumps(report, indent=2)
     if a.json:
         Path(a.json).write_text(text + "\n")

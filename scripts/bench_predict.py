@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import itertools
 import json
 import os
@@ -82,6 +83,67 @@ def make_checkpoint(preset: str, path: Path, domain: dict | None = None) -> dict
         "parameters": sum(p.numel() for p in model.parameters()),
         "hops": model.config.multi_hop_max_dist,
     }
+
+
+def pair_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of the benchmarks that run ``predict`` beside a variant of it, in pairs."""
+    p.add_argument("--preset", default="small")
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default predict's)")
+    p.add_argument("--domain-molecules", type=int, default=10_000)
+    p.add_argument("--smiles-file", default=None, help="one SMILES a line, instead of MOSES")
+    p.add_argument("--json", default=None, help="also write the report here")
+    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+
+
+def median(runs: list[dict], key: str) -> float:
+    """The median of ``key`` over ``runs``, to 2 decimals."""
+    return round(statistics.median(r[key] for r in runs), 2)
+
+
+def pair_report(
+    name: str, a: argparse.Namespace, model: dict, load: list, summary: dict, runs: dict, **extra
+) -> dict:
+    """A paired benchmark's JSON report: its settings (``extra`` among them), the summary,
+    every run and the machine."""
+    return {
+        "benchmark": name,
+        "date": datetime.date.today().isoformat(),
+        "config": {
+            "preset": a.preset,
+            **model,
+            "pairs": a.pairs,
+            **stream_config(a),
+            **extra,
+            "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
+            "load_average_1min_start_end": [round(x, 2) for x in load],
+        },
+        "summary": summary,
+        "runs": runs,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+    }
+
+
+def bench_inputs(a: argparse.Namespace, work: Path) -> tuple:
+    """What the ``predict`` benchmarks share: ``molecules(n)``, a file of the first ``n`` MOSES
+    SMILES (or of ``a.smiles_file``); an untrained ``a.preset`` checkpoint in ``work`` whose
+    training domain holds the first ``a.domain_molecules`` of them; and its facts
+    (:func:`make_checkpoint`). Returns ``(molecules, checkpoint, facts)``."""
+
+    def molecules(n: int) -> Path:
+        return first_lines(a.smiles_file, n, work) if a.smiles_file else moses_smiles_file(n)
+
+    domain = None
+    if a.domain_molecules:
+        with open(molecules(a.domain_molecules)) as fh:
+            domain = record_of_smiles([line.split()[0] for line in fh]).to_dict()
+    ckpt = work / f"{a.preset}.pt"
+    return molecules, ckpt, make_checkpoint(a.preset, ckpt, domain)
 
 
 def _tree(proc: psutil.Process) -> list[psutil.Process]:

@@ -24,36 +24,28 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 import math
 import os
-import platform
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
-from _moses import moses_smiles_file
 from bench_predict import (
     REPO,
     _rates,
-    first_lines,
-    make_checkpoint,
+    bench_inputs,
     measure,
+    median,
+    pair_arguments,
+    pair_report,
     run_stream,
-    stream_config,
 )
 
-from graphormer_urpe.datasets.domain import record_of_smiles
 from graphormer_urpe.inference.stream_defaults import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_CHUNK_SIZE,
     DEFAULT_OBJECT_STORE_MIB,
     DEFAULT_ROWS_PER_BLOCK,
-    DEFAULT_WORKERS,
 )
 
 
@@ -97,44 +89,24 @@ def compare(stream_csv: Path, ray_folder: Path) -> dict:
     }
 
 
-def median(runs: list[dict], key: str) -> float:
-    return round(statistics.median(r[key] for r in runs), 2)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=100_000, help="MOSES molecules (default 100k)")
     p.add_argument("--pairs", type=int, default=1, help="streaming / ray run pairs")
-    p.add_argument("--preset", default="small")
-    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default predict's)")
     p.add_argument("--rows-per-block", type=int, default=DEFAULT_ROWS_PER_BLOCK)
     p.add_argument("--object-store-mib", type=int, default=DEFAULT_OBJECT_STORE_MIB)
     p.add_argument("--actors", type=int, default=None, help="default: one per core")
-    p.add_argument("--domain-molecules", type=int, default=10_000)
-    p.add_argument("--smiles-file", default=None, help="one SMILES a line, instead of MOSES")
-    p.add_argument("--json", default=None, help="also write the report here")
-    p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    pair_arguments(p)
     a = p.parse_args()
     a.device, a.no_similarity = "cpu", False  # what run_stream reads: predict as a user runs it
     if a.smoke:
         a.size, a.pairs, a.domain_molecules = 300, 1, min(a.domain_molecules, 300)
     work = Path(tempfile.mkdtemp(prefix="bench-ray-"))
 
-    def molecules(n: int) -> Path:
-        return first_lines(a.smiles_file, n, work) if a.smiles_file else moses_smiles_file(n)
-
     load = [os.getloadavg()[0]]
     runs: dict[str, list[dict]] = {"stream": [], "ray": []}
     try:
-        domain = None
-        if a.domain_molecules:
-            with open(molecules(a.domain_molecules)) as fh:
-                domain = record_of_smiles([line.split()[0] for line in fh]).to_dict()
-        ckpt = work / f"{a.preset}.pt"
-        model = make_checkpoint(a.preset, ckpt, domain)
+        molecules, ckpt, model = bench_inputs(a, work)
         smi = molecules(a.size)
         out_csv, out_ray = work / "stream.csv", work / "ray"
         for pair in range(a.pairs):
@@ -173,30 +145,20 @@ def main() -> None:
         "outputs_ok": all(r["output"]["ok"] for r in ray),
         "max_abs_difference_y": max(r["output"]["max_abs_difference_y"] for r in ray),
     }
-    report = {
-        "benchmark": "predict --engine ray against streaming predict",
-        "date": datetime.date.today().isoformat(),
-        "config": {
-            "preset": a.preset,
-            **model,
-            "pairs": a.pairs,
-            **stream_config(a),
-            "rows_per_block": a.rows_per_block,
-            "object_store_mib": a.object_store_mib,
-            "actors": a.actors or os.cpu_count(),
-            "cluster": "started by the command on this machine (ray.init), all its cores",
-            "ray": _ray_version(),
-            "gpu": None,
-            "data": a.smiles_file or "MOSES training SMILES (molsets 0.3.1), first N",
-            "load_average_1min_start_end": [round(x, 2) for x in load],
-        },
-        "summary": summary,
-        "runs": runs,
-        "torch": torch.__version__,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "python": sys.version.split()[0],
-    }
+    report = pair_report(
+        "predict --engine ray against streaming predict",
+        a,
+        model,
+        load,
+        summary,
+        runs,
+        rows_per_block=a.rows_per_block,
+        object_store_mib=a.object_store_mib,
+        actors=a.actors or os.cpu_count(),
+        cluster="started by the command on this machine (ray.init), all its cores",
+        ray=_ray_version(),
+        gpu=None,
+    )
     text = json.dumps(report, indent=2, default=lambda x: None if math.isnan(x) else x)
     if a.json:
         Path(a.json).write_text(text + "\n")
