@@ -19,7 +19,8 @@ Ray; the class needs nothing of it. Example::
 
     ds = ray.data.read_parquet("s3://bucket/library/")
     ds = ds.map_batches(Predictor, fn_constructor_args=("best.pt",), batch_size=4096,
-                        concurrency=8, num_cpus=1)       # num_gpus=1 for one GPU per actor
+                        compute=ray.data.ActorPoolStrategy(size=8),
+                        num_cpus=1)                      # num_gpus=1 for one GPU per actor
     ds.write_parquet("s3://bucket/predictions/")
 """
 
