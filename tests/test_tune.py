@@ -20,7 +20,7 @@ optuna = pytest.importorskip("optuna")
 from graphormer_urpe import cli  # noqa: E402
 from graphormer_urpe.tuning.budget import RESERVE_SECONDS, SearchBudget  # noqa: E402
 from graphormer_urpe.tuning.problem import Problem  # noqa: E402
-from graphormer_urpe.tuning.space import SearchSpace, suggest  # noqa: E402
+from graphormer_urpe.tuning.space import SearchSpace, check_space, suggest  # noqa: E402
 
 from .test_cli import SMILES  # noqa: E402
 
@@ -49,7 +49,8 @@ def tiny_space(monkeypatch):
 
     def small(args):
         config, tag = real(args)
-        return replace(config, space=replace(TINY, mol_features=config.space.mol_features)), tag
+        given = {k: getattr(config.space, k) for k in ("mol_features", "init_from", "loss")}
+        return replace(config, space=replace(TINY, **given)), tag
 
     monkeypatch.setattr(tune, "tune_config", small)
 
@@ -207,36 +208,72 @@ def _problem(**kw) -> Problem:
     return Problem(**{**fields, **kw})
 
 
+FIXED = dict(
+    lr=1e-3,
+    weight_decay=1e-3,
+    warmup_fraction=0.1,
+    batch_size=32,
+    dropout=0.1,
+    attention_dropout=0.1,
+    mol_features="rdkit2d",
+    loss="smooth_l1",
+    init_from="none",
+    hidden_dim=64,
+    num_layers=3,
+)
+"""A value for every parameter of the default space."""
+
+
 def _fixed(**params) -> optuna.trial.FixedTrial:
-    base = dict(
-        lr=1e-3,
-        weight_decay=1e-3,
-        warmup_fraction=0.1,
-        batch_size=32,
-        dropout=0.1,
-        attention_dropout=0.1,
-        mol_features="rdkit2d",
-        loss="smooth_l1",
-        init_from="none",
-        hidden_dim=64,
-        num_layers=3,
-    )
-    return optuna.trial.FixedTrial({**base, **params})
+    return optuna.trial.FixedTrial({**FIXED, **params})
 
 
-def test_pretrained_fixes_the_architecture_and_the_space_follows_the_task():
-    space = SearchSpace()
-    train, model = suggest(_fixed(init_from="pretrained"), space, _problem())
-    assert train["init_from"] == "pretrained" and "num_layers" not in model
-    assert "hidden_dim" not in model and train["loss"] == "smooth_l1"
-    train, model = suggest(_fixed(), space, _problem())
-    assert "init_from" not in train
-    assert model["num_layers"] == 3 and model["hidden_dim"] == model["ffn_dim"] == 64
-    binary = _problem(task_type="binary", is_csv=False, pretrained_fits=False)
-    train, model = suggest(_fixed(), space, binary)
-    assert "loss" not in train and "mol_features" not in train and "num_layers" in model
-    train, _ = suggest(_fixed(), replace(space, mol_features=("none",)), _problem())
-    assert "mol_features" not in train  # a --mol-features given is fixed, not searched
+def _fixed_without(*names: str, **params) -> optuna.trial.FixedTrial:
+    """A trial that cannot sample ``names`` (FixedTrial raises on a parameter it lacks)."""
+    values = {**FIXED, **params}
+    return optuna.trial.FixedTrial({k: v for k, v in values.items() if k not in names})
+
+
+def test_fixed_choices_are_used_and_never_sampled():
+    space = replace(SearchSpace(), init_from=("pretrained",), loss=("mse",))
+    trial = _fixed_without("init_from", "loss", "hidden_dim", "num_layers")
+    train, model = suggest(trial, space, _problem())
+    assert train["init_from"] == "pretrained" and train["loss"] == "mse"
+    assert "num_layers" not in model and "hidden_dim" not in model
+    scratch = replace(SearchSpace(), init_from=("none",))
+    train, model = suggest(_fixed_without("init_from"), scratch, _problem())
+    assert "init_from" not in train and model["num_layers"] == 3
+    with pytest.raises(ValueError, match="init_from"):  # the control: a space that samples it
+        suggest(_fixed_without("init_from"), SearchSpace(), _problem())
+
+
+def test_fixed_choices_a_set_cannot_take_are_refused():
+    other_atoms = _problem(pretrained_fits=False)
+    with pytest.raises(ValueError, match="--init-from pretrained needs"):
+        check_space(replace(SearchSpace(), init_from=("pretrained",)), other_atoms)
+    check_space(replace(SearchSpace(), init_from=("none",)), other_atoms)
+    with pytest.raises(ValueError, match="--loss applies to regression"):
+        check_space(replace(SearchSpace(), loss=("mse",)), _problem(task_type="binary"))
+    check_space(SearchSpace(), _problem(task_type="binary"))
+
+
+def test_cli_fixes_what_is_given_and_a_study_keeps_its_space(table, tmp_path, capsys):
+    from graphormer_urpe.cli import build_parser, tune
+
+    args = build_parser().parse_args(_tune(table, tmp_path / "x", "--init-from", "none"))
+    space = tune.tune_config(args)[0].space
+    assert space.init_from == ("none",) and len(space.loss) == 2 and len(space.mol_features) == 2
+    storage = str(tmp_path / "study.log")
+    first = _tune(table, tmp_path / "a", "--trials", "1", "--storage", storage, "--study", "s")
+    assert cli.main([*first, "--init-from", "none", "--loss", "mse"]) == 0
+    rows = _trials(tmp_path / "a")
+    assert len(rows) == 1 and "param_init_from" not in rows[0] and "param_loss" not in rows[0]
+    capsys.readouterr()
+    assert cli.main([*first[:-1], "s2"]) == 0  # the control: another study name is welcome
+    capsys.readouterr()
+    assert cli.main([*first, "--init-from", "none"]) == 2  # the loss is no longer fixed
+    err = _one_line_error(capsys)
+    assert "study 's' was made with another search space" in err and "loss" in err
 
 
 def test_a_set_too_small_for_a_validation_split_is_refused(tmp_path, capsys):

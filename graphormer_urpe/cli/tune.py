@@ -35,7 +35,8 @@ OPTUNA_MISSING = "tune needs Optuna: pip install 'graphormer-urpe[tune]' (or pip
 def tune_config(args: argparse.Namespace):
     """The :class:`~graphormer_urpe.tuning.config.TuneConfig` of ``graphormer-urpe tune ARGS``
     and the data's short name: trials start from the ``small`` preset with URPE attention
-    and the data and run flags given; a ``--mol-features`` given is fixed, not searched."""
+    and the data and run flags given; a ``--mol-features``, ``--init-from`` or ``--loss``
+    given is fixed, not searched."""
     from ..runtime.config import make_config
     from ..tuning.config import TuneConfig
     from .train import _dataset_tag
@@ -54,8 +55,8 @@ def tune_config(args: argparse.Namespace):
         epochs=args.epochs,
         seed=args.sampler_seed,
     )
-    if args.mol_features is not None:
-        config.space = replace(config.space, mol_features=(args.mol_features,))
+    fixed = {"mol_features": args.mol_features, "init_from": args.init_from, "loss": args.loss}
+    config.space = replace(config.space, **{k: (v,) for k, v in fixed.items() if v is not None})
     return config, tag
 
 
@@ -63,12 +64,13 @@ def run_tune(args: argparse.Namespace) -> int:
     """search hyper-parameters with Optuna (TPE, pruning), on one machine or many
 
     Search learning rate, weight decay, dropouts, layers, width, warm-up, batch size,
-    --mol-features, --init-from pretrained and the regression loss (MSE or Huber) with
-    Optuna's TPE sampler, pruning trials on their per-epoch validation metric, all within
-    --time-limit. OUT gets trials.csv, the best trial's config.json (train --config repeats
-    it), history.png and importances.png. The study lives in OUT/study.db unless --storage
-    names a shared database or journal file; running the same command again, or on other
-    machines at once, continues the same study. Needs the tune extra (Optuna)."""
+    --mol-features, --init-from pretrained and the regression loss (MSE or Huber; each of the
+    last three fixed instead when given) with Optuna's TPE sampler, pruning trials on their
+    per-epoch validation metric, all within --time-limit. OUT gets trials.csv, the best
+    trial's config.json (train --config repeats it), history.png and importances.png. The
+    study lives in OUT/study.db unless --storage names a shared database or journal file;
+    running the same command again, or on other machines at once, continues the same
+    study. Needs the tune extra (Optuna)."""
     try:
         import optuna  # noqa: F401
     except ImportError:
@@ -128,6 +130,17 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
         help="epochs per trial (default: each trial plans its steps to fill its share)",
     )
     s.add_argument("--sampler-seed", type=int, help="seed of the TPE sampler (default: fresh)")
+    s.add_argument(
+        "--init-from",
+        choices=["none", "pretrained"],
+        help="fix the start instead of searching it: pretrained (the shipped model; its "
+        "architecture, so layers and width are not searched) or none (from scratch)",
+    )
+    s.add_argument(
+        "--loss",
+        choices=["mse", "smooth_l1"],
+        help="regression: fix the loss instead of searching it (MSE or Huber)",
+    )
     r = p.add_argument_group("run")
     r.add_argument("--out", help="output folder (default runs/tune-DATASET)")
     _shared(r, "--device", "--no-progress")

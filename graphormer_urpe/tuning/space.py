@@ -6,7 +6,8 @@ stay honest: with ``init_from == "pretrained"`` the architecture is the pretrain
 checkpoint's, and the layers and width are not sampled at all (a TPE sampler then models
 them only on the trials that used them). ``mol_features`` is sampled for ``csv:`` sets
 only, the loss for regressions only, ``init_from`` only where the pretrained model's atom
-features are the set's.
+features are the set's. A choice left with one value (``tune --mol-features``,
+``--init-from``, ``--loss``) is fixed: every trial uses it and nothing is sampled for it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from .problem import Problem
 
-__all__ = ["SearchSpace", "suggest"]
+__all__ = ["SearchSpace", "check_space", "suggest"]
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,13 @@ def suggest(
     }
     if problem.is_csv and len(space.mol_features) > 1:
         train["mol_features"] = trial.suggest_categorical("mol_features", list(space.mol_features))
-    if problem.task_type == "regression" and len(space.loss) > 1:
-        train["loss"] = trial.suggest_categorical("loss", list(space.loss))
-    init = "none"
+    if problem.task_type == "regression":
+        train["loss"] = _choose(trial, "loss", space.loss)
+    init = space.init_from[0]
     if problem.pretrained_fits and len(space.init_from) > 1:
         init = trial.suggest_categorical("init_from", list(space.init_from))
+    elif len(space.init_from) > 1:
+        init = "none"
     if init != "none":
         train["init_from"] = init  # the checkpoint's architecture: nothing more to sample
     else:
@@ -81,3 +84,26 @@ def suggest(
             ffn_dim=hidden,
         )
     return train, model
+
+
+def _choose(trial: optuna.Trial, name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``: sampled, or the only one (fixed, nothing sampled)."""
+    if len(choices) == 1:
+        return choices[0]
+    return trial.suggest_categorical(name, list(choices))
+
+
+def check_space(space: SearchSpace, problem: Problem) -> None:
+    """Refuse fixed choices the problem cannot take.
+
+    Raises:
+        ValueError: ``init_from`` fixed to ``pretrained`` on a set whose atom features are not
+            the pretrained model's, or a regression loss fixed for a binary task.
+    """
+    if space.init_from == ("pretrained",) and not problem.pretrained_fits:
+        raise ValueError(
+            "--init-from pretrained needs the pretrained model's atom features (--featurizer "
+            "ogb); this set uses others"
+        )
+    if len(space.loss) == 1 and problem.task_type != "regression":
+        raise ValueError("--loss applies to regression targets; binary tasks train on BCE")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +18,17 @@ if TYPE_CHECKING:
     import optuna
 
     from .problem import Problem
+    from .space import SearchSpace
 
-__all__ = ["open_storage", "open_study", "default_storage", "FINGERPRINT_ATTR"]
+__all__ = ["open_storage", "open_study", "default_storage", "FINGERPRINT_ATTR", "SPACE_ATTR"]
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT_ATTR = "graphormer_urpe_fingerprint"
 """The study's user attribute that holds its problem's fingerprint."""
+
+SPACE_ATTR = "graphormer_urpe_space"
+"""The study's user attribute that holds its search space (ranges and fixed choices)."""
 
 STUDY_DB = "study.db"
 """The embedded default storage's file in the run folder."""
@@ -85,12 +90,14 @@ def open_study(
     problem: Problem,
     sampler: optuna.samplers.BaseSampler,
     pruner: optuna.pruners.BasePruner,
+    space: SearchSpace | None = None,
 ) -> optuna.Study:
-    """The study ``name`` in ``storage``, created for ``problem`` when new.
+    """The study ``name`` in ``storage``, created for ``problem`` (and ``space``) when new.
 
     Raises:
         ValueError: the study exists for another problem (another data file, target, task,
-            split or objective), or optimises in the other direction.
+            split or objective) or another search space (say a fixed ``--init-from``), or
+            optimises in the other direction.
     """
     import optuna
 
@@ -116,9 +123,24 @@ def open_study(
             f"study {name!r} was made for other data ({_difference(saved, problem.fingerprint)}); "
             "give another --study, or the data it was made for"
         )
+    if space is not None:
+        _check_space(study, name, json.loads(json.dumps(asdict(space))))
     if study.direction.name.lower() != direction:
         raise ValueError(f"study {name!r} does not {direction} {problem.objective}")
     return study
+
+
+def _check_space(study: optuna.Study, name: str, space: dict[str, Any]) -> None:
+    """Record ``space`` with a study that has none (new, or made before spaces were
+    recorded); refuse one made with another."""
+    saved = study.user_attrs.get(SPACE_ATTR)
+    if saved is None:
+        study.set_user_attr(SPACE_ATTR, space)
+    elif saved != space:
+        raise ValueError(
+            f"study {name!r} was made with another search space ({_difference(saved, space)}); "
+            "give another --study, or the same choices"
+        )
 
 
 def _difference(saved: dict[str, Any], now: dict[str, Any]) -> str:
