@@ -17,6 +17,9 @@ kept and skipped; the JSON report goes to ``--out``::
 
     python scripts/reproduce_tune_pilot.py --set bace --search-minutes 24 --minutes 3.3 \\
         --out docs/results/tune_pilot_bace.json
+
+``--tune-args`` passes more flags to the search (``--tune-args "--init-from pretrained"``
+searches the fine-tuning recipe of the pretrained start only).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -60,6 +64,7 @@ def search(a: argparse.Namespace, split: Path) -> Path:
         cmd += ["--out", str(Path(a.work) / f"{a.set}-search-{i}")]
         if task.classification:
             cmd += ["--task", "classification"]
+        cmd += shlex.split(a.tune_args)
         log = open(Path(a.work) / f"{a.set}-search-{i}.log", "w")  # noqa: SIM115 - closed by the process end
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
     for p in procs:
@@ -139,6 +144,7 @@ def report(a: argparse.Namespace, best: Path, runs: list[dict]) -> dict:
         "search": {
             "minutes": a.search_minutes,
             "processes": a.processes,
+            "tune_args": a.tune_args,
             "threads_per_process": 1,
             "trials": trials["state"].value_counts().to_dict(),
             "best_trial": int(best_row["number"]),
@@ -173,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--search-minutes", type=float, default=24.0)
     p.add_argument("--processes", type=int, default=2, help="tune commands on the one study")
     p.add_argument("--minutes", type=float, default=3.3, help="each scoring run's budget")
+    p.add_argument("--tune-args", default="", help="more tune flags: '--init-from pretrained'")
     p.add_argument("--out", required=True, help="the JSON report")
     a = p.parse_args(argv)
     a.work = a.work or str(WORK)
