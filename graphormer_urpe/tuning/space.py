@@ -69,11 +69,8 @@ def suggest(
         train["mol_features"] = trial.suggest_categorical("mol_features", list(space.mol_features))
     if problem.task_type == "regression":
         train["loss"] = _choose(trial, "loss", space.loss)
-    init = space.init_from[0]
-    if problem.pretrained_fits and len(space.init_from) > 1:
-        init = trial.suggest_categorical("init_from", list(space.init_from))
-    elif len(space.init_from) > 1:
-        init = "none"
+    # a pretrained start fixed on a set it does not fit is refused before (check_space)
+    init = _choose(trial, "init_from", space.init_from) if problem.pretrained_fits else "none"
     if init != "none":
         train["init_from"] = init  # the checkpoint's architecture: nothing more to sample
     else:
