@@ -159,7 +159,8 @@ def test_unreadable_checkpoints_say_in_words_what_is_wrong(tmp_path):
 
     class Evil:
         def __reduce__(self):
-            return (print, ("pwned",))
+            # not print: Ray, once imported by an earlier test, replaces builtins.print
+            return (zipfile.is_zipfile, ("pwned",))
 
     files = {
         "trunc.pt": (data[: len(data) // 2], "zip archive is truncated or damaged"),
@@ -169,7 +170,7 @@ def test_unreadable_checkpoints_say_in_words_what_is_wrong(tmp_path):
     for name, (content, _) in files.items():
         (tmp_path / name).write_bytes(content)
     torch.save({"format": "graphormer-urpe/1", "x": Evil()}, tmp_path / "evil.pt")
-    files["evil.pt"] = (None, "pickled Python object (print), which safe loading")
+    files["evil.pt"] = (None, "pickled Python object (zipfile.is_zipfile), which safe loading")
     torch.save({"format": "graphormer-urpe/1", "x": zipfile.ZipInfo("a")}, tmp_path / "obj.pt")
     files["obj.pt"] = (None, "pickled Python object (zipfile.ZipInfo)")
     torch.save({"w": 1, "step": 2}, tmp_path / "other.pt")
