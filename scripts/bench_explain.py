@@ -77,11 +77,12 @@ def read_splits(table: Path) -> dict:
     return rows
 
 
-def train(table: Path, work: Path, minutes: float, smoke: bool) -> Path:
+def train(table: Path, work: Path, minutes: float, smoke: bool, threads: int) -> Path:
     run = work / "run"
     args = ["train", "--dataset", f"csv:{table}", "--data-root", str(work / "data")]
     args += ["--cache-dir", str(work / "cache"), "--target-columns", "logp"]
-    args += ["--split-column", "split", "--out", str(run), "--threads", "1", "--no-progress"]
+    args += ["--split-column", "split", "--out", str(run), "--threads", str(threads)]
+    args += ["--no-progress"]
     if smoke:
         args += ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
         args += ["--epochs", "2", "--batch-size", "16"]
@@ -178,6 +179,7 @@ def main() -> None:
     p.add_argument("--explain", type=int, default=200, help="molecules explained per split")
     p.add_argument("--time-limit", type=float, default=10.0, help="training minutes")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (training, explaining)")
     p.add_argument("--baseline", default="mean", choices=["mean", "zero"])
     p.add_argument("--method", default=METHODS[0], choices=METHODS)
     p.add_argument("--permutations", type=int, default=32, help="shapley: orderings per molecule")
@@ -188,7 +190,7 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
     p.add_argument("--work", help="folder for the data and the run (kept; a run there is reused)")
     args = p.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     sizes = (64, 16, 16) if args.smoke else tuple(args.sizes)
     count = 5 if args.smoke else args.explain
     with tempfile.TemporaryDirectory() as tmp:
@@ -202,7 +204,7 @@ def main() -> None:
             rows = split_csv(Path(args.data), table, sizes, args.seed)
         run = work / "run"
         if not (run / "best.pt").exists():  # --work keeps a trained run for the next call
-            run = train(work / "logp.csv", work, args.time_limit, args.smoke)
+            run = train(work / "logp.csv", work, args.time_limit, args.smoke, args.threads)
         metrics = json.loads((run / "metrics.json").read_text())
         explainer = Explainer.from_loaded(
             [load_model(run / "best.pt", "cpu")],
@@ -230,7 +232,7 @@ def main() -> None:
             "explained_per_split": count,
             "model": "small preset (4 layers, width 64, URPE), ogb features",
             "training_minutes": None if args.smoke else args.time_limit,
-            "threads": 1,
+            "threads": args.threads,
             "baseline": args.baseline,
             "method": args.method,
             "permutations": args.permutations if args.method == "shapley" else None,

@@ -58,6 +58,8 @@ def test_hook_sees_each_validated_epoch_as_history_records_it(table, tmp_path, o
     for (_, m), row in zip(calls, rows, strict=True):
         assert {"rmse", "mae"} <= set(m)
         assert m["rmse"] == pytest.approx(float(row["valid_rmse"]), rel=1e-6)
+    progress = [m["progress"] for _, m in calls]  # the share of the planned steps done
+    assert progress == pytest.approx([0.5, 1.0])
     assert metrics["best_valid_rmse"] == pytest.approx(min(m["rmse"] for _, m in calls))
 
 

@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -245,6 +246,43 @@ def test_fixed_choices_are_used_and_never_sampled():
     assert "init_from" not in train and model["num_layers"] == 3
     with pytest.raises(ValueError, match="init_from"):  # the control: a space that samples it
         suggest(_fixed_without("init_from"), SearchSpace(), _problem())
+
+
+def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_path, monkeypatch):
+    from graphormer_urpe.training import loop, make_config
+    from graphormer_urpe.tuning import search
+    from graphormer_urpe.tuning.config import TuneConfig
+    from graphormer_urpe.tuning.trial import PROGRESS_STEPS, run_trial
+
+    study = optuna.create_study(direction="minimize", pruner=search._pruner())
+    for value in (1.0, 1.1, 1.2):  # three finished trials, far better at every tenth
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=value,
+                intermediate_values={k: value for k in range(1, PROGRESS_STEPS + 1)},
+                params={},
+                distributions={},
+            )
+        )
+    values = [5.0, 3.0, 4.0, 6.0, 2.5, 2.8, 3.5, 2.6, 2.7, 2.9, 2.4, 2.2]
+    seen: list[int] = []
+
+    def epochs(cfg, *args, on_epoch=None, **kw):  # 20 epochs planned, each a twentieth
+        for epoch in range(20):
+            seen.append(epoch)
+            on_epoch(epoch, {"rmse": values[epoch % len(values)], "progress": (epoch + 1) / 20})
+        return {"best_valid_rmse": 2.2}
+
+    monkeypatch.setattr(loop, "train", epochs)
+    base = make_config("small", dataset="csv:x.csv", target_columns=["y"])
+    config = TuneConfig(base=base, time_limit=1, out=str(tmp_path), space=TINY)
+    trial = study.ask()
+    with pytest.raises(optuna.TrialPruned, match="after epoch 9"):
+        run_trial(trial, config, _problem(), seconds=60)
+    assert seen == list(range(10))  # the tenth 5 (epoch 9) is the first it may be pruned at
+    best = np.minimum.accumulate(values[:10])  # epoch 2k - 1 is the first in tenth k
+    got = study.trials[-1].intermediate_values
+    assert got == {k: float(best[2 * k - 1]) for k in range(1, 6)}
 
 
 def test_fixed_choices_a_set_cannot_take_are_refused():

@@ -148,7 +148,8 @@ def train(
             raising).
         on_epoch: called after each validated epoch, once its history row and checkpoint
             are written, with the epoch and every validation metric of it (the selection
-            metric among them); an exception it raises ends the run there and reaches the
+            metric among them) and ``progress``, the share of the planned steps done; an
+            exception it raises ends the run there and reaches the
             caller (a hyper-parameter search prunes a trial this way).
 
     Returns:

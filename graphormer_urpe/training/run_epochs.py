@@ -177,6 +177,7 @@ class RunEpochs(RunState):
         return True
 
     def _report_epoch(self, epoch: int, metrics: dict[str, float] | None) -> None:
-        """Hand a validated epoch's metrics to the ``on_epoch`` hook of :func:`train`."""
+        """Hand a validated epoch's metrics, and ``progress`` (the share of the planned
+        steps done, in ``(0, 1]``), to the ``on_epoch`` hook of :func:`train`."""
         if metrics is not None and getattr(self, "on_epoch", None) is not None:
-            self.on_epoch(epoch, dict(metrics))
+            self.on_epoch(epoch, {**metrics, "progress": min(self.step / max(self.total, 1), 1.0)})

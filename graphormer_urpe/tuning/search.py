@@ -23,7 +23,7 @@ from .problem import Problem, load_problem
 from .report import SURPLUS_ATTR, best_config, ran, write_report
 from .space import check_space
 from .study import default_storage, open_storage, open_study
-from .trial import run_trial
+from .trial import PROGRESS_STEPS, run_trial
 
 if TYPE_CHECKING:
     import optuna
@@ -121,12 +121,17 @@ def _sampler(config: TuneConfig) -> optuna.samplers.BaseSampler:
 
 
 def _pruner() -> optuna.pruners.BasePruner:
-    """The median rule: a trial whose validation value at an epoch is worse than the median
-    of earlier trials' at that epoch stops, once 3 trials finished and after its 2 first
-    epochs."""
+    """The median rule: a trial whose best validation value after a tenth of its planned
+    steps (:data:`~.trial.PROGRESS_STEPS`) is worse than the median of earlier trials' after
+    the same tenth stops, once 3 trials finished, and never before half its steps.
+
+    Pruning after 2 epochs, as before, compared trials on how fast they start: in a BACE
+    pilot 40 of 47 prunings came at epoch 2 and the search kept only batches of 16, which
+    take four times the steps per epoch of 64 (docs/results/tuning.md).
+    """
     import optuna
 
-    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2)
+    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=PROGRESS_STEPS // 2)
 
 
 def _finished(study: optuna.Study) -> int:

@@ -3,10 +3,11 @@ per-epoch validation metric.
 
 The run is :func:`~graphormer_urpe.training.loop.train` with the trial's fields, in
 ``OUT/trials/trial-<number>``, under the trial's own time limit; its ``on_epoch`` hook
-reports the objective to Optuna after each validated epoch and raises
-:class:`optuna.TrialPruned` when the pruner says so. The trial keeps the run's resolved
-config (the steps and warm-up it planned) as a user attribute, so that the study alone,
-on whichever machine ran the trial, says how to train it again.
+reports the best validation value so far to Optuna at each tenth of the planned steps
+(:data:`PROGRESS_STEPS`) and raises :class:`optuna.TrialPruned` when the pruner says so.
+The trial keeps the run's resolved config (the steps and warm-up it planned) as a user
+attribute, so that the study alone, on whichever machine ran the trial, says how to train
+it again.
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ if TYPE_CHECKING:
     from .config import TuneConfig
     from .problem import Problem
 
-__all__ = ["run_trial", "trial_config", "CONFIG_ATTR"]
+__all__ = ["run_trial", "trial_config", "CONFIG_ATTR", "PROGRESS_STEPS"]
 
 log = logging.getLogger(__name__)
+
+PROGRESS_STEPS = 10
+"""A trial reports its best validation value so far at each tenth of its planned steps (the
+step Optuna sees is the tenth): trials are compared at equal shares of their time, so a
+small batch, which takes more steps per epoch, is not ahead of a large one by its epochs."""
 
 CONFIG_ATTR = "config"
 """The trial's user attribute holding its run's resolved ``config.json``."""
@@ -67,12 +73,20 @@ def run_trial(
 
     cfg = trial_config(trial, config, problem, seconds)
     objective = problem.objective
+    better = max if problem.maximize else min
+    best: list[float] = []  # the best value so far
+    reported: set[int] = set()
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
-        trial.report(metrics[objective], epoch)
+        best[:1] = [better(best[0], metrics[objective]) if best else metrics[objective]]
+        tenth = int(PROGRESS_STEPS * metrics["progress"])
+        if tenth < 1 or tenth in reported:
+            return
+        reported.add(tenth)
+        trial.report(best[0], tenth)
         if trial.should_prune():
             trial.set_user_attr(CONFIG_ATTR, _resolved(cfg))
-            raise optuna.TrialPruned(f"pruned after epoch {epoch}")
+            raise optuna.TrialPruned(f"pruned after epoch {epoch} ({tenth}/{PROGRESS_STEPS} done)")
 
     log.info("trial %d: %s (%.0f s)", trial.number, trial.params, seconds)
     metrics = train(cfg, progress=progress, on_epoch=report)
