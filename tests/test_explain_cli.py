@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from graphormer_urpe import cli
@@ -86,3 +87,42 @@ def test_explain_smiles_flag_no_pictures_and_a_missing_checkpoint(run, tmp_path,
     missing = ["explain", "--checkpoint", str(tmp_path / "nothing"), "--smiles", "C"]
     assert cli.main([*missing, "--out", str(out)]) == 2
     assert "graphormer-urpe: error:" in capsys.readouterr().err
+
+
+def test_pictures_colour_by_the_target_asked_for(tmp_path, monkeypatch):
+    from graphormer_urpe.inference import explain_io
+    from graphormer_urpe.inference.explain import MoleculeExplanation
+
+    drawn: list[tuple[list[float], str]] = []
+
+    def fake_draw(smiles, values, title, fmt):
+        drawn.append((list(values), title))
+        return b"\x89PNG" if fmt == "png" else "<svg/>"
+
+    monkeypatch.setattr(explain_io, "draw_contributions", fake_draw)
+    monkeypatch.setattr(explain_io, "draw_grid", lambda smiles, values, titles: b"\x89PNG")
+    e = MoleculeExplanation(
+        index=0,
+        smiles="CCO",
+        elements=["C", "C", "O"],
+        contributions=np.array([[1.0, -3.0], [2.0, 0.5], [3.0, 4.0]]),
+        prediction=np.array([6.0, 1.5]),
+        baseline=np.array([0.0, 0.0]),
+    )
+    for target, column in ((None, 0), ("b", 1)):
+        drawn.clear()
+        explain_io.write_explanations(
+            [e], tmp_path / str(target), ["a", "b"], picture_target=target
+        )
+        assert drawn[0][0] == e.contributions[:, column].tolist()
+        assert drawn[0][1].startswith(f"row 0: {'ab'[column]} = {e.prediction[column]:.3g}")
+    with pytest.raises(ValueError, match="'c' is not a target of this model; its targets: a, b"):
+        explain_io.write_explanations([e], tmp_path / "c", ["a", "b"], picture_target="c")
+
+
+def test_a_picture_target_the_model_lacks_is_one_line(run, tmp_path, capsys):
+    args = ["explain", "--checkpoint", str(run / "best.pt"), "--smiles", "CCN"]
+    assert cli.main([*args, "--out", str(tmp_path / "x"), "--picture-target", "logP"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --picture-target 'logP' is not a target" in err and "heavy_atoms" in err
+    assert not (tmp_path / "x").exists()

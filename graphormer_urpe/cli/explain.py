@@ -27,13 +27,14 @@ def run_explain(args: argparse.Namespace) -> int:
     Writes to --out:
     atoms.csv (row, smiles, atom_index, element, one contribution column per target, error),
     molecules.csv (prediction, baseline, descriptor term with --mol-features runs, picture),
-    mol-<row>.png and .svg (atoms coloured by the first target's contributions, a colour bar,
+    mol-<row>.png and .svg (atoms coloured by the contributions to --picture-target, by default
+    the first target, a colour bar,
     the prediction in the title) and grid.png (up to 50 molecules). Binary tasks are
     explained on the logit. An unreadable SMILES gets one atoms.csv row with the reason and no
     picture; a molecule of more than 100 heavy atoms is explained but not drawn."""
     import torch
 
-    from ..inference.explain_io import write_explanations
+    from ..inference.explain_io import picture_index, write_explanations
     from ..inference.predict_io import read_smiles
 
     torch.set_num_threads(args.threads)
@@ -44,6 +45,7 @@ def run_explain(args: argparse.Namespace) -> int:
         "baseline": args.baseline,
     }
     explainer = _explainer(args.checkpoint, args.device or "auto", **options)
+    picture_index(explainer.target_names, args.picture_target)  # a wrong name: before any work
     smiles = list(args.smiles) if args.smiles else list(read_smiles(args.input, args.smiles_column))
     explanations = explainer.explain_many(smiles, progress=not args.no_progress, total=len(smiles))
     summary = write_explanations(
@@ -53,6 +55,7 @@ def run_explain(args: argparse.Namespace) -> int:
         binary=explainer.task_type == "binary",
         pictures=not args.no_pictures,
         descriptors=explainer.mol_features is not None,
+        picture_target=args.picture_target,
     )
     for line in summary.not_drawn:
         print(f"graphormer-urpe: {line}", file=sys.stderr)
@@ -105,5 +108,10 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
         "embedding (default), or by zero",
     )
     p.add_argument("--no-pictures", action="store_true", help="write the CSVs only")
+    p.add_argument(
+        "--picture-target",
+        metavar="NAME",
+        help="the target whose contributions colour the pictures (default: the first)",
+    )
     p.add_argument("--threads", type=int, default=1, help="CPU threads for the model (default 1)")
     _shared(p, "--device", "--no-progress")

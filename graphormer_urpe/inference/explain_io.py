@@ -22,7 +22,7 @@ from ..io.files import write_atomic
 from .draw import MAX_GRID, TooLargeToDraw, draw_contributions, draw_grid
 from .explain import MoleculeExplanation
 
-__all__ = ["ExplainSummary", "atom_rows", "write_explanations"]
+__all__ = ["ExplainSummary", "atom_rows", "picture_index", "write_explanations"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,19 @@ class ExplainSummary:
     drawn: int = 0
     not_drawn: list[str] = field(default_factory=list)
     """``"row <i>: <reason>"`` for each readable molecule without a picture."""
+
+
+def picture_index(target_names: list[str], name: str | None) -> int:
+    """The column of target ``name`` (``None``: the first); ``ValueError`` names the
+    choices when the model has no such target."""
+    if name is None:
+        return 0
+    if name not in target_names:
+        raise ValueError(
+            f"--picture-target {name!r} is not a target of this model; its targets: "
+            + ", ".join(target_names)
+        )
+    return target_names.index(name)
 
 
 def _num(v: float) -> str:
@@ -52,15 +65,16 @@ def atom_rows(e: MoleculeExplanation, num_targets: int) -> list[list[str]]:
     ]
 
 
-def _title(e: MoleculeExplanation, target: str, binary: bool) -> str:
+def _title(e: MoleculeExplanation, target: str, j: int, binary: bool) -> str:
     what = f"logit {target}" if binary else target
-    return f"row {e.index}: {what} = {e.prediction[0]:.3g} (baseline {e.baseline[0]:.3g})"
+    return f"row {e.index}: {what} = {e.prediction[j]:.3g} (baseline {e.baseline[j]:.3g})"
 
 
-def _draw(e: MoleculeExplanation, out: Path, target: str, binary: bool) -> str:
-    """Writes ``mol-<row>.png`` and ``.svg``; returns the PNG's name or why there is none."""
-    title = _title(e, target, binary)
-    values = e.contributions[:, 0]
+def _draw(e: MoleculeExplanation, out: Path, target: str, j: int, binary: bool) -> str:
+    """Writes ``mol-<row>.png`` and ``.svg`` coloured by target ``j`` (named ``target``);
+    returns the PNG's name or why there is none."""
+    title = _title(e, target, j, binary)
+    values = e.contributions[:, j]
     try:
         png = draw_contributions(e.smiles, values, title, "png")
         svg = draw_contributions(e.smiles, values, title, "svg")
@@ -79,14 +93,17 @@ def write_explanations(
     binary: bool = False,
     pictures: bool = True,
     descriptors: bool = False,
+    picture_target: str | None = None,
 ) -> ExplainSummary:
     """Write every explanation into folder ``out`` (created); see the module's text.
 
-    Pictures colour atoms by the first target's contributions. The grid (``grid.png``) holds
+    Pictures colour atoms by the contributions to ``picture_target`` (default: the first
+    target; a name not in ``target_names`` raises ``ValueError``). The grid (``grid.png``) holds
     the first :data:`~graphormer_urpe.inference.draw.MAX_GRID` molecules that could be drawn.
     ``descriptors``: write the ``<target>_descriptors`` columns (a model with per-molecule
     features).
     """
+    j = picture_index(target_names, picture_target)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t = len(target_names)
@@ -108,7 +125,7 @@ def write_explanations(
         if e.error is not None:
             summary.failed += 1
         elif pictures:
-            picture = _draw(e, out, target_names[0], binary)
+            picture = _draw(e, out, target_names[j], j, binary)
             if picture.endswith(".png"):
                 summary.drawn += 1
                 if len(grid) < MAX_GRID:
@@ -130,8 +147,8 @@ def write_explanations(
     if grid:
         png = draw_grid(
             [e.smiles for e in grid],
-            [e.contributions[:, 0] for e in grid],
-            [f"row {e.index}: {e.prediction[0]:.3g}" for e in grid],
+            [e.contributions[:, j] for e in grid],
+            [f"row {e.index}: {e.prediction[j]:.3g}" for e in grid],
         )
         write_atomic(out / "grid.png", png)
     return summary
