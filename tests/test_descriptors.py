@@ -222,3 +222,51 @@ def test_another_rdkit_version_warns_once_per_process(caplog, monkeypatch):
             DescriptorNormalizer.from_dict(record)
     warned = [r for r in caplog.records if "RDKit 1999.01.1" in r.getMessage()]
     assert len(warned) == 1
+
+
+def test_two_builders_of_one_store_at_once_build_it_once(tmp_path, monkeypatch):
+    """Two searches' trials once built one store at the same moment and one failed: the
+    second builder now waits for the first and opens its store."""
+    import threading
+    import time
+
+    from graphormer_urpe.datasets import source
+
+    real, builds = source.build_molecule_cache, []
+
+    def slow_build(*args, **kw):  # holds the build open long enough for the other to arrive
+        builds.append(threading.get_ident())
+        time.sleep(0.5)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(source, "build_molecule_cache", slow_build)
+    records = MoleculeRecords(
+        rows=np.arange(len(FIXTURE)),
+        targets=np.zeros((len(FIXTURE), 0)),
+        target_names=[],
+        smiles=list(FIXTURE),
+    )
+    folder = store_dir("csv", "mols", {"case": "race"}, tmp_path)
+    opened, errors = [], []
+
+    def open_it():
+        try:
+            cache = open_store(
+                folder,
+                lambda: records,
+                featurizer="ogb",
+                description="mols",
+                descriptors=True,
+                progress=False,
+            )
+            opened.append(len(cache))
+        except Exception as exc:  # noqa: BLE001 - the assertion reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and opened == [len(FIXTURE)] * 2
+    assert len(builds) == 1

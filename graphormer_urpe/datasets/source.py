@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock
 
 from .featurize import InvalidMoleculeError
 from .store import (
@@ -143,26 +144,31 @@ def open_store(
             :func:`store_dir`, so that a store without them is not taken for one with them.
     """
     if not cache_is_complete(folder):
-        records = read()
-        logger.info("%s: building its store in %s (%d workers)", description, folder, workers)
-        build_molecule_cache(
-            folder,
-            records.smiles,
-            records.targets,
-            target_names=records.target_names,
-            featurizer=featurizer,
-            rows=records.rows,
-            graphs=records.graphs,
-            split=records.split,
-            keep_smiles=records.smiles is not None,
-            skipped=records.skipped,
-            workers=workers,
-            progress=progress,
-            description=description,
-            extra_meta=extra_meta,
-            descriptors=descriptors,
-        )
-        del records
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(folder.with_name(folder.name + ".lock")):  # one builder at a time
+            if not cache_is_complete(folder):  # else another process built it meanwhile
+                records = read()
+                logger.info(
+                    "%s: building its store in %s (%d workers)", description, folder, workers
+                )
+                build_molecule_cache(
+                    folder,
+                    records.smiles,
+                    records.targets,
+                    target_names=records.target_names,
+                    featurizer=featurizer,
+                    rows=records.rows,
+                    graphs=records.graphs,
+                    split=records.split,
+                    keep_smiles=records.smiles is not None,
+                    skipped=records.skipped,
+                    workers=workers,
+                    progress=progress,
+                    description=description,
+                    extra_meta=extra_meta,
+                    descriptors=descriptors,
+                )
+                del records
     cache = MoleculeCache(folder)
     if descriptors and not cache.has_descriptors:
         raise ValueError(
