@@ -14,6 +14,8 @@ counted. Every model reads those files:
 * ``chemprop``: Chemprop 2.x with its defaults (``chemprop train -i train valid test``), run
   from ``--chemprop`` (an executable, e.g. in a virtual environment made for the benchmark:
   ``python -m venv --system-site-packages ENV && ENV/bin/pip install 'chemprop>=2,<3'``);
+  ``chemprop-rdkit2d``: the same with ``--molecule-featurizers v1_rdkit_2d_normalized`` (the
+  normalised RDKit 2D descriptors of Chemprop 1, from descriptastorus);
 * ``urpe-scratch`` / ``urpe-pretrained`` / ``graphormer-pretrained``: ``graphormer-urpe train``
   from scratch, from ``--init-from`` (default ``pretrained``, the shipped checkpoint) and from
   ``--graphormer-init`` (a plain-Graphormer checkpoint pretrained with the same recipe; ESOL
@@ -54,7 +56,8 @@ WORK = Path.home() / ".cache" / "graphormer-urpe" / "bench" / "small_data"
 TOX21 = "NR-AR NR-AR-LBD NR-AhR NR-Aromatase NR-ER NR-ER-LBD NR-PPAR-gamma SR-ARE SR-ATAD5 "
 TOX21 += "SR-HSE SR-MMP SR-p53"
 OURS = ("urpe-scratch", "urpe-pretrained", "urpe-pretrained-rdkit2d", "graphormer-pretrained")
-MODELS = ("rf", "chemprop", *OURS)
+CHEMPROP = ("chemprop", "chemprop-rdkit2d")
+MODELS = ("rf", *CHEMPROP, *OURS)
 
 
 @dataclass(frozen=True)
@@ -168,12 +171,17 @@ def run_rf(task: Task, split: Path, out: Path, seed: int, trees: int) -> np.ndar
     return pred
 
 
-def run_chemprop(task: Task, split: Path, out: Path, seed: int, exe: str) -> np.ndarray:
-    """Chemprop 2.x with its defaults, then its predictions on the test file."""
+def run_chemprop(
+    task: Task, split: Path, out: Path, seed: int, exe: str, descriptors: bool = False
+) -> np.ndarray:
+    """Chemprop 2.x with its defaults (``descriptors``: and Chemprop 1's normalised RDKit 2D
+    descriptors), then its predictions on the test file."""
     kind = "classification" if task.classification else "regression"
     files = [str(split / f"{p}.csv") for p in ("train", "valid", "test")]
     targets = list(task.targets)
     common = ["--accelerator", "cpu", "--devices", "1", "--num-workers", "0"]
+    if descriptors:
+        common += ["--molecule-featurizers", "v1_rdkit_2d_normalized"]
     _call(
         [exe, "train", "-i", *files, "-s", "smiles", "--target-columns", *targets, "-t", kind]
         + ["-o", str(out / "chemprop"), "--pytorch-seed", str(seed), *common],
@@ -228,8 +236,8 @@ def run_one(a: argparse.Namespace, name: str, seed: int, model: str) -> dict:
     start = time.perf_counter()
     if model == "rf":
         pred = run_rf(task, split, out, seed, a.trees)
-    elif model == "chemprop":
-        pred = run_chemprop(task, split, out, seed, a.chemprop)
+    elif model in CHEMPROP:
+        pred = run_chemprop(task, split, out, seed, a.chemprop, model == "chemprop-rdkit2d")
     else:
         base = model.removesuffix("-rdkit2d")
         init = {"urpe-scratch": None, "urpe-pretrained": a.init_from}.get(base, a.graphormer_init)
@@ -267,7 +275,7 @@ def jobs(a: argparse.Namespace) -> list[list[tuple[str, int, str]]]:
         for model in a.models
         if model != "graphormer-pretrained" or name in ("esol", "lipophilicity")
     ]
-    first = [r for r in runs if r[2] in ("rf", "chemprop")]
+    first = [r for r in runs if r[2] in ("rf", *CHEMPROP)]
     return [first, [r for r in runs if r not in first]]
 
 
