@@ -77,12 +77,14 @@ def read_splits(table: Path) -> dict:
     return rows
 
 
-def train(table: Path, work: Path, minutes: float, smoke: bool, threads: int) -> Path:
+def train(
+    table: Path, work: Path, minutes: float, smoke: bool, threads: int, init: str | None
+) -> Path:
     run = work / "run"
     args = ["train", "--dataset", f"csv:{table}", "--data-root", str(work / "data")]
     args += ["--cache-dir", str(work / "cache"), "--target-columns", "logp"]
     args += ["--split-column", "split", "--out", str(run), "--threads", str(threads)]
-    args += ["--no-progress"]
+    args += ["--no-progress", *(["--init-from", init] if init else [])]
     if smoke:
         args += ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
         args += ["--epochs", "2", "--batch-size", "16"]
@@ -180,6 +182,10 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=10.0, help="training minutes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (training, explaining)")
+    p.add_argument(
+        "--init-from",
+        help="start training from this checkpoint (a run of this script: training in stages)",
+    )
     p.add_argument("--baseline", default="mean", choices=["mean", "zero"])
     p.add_argument("--method", default=METHODS[0], choices=METHODS)
     p.add_argument("--permutations", type=int, default=32, help="shapley: orderings per molecule")
@@ -204,7 +210,9 @@ def main() -> None:
             rows = split_csv(Path(args.data), table, sizes, args.seed)
         run = work / "run"
         if not (run / "best.pt").exists():  # --work keeps a trained run for the next call
-            run = train(work / "logp.csv", work, args.time_limit, args.smoke, args.threads)
+            run = train(
+                work / "logp.csv", work, args.time_limit, args.smoke, args.threads, args.init_from
+            )
         metrics = json.loads((run / "metrics.json").read_text())
         explainer = Explainer.from_loaded(
             [load_model(run / "best.pt", "cpu")],
@@ -233,6 +241,7 @@ def main() -> None:
             "model": "small preset (4 layers, width 64, URPE), ogb features",
             "training_minutes": None if args.smoke else args.time_limit,
             "threads": args.threads,
+            "init_from": args.init_from,
             "baseline": args.baseline,
             "method": args.method,
             "permutations": args.permutations if args.method == "shapley" else None,
