@@ -4,8 +4,9 @@ score the best configuration and the recommended defaults on seeds 1 and 2.
 The splits are the small-data benchmark's (:mod:`bench_small_data`: balanced scaffold
 splits 80/10/10, the same files for every model). The search runs ``--processes`` tune
 commands at once on one journal-file study (one CPU thread each) for ``--search-minutes``.
-On seeds 1 and 2, both models then train once for ``--minutes`` each (one thread, two at a
-time), from the shipped pretrained checkpoint or not as their recipe says:
+On seeds 1 and 2, both models then train once for ``--minutes`` each (by default Chemprop's
+mean wall time on the set in the small-data benchmark; one thread, two at a time), from the
+shipped pretrained checkpoint or not as their recipe says:
 
 * ``default``: the recommended ``train --init-from pretrained --mol-features rdkit2d``,
   every other setting at its default (the small-data benchmark's ``urpe-pretrained-rdkit2d``);
@@ -42,6 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_small_data import REPO, SETS, SHARED, _call, run_ours, score, write_splits  # noqa: E402
 
 WORK = Path.home() / ".cache" / "graphormer-urpe" / "bench" / "tune_pilot"
+
+
+def chemprop_minutes(name: str) -> float:
+    """Chemprop's mean wall time on set ``name`` in the small-data benchmark, in minutes."""
+    report = json.loads((REPO / "docs" / "small_data.json").read_text())
+    return round(report["sets"][name]["models"]["chemprop"]["wall_s_mean"] / 60, 2)
 
 
 def _files(split: Path) -> str:
@@ -178,11 +185,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--work", default=None, help="splits, searches and runs (kept, resumable)")
     p.add_argument("--search-minutes", type=float, default=24.0)
     p.add_argument("--processes", type=int, default=2, help="tune commands on the one study")
-    p.add_argument("--minutes", type=float, default=3.3, help="each scoring run's budget")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="each scoring run's budget (default: Chemprop's mean wall time on the set in "
+        "docs/small_data.json)",
+    )
     p.add_argument("--tune-args", default="", help="more tune flags: '--init-from pretrained'")
     p.add_argument("--out", required=True, help="the JSON report")
     a = p.parse_args(argv)
     a.work = a.work or str(WORK)
+    a.minutes = a.minutes or chemprop_minutes(a.set)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     splits = {s: write_splits(a.set, s, Path(a.data_dir), Path(a.work), None) for s in (0, 1, 2)}
     best = search(a, splits[0])
