@@ -283,6 +283,15 @@ def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_p
     best = np.minimum.accumulate(values[:10])  # epoch 2k - 1 is the first in tenth k
     got = study.trials[-1].intermediate_values
     assert got == {k: float(best[2 * k - 1]) for k in range(1, 6)}
+    # a trial as bad that reaches its last tenth at once is done, not pruned
+    monkeypatch.setattr(
+        loop,
+        "train",
+        lambda cfg, *a, on_epoch=None, **kw: (
+            on_epoch(0, {"rmse": 9.0, "progress": 1.0}) or {"best_valid_rmse": 9.0}
+        ),
+    )
+    assert run_trial(study.ask(), config, _problem(), seconds=60) == 9.0
 
 
 def test_fixed_choices_a_set_cannot_take_are_refused():

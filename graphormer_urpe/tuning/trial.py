@@ -80,7 +80,7 @@ def run_trial(
     def report(epoch: int, metrics: dict[str, float]) -> None:
         best[:1] = [better(best[0], metrics[objective]) if best else metrics[objective]]
         tenth = int(PROGRESS_STEPS * metrics["progress"])
-        if tenth < 1 or tenth in reported:
+        if not 1 <= tenth < PROGRESS_STEPS or tenth in reported:  # done: the trial's value
             return
         reported.add(tenth)
         trial.report(best[0], tenth)
