@@ -1,4 +1,5 @@
-"""``--mol-features rdkit2d``: normalised RDKit descriptors joined to the graph token."""
+"""``--mol-features``: normalised RDKit descriptors and Morgan counts joined to the graph
+token."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 from rdkit import Chem
-from rdkit.Chem import Descriptors
+from rdkit.Chem import AllChem, Descriptors
 
 from graphormer_urpe import cli
 from graphormer_urpe.datasets import DescriptorNormalizer, load_dataset
@@ -113,14 +114,53 @@ def test_csv_descriptors_are_normalised_with_the_training_split(tmp_path):
         load_dataset("nci5k", mol_features="rdkit2d")
 
 
-def test_train_predict_and_evaluate_with_molecule_features(tmp_path, capsys):
+def _morgan(smiles: list[str]) -> np.ndarray:
+    """Plain reference: RDKit's older hashed count fingerprint, log(1 + count)."""
+    out = np.zeros((len(smiles), 2048))
+    for i, s in enumerate(smiles):
+        fp = AllChem.GetHashedMorganFingerprint(Chem.MolFromSmiles(s), 2, nBits=2048)
+        for bit, count in fp.GetNonzeroElements().items():
+            out[i, bit] = np.log1p(count)
+    return out
+
+
+def test_morgan_counts_follow_the_descriptors(tmp_path):
+    table = _table(tmp_path / "mols.csv")
+    both = load_dataset(
+        f"csv:{table}",
+        target_columns=["heavy_atoms"],
+        split="scaffold",
+        mol_features="rdkit2d+morgan",
+    )
+    alone = load_dataset(
+        f"csv:{table}", target_columns=["heavy_atoms"], split="scaffold", mol_features="morgan"
+    )
+    assert both.num_mol_features == 202 + 2048 and alone.num_mol_features == 2048
+    assert "descriptors" not in alone.mol_features
+    for part in ("train", "test"):
+        ds, ds_alone = getattr(both, part), getattr(alone, part)
+        rows = list(range(len(ds)))
+        got = torch.cat([g.mol_x for g in ds.__getitems__(rows)]).numpy()
+        morgan = _morgan(ds.smiles())
+        np.testing.assert_allclose(got[:, 202:], morgan, rtol=1e-6)
+        got_alone = torch.cat([g.mol_x for g in ds_alone.__getitems__(rows)]).numpy()
+        np.testing.assert_allclose(got_alone, morgan, rtol=1e-6)
+        again = torch.cat([g.mol_x for g in ds.__getitems__(rows[::-1])]).numpy()  # kept
+        np.testing.assert_allclose(again[:, 202:], morgan[::-1], rtol=1e-6)
+    with pytest.raises(ValueError, match="csv: datasets"):
+        load_dataset("nci5k", mol_features="morgan")
+
+
+@pytest.mark.parametrize("kind", ["rdkit2d", "rdkit2d+morgan"])
+def test_train_predict_and_evaluate_with_molecule_features(tmp_path, capsys, kind):
     table = _table(tmp_path / "mols.csv")
     out = tmp_path / "run"
-    assert cli.main(_train_args(table, tmp_path / "data", out, "--mol-features", "rdkit2d")) == 0
+    assert cli.main(_train_args(table, tmp_path / "data", out, "--mol-features", kind)) == 0
     capsys.readouterr()
     metrics = json.loads((out / "metrics.json").read_text())
     config = json.loads((out / "config.json").read_text())
-    assert config["mol_features"] == "rdkit2d" and config["model"]["num_mol_features"] == 202
+    width = 202 + (2048 if "morgan" in kind else 0)
+    assert config["mol_features"] == kind and config["model"]["num_mol_features"] == width
     # predict recomputes the descriptors of new SMILES with the run's normalisation
     test = pd.read_csv(out / "test_predictions.csv")
     (tmp_path / "q.csv").write_text("smiles\n" + "\n".join(test["smiles"]) + "\n")

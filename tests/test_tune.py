@@ -309,7 +309,8 @@ def test_cli_fixes_what_is_given_and_a_study_keeps_its_space(table, tmp_path, ca
 
     args = build_parser().parse_args(_tune(table, tmp_path / "x", "--init-from", "none"))
     space = tune.tune_config(args)[0].space
-    assert space.init_from == ("none",) and len(space.loss) == 2 and len(space.mol_features) == 2
+    assert space.init_from == ("none",) and len(space.loss) == 2
+    assert space.mol_features == ("none", "rdkit2d", "rdkit2d+morgan")
     storage = str(tmp_path / "study.log")
     first = _tune(table, tmp_path / "a", "--trials", "1", "--storage", storage, "--study", "s")
     assert cli.main([*first, "--init-from", "none", "--loss", "mse"]) == 0

@@ -92,7 +92,9 @@ class DatasetSplits:
     @property
     def num_mol_features(self) -> int:
         """``K``, per-molecule features of each graph (``data.mol_x``); 0 without."""
-        return 0 if self.mol_features is None else len(self.mol_features["descriptors"]["names"])
+        from .mol_features import MolFeatureMaker
+
+        return 0 if self.mol_features is None else MolFeatureMaker.size_of(self.mol_features)
 
     def input_report(self) -> dict[str, int | None]:
         """What :func:`apply_input_policy` left out or flagged, for a run's metrics.

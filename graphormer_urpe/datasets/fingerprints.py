@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     from rdkit import Chem
 
-__all__ = ["NearestIndex", "morgan_bits", "nearest_index"]
+__all__ = ["NearestIndex", "morgan_bits", "morgan_generator", "nearest_index"]
 
 
 def morgan_bits(mols: Sequence[Chem.Mol], radius: int, bits: int) -> np.ndarray:
@@ -29,7 +29,7 @@ def morgan_bits(mols: Sequence[Chem.Mol], radius: int, bits: int) -> np.ndarray:
     ``GetMorganGenerator(radius, fpSize=bits)``, the same as ``DataStructs`` compares)."""
     out = np.zeros((len(mols), bits), dtype=np.uint8)
     if len(mols):
-        gen = _generator(radius, bits)
+        gen = morgan_generator(radius, bits)
         for i, mol in enumerate(mols):
             out[i] = gen.GetFingerprintAsNumPy(mol)
     return out
@@ -38,7 +38,8 @@ def morgan_bits(mols: Sequence[Chem.Mol], radius: int, bits: int) -> np.ndarray:
 _GENERATORS: dict[tuple[int, int], Any] = {}
 
 
-def _generator(radius: int, bits: int):
+def morgan_generator(radius: int, bits: int) -> Any:
+    """RDKit's Morgan fingerprint generator of ``radius`` and ``bits`` (one per process)."""
     key = (radius, bits)
     if key not in _GENERATORS:
         from rdkit.Chem import rdFingerprintGenerator

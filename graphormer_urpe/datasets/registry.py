@@ -406,8 +406,8 @@ def load_dataset(
         workers: processes that build a missing store.
         task: CSV: ``"regression"`` or ``"classification"`` (binary labels: BCE, ROC-AUC and
             PRC-AUC); the other sets have their own task.
-        mol_features: ``"none"`` or ``"rdkit2d"`` (CSV datasets): every graph carries its
-            normalised RDKit 2D descriptors as ``mol_x`` (:mod:`.mol_features`).
+        mol_features: one of :data:`~.mol_features.MOL_FEATURES` (CSV datasets): every
+            graph carries its molecule features as ``mol_x`` (:mod:`.mol_features`).
         mol_features_record: a run's ``DatasetSplits.mol_features``: normalise with its
             statistics instead of the training split's (evaluating a trained model).
 
@@ -428,7 +428,7 @@ def load_dataset(
     if task != "regression" and not name.startswith("csv:"):
         raise ValueError(f"task={task!r} applies to csv: datasets; {name} has its own task")
     descriptors = needs_descriptors(mol_features)
-    if descriptors and not name.startswith("csv:"):
+    if mol_features != "none" and not name.startswith("csv:"):
         raise ValueError(
             f"molecule features ({mol_features}) are computed for csv: datasets, not {name}"
         )

@@ -31,7 +31,7 @@ from .store_format import (
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 
-    from .descriptors import DescriptorNormalizer
+    from .mol_features import MolFeatureMaker
 
 __all__ = ["CachedGraphDataset", "MoleculeCache", "decode_graphs", "flat_graphs", "with_pointers"]
 
@@ -297,9 +297,9 @@ class CachedGraphDataset(Dataset):
         positions: ``[N]`` cache positions of this split's graphs, in order.
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
         name: the split's name, for messages.
-        mol_features: a fitted :class:`~.descriptors.DescriptorNormalizer` of the store's
-            descriptors: each ``Data`` then carries ``mol_x`` ``[1, K]`` float32, its
-            normalised descriptors (the model joins them to the graph token); ``None``: none.
+        mol_features: a fitted :class:`~.mol_features.MolFeatureMaker`: each ``Data`` then
+            carries ``mol_x`` ``[1, K]`` float32, its molecule features (the model joins
+            them to the graph token); ``None``: none.
     """
 
     def __init__(
@@ -309,17 +309,14 @@ class CachedGraphDataset(Dataset):
         multi_hop_max_dist: int = 5,
         name: str = "",
         *,
-        mol_features: DescriptorNormalizer | None = None,
+        mol_features: MolFeatureMaker | None = None,
     ) -> None:
         self.cache = cache
         self.positions = np.asarray(positions, dtype=np.int64)
         self.multi_hop_max_dist = int(multi_hop_max_dist)
         self.name = name
-        if mol_features is not None and list(mol_features.names) != cache.descriptor_names:
-            raise ValueError(
-                f"{cache.cache_dir}: its descriptors are not those of the molecule-feature "
-                "normaliser (a store built with descriptors=True of the same descriptor set)"
-            )
+        if mol_features is not None:
+            mol_features.check(cache)
         self.mol_features = mol_features
 
     def __len__(self) -> int:
@@ -348,8 +345,7 @@ class CachedGraphDataset(Dataset):
         pos = [self._pos(int(i)) for i in indices]
         graphs = self.cache.graphs(pos, self.multi_hop_max_dist)
         if self.mol_features is not None:
-            raw = self.cache.descriptors[np.asarray(pos, dtype=np.int64)]  # [n, K]
-            mol_x = torch.from_numpy(self.mol_features.transform(raw))
+            mol_x = torch.from_numpy(self.mol_features.of_store(self.cache, pos))  # [n, K]
             for g, row in zip(graphs, mol_x, strict=True):
                 g.mol_x = row.view(1, -1)
         return graphs

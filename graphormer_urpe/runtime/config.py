@@ -129,10 +129,11 @@ class TrainConfig:
     task: Literal["regression", "classification"] = "regression"
     """CSV datasets: ``classification`` reads every target as a binary label (0 / 1), trains
     one logit per target with BCE and selects on ROC-AUC (PRC-AUC reported too)."""
-    mol_features: Literal["none", "rdkit2d"] = "none"
+    mol_features: Literal["none", "rdkit2d", "morgan", "rdkit2d+morgan"] = "none"
     """CSV datasets: ``rdkit2d`` joins each molecule's 202 RDKit 2D descriptors, normalised
-    with the training split's statistics, to the graph representation before the head
-    (:mod:`~graphormer_urpe.datasets.mol_features`)."""
+    with the training split's statistics, to the graph representation before the head;
+    ``morgan`` its 2048-bit Morgan count fingerprint (radius 2, ``log(1 + count)``);
+    ``rdkit2d+morgan`` both (:mod:`~graphormer_urpe.datasets.mol_features`)."""
     split: Literal["random", "scaffold"] = "random"
     split_seed: int = 0
     """Seed of the random split (kept apart from ``seed`` so the split stays fixed)."""

@@ -38,7 +38,8 @@ class SearchSpace:
     hidden_dim: tuple[int, ...] = (32, 64, 128, 256)
     """Model widths; the feed-forward width follows it, the heads stay the preset's (8)."""
     batch_size: tuple[int, ...] = (16, 32, 64, 128)
-    mol_features: tuple[str, ...] = ("none", "rdkit2d")
+    mol_features: tuple[str, ...] = ("none", "rdkit2d", "rdkit2d+morgan")
+    """``--mol-features`` kinds (``morgan`` alone is left to ``tune --mol-features morgan``)."""
     init_from: tuple[str, ...] = ("none", "pretrained")
     loss: tuple[str, ...] = ("mse", "smooth_l1")
     """Regression losses: squared error or Huber (``smooth_l1``, threshold 1, on the
