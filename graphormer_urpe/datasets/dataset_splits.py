@@ -21,7 +21,7 @@ from .splitting import SPLITS
 if TYPE_CHECKING:
     from .store import MoleculeFailure
 
-__all__ = ["DatasetSplits", "unreadable_by_split"]
+__all__ = ["DatasetSplits", "mol_feature_count", "unreadable_by_split"]
 
 
 @dataclass
@@ -92,9 +92,7 @@ class DatasetSplits:
     @property
     def num_mol_features(self) -> int:
         """``K``, per-molecule features of each graph (``data.mol_x``); 0 without."""
-        from .mol_features import MolFeatureMaker
-
-        return 0 if self.mol_features is None else MolFeatureMaker.size_of(self.mol_features)
+        return 0 if self.mol_features is None else mol_feature_count(self.mol_features)
 
     def input_report(self) -> dict[str, int | None]:
         """What :func:`apply_input_policy` left out or flagged, for a run's metrics.
@@ -135,6 +133,13 @@ class DatasetSplits:
             f"valid={len(self.valid)}, test={len(self.test)}, featurizer={self.featurizer!r}, "
             f"targets={targets}, metric={self.metric!r}, task={self.task_type!r})"
         )
+
+
+def mol_feature_count(record: dict) -> int:
+    """``K`` of a run's recorded molecule features (:attr:`DatasetSplits.mol_features`): its
+    descriptors, then its Morgan counts' bits."""
+    names = record.get("descriptors", {}).get("names", [])
+    return len(names) + int(record.get("morgan", {}).get("bits", 0))
 
 
 def unreadable_by_split(failures: Sequence[MoleculeFailure], method: str) -> dict[str, int]:

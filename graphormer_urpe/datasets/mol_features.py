@@ -125,12 +125,6 @@ class MolFeatureMaker:
             out["morgan"] = dict(self.morgan)
         return out
 
-    @staticmethod
-    def size_of(record: dict[str, Any]) -> int:
-        """``K`` of a recorded set of features."""
-        names = record.get("descriptors", {}).get("names", [])
-        return len(names) + int(record.get("morgan", {}).get("bits", 0))
-
     def check(self, cache: MoleculeCache) -> None:
         """``ValueError`` unless ``cache`` holds what these features are computed from."""
         if self.descriptors is not None and list(self.descriptors.names) != (

@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -31,9 +31,14 @@ from .store_format import (
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 
-    from .mol_features import MolFeatureMaker
-
-__all__ = ["CachedGraphDataset", "MoleculeCache", "decode_graphs", "flat_graphs", "with_pointers"]
+__all__ = [
+    "CachedGraphDataset",
+    "MolFeatureSource",
+    "MoleculeCache",
+    "decode_graphs",
+    "flat_graphs",
+    "with_pointers",
+]
 
 
 # --------------------------------------------------------------------------------------
@@ -286,6 +291,16 @@ class MoleculeCache:
         return f"MoleculeCache({str(self.cache_dir)!r}, graphs={len(self)})"
 
 
+class MolFeatureSource(Protocol):
+    """What a split needs of its molecule features (:class:`~.mol_features.MolFeatureMaker`)."""
+
+    def check(self, cache: MoleculeCache) -> None:
+        """``ValueError`` unless ``cache`` holds what the features are computed from."""
+
+    def of_store(self, cache: MoleculeCache, positions: Sequence[int]) -> np.ndarray:
+        """``[n, K]`` float32 features of the graphs at store ``positions``."""
+
+
 class CachedGraphDataset(Dataset):
     """A split of a :class:`MoleculeCache` as a map-style dataset of PyG ``Data``.
 
@@ -309,7 +324,7 @@ class CachedGraphDataset(Dataset):
         multi_hop_max_dist: int = 5,
         name: str = "",
         *,
-        mol_features: MolFeatureMaker | None = None,
+        mol_features: MolFeatureSource | None = None,
     ) -> None:
         self.cache = cache
         self.positions = np.asarray(positions, dtype=np.int64)
