@@ -19,7 +19,12 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from graphormer_urpe import cli  # noqa: E402
-from graphormer_urpe.tuning.budget import RESERVE_SECONDS, SearchBudget  # noqa: E402
+from graphormer_urpe.tuning.budget import (  # noqa: E402
+    DEFAULT_TRIALS,
+    RESERVE_SECONDS,
+    SearchBudget,
+    planned_trials,
+)
 from graphormer_urpe.tuning.problem import Problem  # noqa: E402
 from graphormer_urpe.tuning.space import SearchSpace, check_space, suggest  # noqa: E402
 
@@ -192,6 +197,33 @@ def test_budget_shares_the_limit_and_keeps_within_it():
     assert b.share == pytest.approx(0.75 * usable / 6)
     with pytest.raises(ValueError, match="--time-limit"):
         SearchBudget(minutes=0)
+
+
+def test_trial_minutes_give_each_trial_that_time_and_must_fit(table, tmp_path):
+    """``--trial-minutes``: every trial and ensemble member gets it, as many trials start as
+    fit the rest of the limit, and a length the limit cannot hold is refused."""
+    assert planned_trials(10, None, 3) == 3 and planned_trials(10, 7, 3) == 7
+    assert planned_trials(10, None, None) == DEFAULT_TRIALS
+    b = SearchBudget(minutes=10, planned=3, ensemble=1, started=0.0, trial_minutes=3)
+    b.begin(60.0)  # a slow set-up does not shorten a fixed share
+    assert b.share == 180 and b.ensemble_seconds() == 180
+    clock, spent = 60.0, []
+    while (s := b.trial_seconds(clock)) is not None:
+        spent.append(s)
+        clock += s
+    # 594 s usable less the 5 s reserve, the set-up and the member: 349 s, one 180 s trial;
+    # the 169 s left would hold half a share, but a trial of fixed length runs whole or not
+    assert spent == [180] and 0.99 * 600 - RESERVE_SECONDS - 60 - 2 * 180 < 180
+    assert clock + b.ensemble_seconds() <= b.end
+    with pytest.raises(ValueError, match="--trial-minutes 3 does not fit --time-limit 5"):
+        SearchBudget(minutes=5, ensemble=1, trial_minutes=3)
+    with pytest.raises(ValueError, match="--trial-minutes"):
+        SearchBudget(minutes=5, trial_minutes=0)
+    from graphormer_urpe.cli import build_parser, tune
+
+    args = build_parser().parse_args(_tune(table, tmp_path, "--trial-minutes", "0.5"))
+    config = tune.tune_config(args)[0]
+    assert config.trial_minutes == 0.5
 
 
 def _problem(**kw) -> Problem:

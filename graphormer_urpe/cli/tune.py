@@ -53,6 +53,7 @@ def tune_config(args: argparse.Namespace):
         final_ensemble=args.final_ensemble,
         out=args.out or os.path.join("runs", f"tune-{tag}"),
         epochs=args.epochs,
+        trial_minutes=args.trial_minutes,
         seed=args.sampler_seed,
     )
     fixed = {"mol_features": args.mol_features, "init_from": args.init_from, "loss": args.loss}
@@ -128,6 +129,14 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
         "--epochs",
         type=int,
         help="epochs per trial (default: each trial plans its steps to fill its share)",
+    )
+    s.add_argument(
+        "--trial-minutes",
+        type=float,
+        metavar="MIN",
+        help="each trial's (and ensemble member's) time; give the time the chosen recipe "
+        "will train in, since a recipe is tuned for its budget (default: an equal share of "
+        "--time-limit, 1/12 of it unless --trials is given)",
     )
     s.add_argument("--sampler-seed", type=int, help="seed of the TPE sampler (default: fresh)")
     s.add_argument(

@@ -5,8 +5,10 @@ Each trial is a training run with a time limit of its own (the run stops cleanly
 tests its best checkpoint, :func:`~graphormer_urpe.training.loop.train`). The budget keeps
 a reserve for what follows the last trial (the report, its plots) and shares the rest out:
 ``planned`` trials and the ensemble's ``K`` members get equal shares of what is left once
-the search is set up (:meth:`SearchBudget.begin`); a trial starts only
-while half a share is left, and gets at most what is left.
+the search is set up (:meth:`SearchBudget.begin`), or ``--trial-minutes`` each when given
+(a recipe is tuned for the budget it is searched in: give the time its training will have);
+a trial starts only while half a share is left (a whole one with ``--trial-minutes``), and
+gets at most what is left.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["SearchBudget", "DEFAULT_TRIALS", "RESERVE_SECONDS"]
+__all__ = ["SearchBudget", "DEFAULT_TRIALS", "RESERVE_SECONDS", "planned_trials"]
 
 DEFAULT_TRIALS = 12
 """Trials planned per process when ``--trials`` is not given (the time limit decides)."""
@@ -35,12 +37,15 @@ class SearchBudget:
         planned: trials this process plans to run (``--trials``, else :data:`DEFAULT_TRIALS`).
         ensemble: members of the final ensemble (0: none).
         started: the ``time.perf_counter()`` the limit counts from.
+        trial_minutes: each trial's (and ensemble member's) time; ``None``: an equal share
+            of the limit.
     """
 
     minutes: float
     planned: int = DEFAULT_TRIALS
     ensemble: int = 0
     started: float = field(default_factory=time.perf_counter)
+    trial_minutes: float | None = None
 
     def __post_init__(self) -> None:
         self.search_started = self.started  # until begin()
@@ -48,6 +53,14 @@ class SearchBudget:
             raise ValueError(f"--time-limit must be positive, got {self.minutes:g} minutes")
         if self.planned < 1:
             raise ValueError(f"--trials must be at least 1, got {self.planned}")
+        if self.trial_minutes is not None:
+            usable = (self.end - self.started) / 60
+            if self.trial_minutes <= 0 or (1 + self.ensemble) * self.trial_minutes > usable:
+                raise ValueError(
+                    f"--trial-minutes {self.trial_minutes:g} does not fit --time-limit "
+                    f"{self.minutes:g}: it must hold one trial and the {self.ensemble} "
+                    f"ensemble members of that length ({usable:.2f} minutes are usable)"
+                )
 
     @property
     def end(self) -> float:
@@ -62,6 +75,8 @@ class SearchBudget:
     @property
     def share(self) -> float:
         """Seconds of one trial (and of one ensemble member)."""
+        if self.trial_minutes is not None:
+            return 60 * self.trial_minutes
         return max(self.end - self.search_started, 0.0) / (self.planned + self.ensemble)
 
     def ensemble_seconds(self) -> float:
@@ -72,7 +87,8 @@ class SearchBudget:
         """The next trial's time limit in seconds; ``None``: no time for another trial."""
         now = time.perf_counter() if now is None else now
         left = self.end - self.ensemble_seconds() - now
-        if left < MIN_SHARE * self.share or left <= 0:
+        least = self.share if self.trial_minutes is not None else MIN_SHARE * self.share
+        if left < least or left <= 0:  # a fixed length: only whole trials, comparable ones
             return None
         return min(self.share, left)
 
@@ -80,3 +96,13 @@ class SearchBudget:
         """Seconds left until :attr:`end`."""
         now = time.perf_counter() if now is None else now
         return max(self.end - now, 0.0)
+
+
+def planned_trials(minutes: float, trials: int | None, trial_minutes: float | None) -> int:
+    """Trials one process plans: ``trials`` when given, else as many ``trial_minutes`` as fit
+    ``minutes``, else :data:`DEFAULT_TRIALS`."""
+    if trials is not None:
+        return trials
+    if trial_minutes is not None and trial_minutes > 0:
+        return max(1, int(minutes // trial_minutes))
+    return DEFAULT_TRIALS

@@ -26,6 +26,7 @@ class TuneConfig:
             the search (0: none).
         out: the run folder (trials, report, the default storage).
         epochs: epochs per trial; ``None``: each trial plans its steps to fill its budget.
+        trial_minutes: each trial's budget; ``None``: an equal share of ``time_limit``.
         space: the ranges trials sample from.
         seed: the sampler's seed (``None``: a fresh one, which several processes need).
     """
@@ -38,5 +39,6 @@ class TuneConfig:
     final_ensemble: int = 0
     out: str = "runs/tune"
     epochs: int | None = None
+    trial_minutes: float | None = None
     space: SearchSpace = field(default_factory=SearchSpace)
     seed: int | None = None

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .budget import DEFAULT_TRIALS, SearchBudget
+from .budget import SearchBudget, planned_trials
 from .problem import Problem, load_problem
 from .report import SURPLUS_ATTR, best_config, ran, write_report
 from .space import check_space
@@ -60,8 +60,9 @@ def tune(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the search logs its own lines
     start = time.perf_counter() if started is None else started
+    planned = planned_trials(config.time_limit, config.trials, config.trial_minutes)
     budget = SearchBudget(
-        config.time_limit, config.trials or DEFAULT_TRIALS, config.final_ensemble, start
+        config.time_limit, planned, config.final_ensemble, start, config.trial_minutes
     )
     storage = open_storage(config.storage) if config.storage else None  # before any write
     problem = load_problem(config.base, tag)
@@ -72,7 +73,7 @@ def tune(
     if storage is None:  # the embedded default lives in the run folder
         out.mkdir(parents=True, exist_ok=True)
         storage = open_storage(url)
-    study = open_study(storage, name, problem, _sampler(config), _pruner(), config.space)
+    study = open_study(storage, name, problem, _sampler(config, planned), _pruner(), config.space)
     out.mkdir(parents=True, exist_ok=True)  # a study refused for other data: none made
     log.info(
         "study %s in %s: %d trials so far; objective valid %s (%s)",
@@ -96,7 +97,7 @@ def tune(
     return summary
 
 
-def _sampler(config: TuneConfig) -> optuna.samplers.BaseSampler:
+def _sampler(config: TuneConfig, planned: int) -> optuna.samplers.BaseSampler:
     """TPE after random start-up trials (a third of those planned, 5 to 10).
 
     The TPE is multivariate and grouped, so that it models parameters jointly within each
@@ -108,7 +109,7 @@ def _sampler(config: TuneConfig) -> optuna.samplers.BaseSampler:
     """
     import optuna
 
-    startup = min(10, max(5, (config.trials or DEFAULT_TRIALS) // 3))
+    startup = min(10, max(5, planned // 3))
     with warnings.catch_warnings():  # multivariate, group and constant_liar are "experimental"
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
