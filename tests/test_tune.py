@@ -19,6 +19,7 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from graphormer_urpe import cli  # noqa: E402
+from graphormer_urpe.runtime.config import TrainConfig  # noqa: E402
 from graphormer_urpe.tuning.budget import (  # noqa: E402
     DEFAULT_TRIALS,
     RESERVE_SECONDS,
@@ -324,6 +325,38 @@ def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_p
         ),
     )
     assert run_trial(study.ask(), config, _problem(), seconds=60) == 9.0
+
+
+def test_a_re_planned_trial_is_repeated_with_the_steps_and_warm_up_it_ended_with(
+    tmp_path, monkeypatch
+):
+    """A trial whose pacer re-planned 541 steps to 757 keeps 757 and its 81 warm-up steps
+    for ``train --config``; one that kept its plan keeps its config as written."""
+    from graphormer_urpe.runtime.config import plan_steps
+    from graphormer_urpe.training import loop, make_config
+    from graphormer_urpe.tuning.config import TuneConfig
+    from graphormer_urpe.tuning.trial import CONFIG_ATTR, run_trial
+
+    def run(planned):
+        def train(cfg, *a, on_epoch=None, **kw):
+            written = replace(cfg, max_steps=541, warmup_steps=81)  # what the loop records
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.out) / "config.json").write_text(written.to_json())
+            return {"best_valid_rmse": 1.0, "steps_planned": planned}
+
+        monkeypatch.setattr(loop, "train", train)
+        study = optuna.create_study()
+        trial = study.ask()
+        run_trial(trial, config, _problem(), seconds=60)
+        return TrainConfig.from_dict(trial.user_attrs[CONFIG_ATTR])
+
+    base = make_config("small", dataset="csv:x.csv", target_columns=["y"])
+    config = TuneConfig(base=base, time_limit=1, out=str(tmp_path), space=TINY)
+    config.space = replace(TINY, warmup_fraction=(0.15, 0.15))
+    again = run(757)
+    assert again.max_steps == 757 and plan_steps(again, 10)[::2] == (757, 81)
+    kept = run(541)
+    assert kept.warmup_fraction == 0.15 and plan_steps(kept, 10)[::2] == (541, 81)
 
 
 def test_fixed_choices_a_set_cannot_take_are_refused():

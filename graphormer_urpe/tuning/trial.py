@@ -7,7 +7,7 @@ reports the best validation value so far to Optuna at each tenth of the planned 
 (:data:`PROGRESS_STEPS`) and raises :class:`optuna.TrialPruned` when the pruner says so.
 The trial keeps the run's resolved config (the steps and warm-up it planned) as a user
 attribute, so that the study alone, on whichever machine ran the trial, says how to train
-it again.
+it again; a run whose pacer re-planned its steps keeps the plan it ended with.
 """
 
 from __future__ import annotations
@@ -90,14 +90,22 @@ def run_trial(
 
     log.info("trial %d: %s (%.0f s)", trial.number, trial.params, seconds)
     metrics = train(cfg, progress=progress, on_epoch=report)
-    trial.set_user_attr(CONFIG_ATTR, _resolved(cfg))
+    trial.set_user_attr(CONFIG_ATTR, _resolved(cfg, metrics.get("steps_planned")))
     for key in ("steps", "epochs_trained", "wall_seconds", f"test_{objective}"):
         if metrics.get(key) is not None:
             trial.set_user_attr(key, metrics[key])
     return float(metrics[f"best_valid_{objective}"])
 
 
-def _resolved(cfg: TrainConfig) -> dict:
-    """The run's ``config.json`` as written (steps and warm-up planned), else ``cfg``."""
+def _resolved(cfg: TrainConfig, planned: int | None = None) -> dict:
+    """The run's ``config.json`` as written (steps and warm-up planned), else ``cfg``.
+
+    ``planned``: the steps the run's schedule ended planned at. A run that fills its time
+    limit is re-planned when its steps run at another pace than measured (a BBBP trial went
+    from 541 to 757); repeating it then takes those steps and the warm-up it trained with
+    (in steps, no longer a fraction of them)."""
     path = Path(cfg.out) / "config.json"
-    return (read_config(path) if path.exists() else cfg).to_dict()
+    resolved = read_config(path) if path.exists() else cfg
+    if planned is not None and resolved.fill_time_limit and planned != resolved.max_steps:
+        resolved = replace(resolved, max_steps=planned, warmup_fraction=None, fit_warmup=False)
+    return resolved.to_dict()
