@@ -9,6 +9,11 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.datasets.descriptors import DESCRIPTOR_NAMES
+from graphormer_urpe.runtime.config import (
+    PRETRAINED_MOL_FEATURES,
+    make_config,
+    resolve_mol_features,
+)
 from graphormer_urpe.training import load_model, predict_smiles
 from graphormer_urpe.training.checkpoint import (
     SHIPPED,
@@ -62,3 +67,25 @@ def test_train_init_from_pretrained_starts_from_the_shipped_encoder(tmp_path):
     assert encoder and all(k in tuned and tuned[k].shape == shipped[k].shape for k in encoder)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["init_from"] == "pretrained"
+    # without --mol-features, the fine-tuning recipe's are joined before the head
+    config = json.loads((out / "config.json").read_text())
+    assert config["mol_features"] == PRETRAINED_MOL_FEATURES != "none"
+    assert config["model"]["num_mol_features"] == len(DESCRIPTOR_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("init_from", "dataset", "given", "used"),
+    [
+        ("pretrained", "csv:x.csv", "auto", PRETRAINED_MOL_FEATURES),
+        ("pretrained", "csv:x.csv", "none", "none"),  # a kind given is kept
+        ("pretrained", "csv:x.csv", "rdkit2d+morgan", "rdkit2d+morgan"),
+        (None, "csv:x.csv", "auto", "none"),  # from scratch
+        ("runs/a/best.pt", "csv:x.csv", "auto", "none"),  # another checkpoint
+        ("pretrained", "zinc", "auto", "none"),  # not a csv: set
+    ],
+)
+def test_auto_mol_features_are_the_recipes_only_for_the_pretrained_start_on_csv(
+    init_from, dataset, given, used
+):
+    config = make_config("small", dataset=dataset, init_from=init_from, mol_features=given)
+    assert resolve_mol_features(config).mol_features == used

@@ -177,12 +177,13 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     _shared(d, "--smiles-column", "--target-columns", "--split-column")
     d.add_argument(
         "--mol-features",
-        choices=["none", "rdkit2d", "morgan", "rdkit2d+morgan"],
+        choices=["auto", "none", "rdkit2d", "morgan", "rdkit2d+morgan"],
         help="CSV: rdkit2d joins each molecule's 202 RDKit 2D descriptors (normalised on the "
         "training split, cached in the store) to the graph representation before the head, "
         "as Chemprop's rdkit_2d_normalized features; morgan its 2048-bit Morgan count "
         "fingerprint (radius 2, log(1 + count)), as Chemprop's morgan_count; rdkit2d+morgan "
-        "both; predict computes them too; default none",
+        "both; predict computes them too; default auto: the fine-tuning recipe's "
+        "(rdkit2d) with --init-from pretrained, else none",
     )
     d.add_argument(
         "--task",

@@ -19,6 +19,8 @@ from ..graph.model import GraphormerConfig, get_preset
 
 __all__ = [
     "TrainConfig",
+    "PRETRAINED_MOL_FEATURES",
+    "resolve_mol_features",
     "TRAIN_PRESETS",
     "make_config",
     "override_config",
@@ -129,11 +131,14 @@ class TrainConfig:
     task: Literal["regression", "classification"] = "regression"
     """CSV datasets: ``classification`` reads every target as a binary label (0 / 1), trains
     one logit per target with BCE and selects on ROC-AUC (PRC-AUC reported too)."""
-    mol_features: Literal["none", "rdkit2d", "morgan", "rdkit2d+morgan"] = "none"
+    mol_features: Literal["auto", "none", "rdkit2d", "morgan", "rdkit2d+morgan"] = "auto"
     """CSV datasets: ``rdkit2d`` joins each molecule's 202 RDKit 2D descriptors, normalised
     with the training split's statistics, to the graph representation before the head;
     ``morgan`` its 2048-bit Morgan count fingerprint (radius 2, ``log(1 + count)``);
-    ``rdkit2d+morgan`` both (:mod:`~graphormer_urpe.datasets.mol_features`)."""
+    ``rdkit2d+morgan`` both (:mod:`~graphormer_urpe.datasets.mol_features`). ``auto``: the
+    fine-tuning recipe's (:data:`PRETRAINED_MOL_FEATURES`) for ``init_from="pretrained"`` on
+    a ``csv:`` set, else ``none`` (:func:`resolve_mol_features`; ``config.json`` records the
+    kind used)."""
     split: Literal["random", "scaffold"] = "random"
     split_seed: int = 0
     """Seed of the random split (kept apart from ``seed`` so the split stays fixed)."""
@@ -231,6 +236,20 @@ def override_config(
     model_given = {k: v for k, v in (model_overrides or {}).items() if v is not None}
     model = replace(config.model, **model_given) if model_given else config.model
     return replace(config, model=model, **given)
+
+
+PRETRAINED_MOL_FEATURES = "rdkit2d"
+"""The molecule features of the fine-tuning recipe (``--init-from pretrained`` on a ``csv:``
+set), chosen on the validation splits of six MoleculeNet sets (docs/results/tuning.md)."""
+
+
+def resolve_mol_features(config: TrainConfig) -> TrainConfig:
+    """``config`` with ``mol_features="auto"`` replaced by the kind it stands for: the
+    fine-tuning recipe's for the shipped pretrained start on a ``csv:`` set, else ``none``."""
+    if config.mol_features != "auto":
+        return config
+    recipe = config.init_from == "pretrained" and config.dataset.startswith("csv:")
+    return replace(config, mol_features=PRETRAINED_MOL_FEATURES if recipe else "none")
 
 
 def make_config(

@@ -13,7 +13,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
-from .config import TrainConfig
+from .config import TrainConfig, resolve_mol_features
 
 if TYPE_CHECKING:
     from ..datasets import DatasetSplits
@@ -86,6 +86,7 @@ def load_splits(config: TrainConfig, mol_features_record: dict | None = None):
     applies instead of the training split's own)."""
     from ..datasets import load_dataset
 
+    config = resolve_mol_features(config)
     return load_dataset(
         config.dataset,
         root=config.data_root,

@@ -51,7 +51,7 @@ from ..inference.prediction import _evaluate as _evaluate
 from ..inference.prediction import predict, predict_dataset
 from ..io.checkpoint import CheckpointKeeper, TrainingInterrupted, stop_requests, write_atomic
 from ..runtime.capture import CapturedForward
-from ..runtime.config import TrainConfig, plan_steps
+from ..runtime.config import TrainConfig, plan_steps, resolve_mol_features
 from ..runtime.distributed import DistContext, init_distributed
 from ..runtime.inputs import _default_loss as _default_loss
 from ..runtime.inputs import (
@@ -200,6 +200,7 @@ class _Run(RunSetup, RunBudget, RunPlan, RunCheckpoints, RunEpochs, RunReport):
         self.out = Path(config.out)
         self.keeper = CheckpointKeeper(self.out, config.keep_checkpoints)
         config, ckpt, ckpt_path = self._resumed_config(config, resume)
+        config = resolve_mol_features(config)  # config.json records the kind used
         if config.init_from and ckpt is None:  # before any data is loaded or folder made
             from .pretrained import check_init_source
 
