@@ -4,8 +4,9 @@ its own wall time, from the JSON reports already in ``docs/``.
 Sources (nothing is run):
 
 * ``docs/small_data.json``: the random forest, Chemprop 2.3 defaults, Chemprop with
-  ``v1_rdkit_2d_normalized`` descriptors and today's recommended recipe
-  (``urpe-pretrained-rdkit2d``), per seed;
+  ``v1_rdkit_2d_normalized`` descriptors and the default fine-tuning recipe
+  (``urpe-pretrained-rdkit2d``: ``--init-from pretrained``, whose ``--mol-features auto``
+  is ``rdkit2d``), per seed;
 * ``docs/results/tune_<set>.json`` (``reproduce_tune_pilot.py``): ours tuned on seed 0, the
   best recipe trained as the search trained it (``tuned-as-searched``);
 * ``docs/results/mol_features_morgan.json``: the recommended recipe with
@@ -42,7 +43,7 @@ COLUMNS = {
     "rf": "random forest",
     "chemprop": "Chemprop",
     "chemprop-rdkit2d": "Chemprop + descriptors",
-    "default": "ours, `rdkit2d`",
+    "default": "ours, default (`rdkit2d`)",
     "morgan": "ours, `rdkit2d+morgan`",
     "tuned": "ours tuned (as searched)",
 }
