@@ -95,8 +95,12 @@ def run_tuned(a: argparse.Namespace, best: Path, split: Path, seed: int, model: 
     out.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((best / "config.json").read_text())
     cfg.update(dataset=_files(split), seed=seed, out=str(out / "run"), cache_dir=str(out / "cache"))
-    if model == "tuned":
+    if model == "tuned":  # the warm-up as the same fraction of the re-planned steps
+        fraction = cfg["warmup_fraction"]
+        if fraction is None:  # a trial re-planned by its pacer records its warm-up in steps
+            fraction = cfg["warmup_steps"] / cfg["max_steps"]
         cfg.update(time_limit=a.minutes, fill_time_limit=True, max_steps=None, epochs=None)
+        cfg.update(warmup_fraction=fraction)
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--config"]
