@@ -19,7 +19,12 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from graphormer_urpe import cli  # noqa: E402
-from graphormer_urpe.runtime.config import TrainConfig  # noqa: E402
+from graphormer_urpe.runtime.config import (  # noqa: E402
+    TrainConfig,
+    make_config,
+    override_config,
+    resolve_mol_features,
+)
 from graphormer_urpe.tuning.budget import (  # noqa: E402
     DEFAULT_TRIALS,
     RESERVE_SECONDS,
@@ -27,7 +32,7 @@ from graphormer_urpe.tuning.budget import (  # noqa: E402
     planned_trials,
 )
 from graphormer_urpe.tuning.problem import Problem  # noqa: E402
-from graphormer_urpe.tuning.space import SearchSpace, check_space, suggest  # noqa: E402
+from graphormer_urpe.tuning.space import SearchSpace, baseline, check_space, suggest  # noqa: E402
 
 from .test_cli import SMILES  # noqa: E402
 
@@ -108,6 +113,10 @@ def test_search_report_best_config_and_a_second_run_that_continues(table, tmp_pa
     summary = json.loads(capsys.readouterr().out)
     rows = _trials(out)
     assert [int(r["number"]) for r in rows] == [0, 1, 2]
+    # the first trial is the recommended recipe: `train --init-from pretrained`'s fields
+    recipe = make_config("small", init_from="pretrained")
+    assert rows[0]["baseline"] == "True" and rows[0]["param_init_from"] == "pretrained"
+    assert float(rows[0]["param_lr"]) == recipe.lr and rows[0]["param_mol_features"] == "rdkit2d"
     assert all(r["state"] in ("COMPLETE", "PRUNED") for r in rows)
     assert (out / "study.db").exists() and (out / "history.png").stat().st_size > 1000
     complete = [r for r in rows if r["state"] == "COMPLETE"]
@@ -130,6 +139,7 @@ def test_search_report_best_config_and_a_second_run_that_continues(table, tmp_pa
     capsys.readouterr()
     rows2 = _trials(out)
     assert [int(r["number"]) for r in rows2] == [0, 1, 2, 3, 4]
+    assert [r["baseline"] for r in rows2].count("True") == 1  # only a new study starts with it
     assert [r["value"] for r in rows2[:3]] == [r["value"] for r in rows]
     if all(r["state"] == "COMPLETE" for r in rows2):  # importances from 5 completed trials
         assert (out / "importances.png").stat().st_size > 1000
@@ -279,6 +289,39 @@ def test_fixed_choices_are_used_and_never_sampled():
     assert "init_from" not in train and model["num_layers"] == 3
     with pytest.raises(ValueError, match="init_from"):  # the control: a space that samples it
         suggest(_fixed_without("init_from"), SearchSpace(), _problem())
+
+
+def _trained_like(params: dict, space: SearchSpace, problem: Problem) -> TrainConfig:
+    """The run a trial with ``params`` trains (from the csv base tune starts from)."""
+    base = make_config("small", dataset="csv:x.csv", target_columns=["y"])
+    train, model = suggest(optuna.trial.FixedTrial(params), space, problem)
+    return override_config(base, model, **train)
+
+
+@pytest.mark.parametrize("space_init", [("none", "pretrained"), ("none",)])
+def test_the_baseline_trial_trains_what_train_does_by_default(space_init):
+    space = replace(SearchSpace(), init_from=space_init)
+    base = make_config("small", dataset="csv:x.csv", target_columns=["y"])
+    params = baseline(space, _problem(), base)
+    got = _trained_like(params, space, _problem())  # FixedTrial raises on a missing one
+    # the reference: `train` with the recipe's flags, resolved as the loop resolves them
+    init = "pretrained" if "pretrained" in space_init else None
+    want = resolve_mol_features(make_config("small", dataset="csv:x.csv", init_from=init))
+    for name in ("lr", "weight_decay", "batch_size", "mol_features"):
+        assert getattr(got, name) == getattr(want, name), name
+    for name in ("dropout", "attention_dropout", "num_layers", "hidden_dim"):
+        assert getattr(got.model, name) == getattr(want.model, name), name
+    assert got.warmup_fraction == 0.1 and got.loss == "mse"
+    assert ("num_layers" in params) == (init is None)  # the pretrained start fixes the model
+
+
+def test_a_baseline_value_the_space_does_not_hold_is_left_to_the_sampler():
+    space = replace(SearchSpace(), lr=(1e-3, 3e-3), batch_size=(16, 32), mol_features=("none",))
+    params = baseline(space, _problem(), make_config("small", dataset="csv:x.csv"))
+    assert "lr" not in params and "batch_size" not in params and "mol_features" not in params
+    assert params["weight_decay"] == 0.01 and params["init_from"] == "pretrained"
+    classification = baseline(SearchSpace(), _problem(task_type="binary"), make_config("small"))
+    assert "loss" not in classification  # binary tasks train on BCE: nothing to sample
 
 
 def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .budget import SearchBudget, planned_trials
 from .problem import Problem, load_problem
 from .report import SURPLUS_ATTR, best_config, ran, write_report
-from .space import check_space
+from .space import baseline, check_space
 from .study import default_storage, open_storage, open_study
 from .trial import PROGRESS_STEPS, run_trial
 
@@ -30,9 +30,13 @@ if TYPE_CHECKING:
 
     from .config import TuneConfig
 
-__all__ = ["tune", "MAX_FAILURES_IN_A_ROW"]
+__all__ = ["tune", "BASELINE_ATTR", "MAX_FAILURES_IN_A_ROW"]
 
 log = logging.getLogger(__name__)
+
+BASELINE_ATTR = "baseline"
+"""The user attribute (a ``baseline`` column of ``trials.csv``) of the trial that trains the
+recommended recipe, the first of a new study."""
 
 MAX_FAILURES_IN_A_ROW = 3
 """Failed trials in a row after which the search stops with the last one's error."""
@@ -75,6 +79,9 @@ def tune(
         storage = open_storage(url)
     study = open_study(storage, name, problem, _sampler(config, planned), _pruner(), config.space)
     out.mkdir(parents=True, exist_ok=True)  # a study refused for other data: none made
+    if not study.get_trials(deepcopy=False):  # a new study starts from the recipe
+        params = baseline(config.space, problem, config.base)
+        study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True}, skip_if_exists=True)
     log.info(
         "study %s in %s: %d trials so far; objective valid %s (%s)",
         name, url, len(ran(study)), problem.objective,

@@ -8,19 +8,30 @@ them only on the trials that used them). ``mol_features`` is sampled for ``csv:`
 only, the loss for regressions only, ``init_from`` only where the pretrained model's atom
 features are the set's. A choice left with one value (``tune --mol-features``,
 ``--init-from``, ``--loss``) is fixed: every trial uses it and nothing is sampled for it.
+
+The first trial of a new study is the recommended recipe (:func:`baseline`): a search then
+never ranks first a recipe that does worse on validation than what ``train`` does by
+default, in the same time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from ..runtime.config import resolve_mol_features
 
 if TYPE_CHECKING:
     import optuna
 
+    from ..runtime.config import TrainConfig
     from .problem import Problem
 
-__all__ = ["SearchSpace", "check_space", "suggest"]
+__all__ = ["SearchSpace", "baseline", "check_space", "suggest"]
+
+BASELINE_WARMUP_FRACTION = 0.1
+"""The warm-up of the ``small`` preset in a run planned to fill its time: a tenth of its
+steps (up to its 500; :func:`~graphormer_urpe.runtime.config.plan_steps`)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,50 @@ def suggest(
             ffn_dim=hidden,
         )
     return train, model
+
+
+def baseline(space: SearchSpace, problem: Problem, base: TrainConfig) -> dict[str, Any]:
+    """The parameters of the recommended recipe, as :func:`suggest` would name them:
+    ``train --init-from pretrained`` where the set takes the pretrained start (``train``
+    from scratch otherwise), with ``base``'s learning rate, weight decay, batch size,
+    dropouts, loss and ``--mol-features auto``, and a warm-up of a tenth of the steps.
+
+    Only parameters the space samples and holds are returned: a value outside a range or
+    the choices (a space narrowed by hand, ``--mol-features`` fixed) is left to the sampler.
+    """
+    init = "pretrained" if problem.pretrained_fits and "pretrained" in space.init_from else "none"
+    if len(space.init_from) == 1:
+        init = space.init_from[0]
+    wanted: dict[str, Any] = {
+        "lr": base.lr,
+        "weight_decay": base.weight_decay,
+        "warmup_fraction": BASELINE_WARMUP_FRACTION,
+        "batch_size": base.batch_size,
+        "dropout": base.model.dropout,
+        "attention_dropout": base.model.attention_dropout,
+    }
+    if problem.is_csv:
+        wanted["mol_features"] = resolve_mol_features(replace(base, init_from=init)).mol_features
+    if problem.task_type == "regression":
+        wanted["loss"] = base.loss or ("mse" if problem.is_csv else "l1")
+    if problem.pretrained_fits:
+        wanted["init_from"] = init
+    if init == "none":
+        wanted.update(num_layers=base.model.num_layers, hidden_dim=base.model.hidden_dim)
+    return {k: v for k, v in wanted.items() if _holds(space, k, v)}
+
+
+_RANGES = ("lr", "weight_decay", "dropout", "attention_dropout", "warmup_fraction", "num_layers")
+"""The fields of :class:`SearchSpace` that are ``(low, high)`` ranges; the rest are choices."""
+
+
+def _holds(space: SearchSpace, name: str, value: Any) -> bool:
+    """``value`` is one the space samples for ``name``: within its range, or one of its
+    choices when it has several (a single choice is fixed, not sampled)."""
+    allowed = getattr(space, name)
+    if name in _RANGES:
+        return allowed[0] <= value <= allowed[1]
+    return len(allowed) > 1 and value in allowed
 
 
 def _choose(trial: optuna.Trial, name: str, choices: tuple[str, ...]) -> str:
