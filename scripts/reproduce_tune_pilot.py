@@ -61,10 +61,11 @@ def _files(split: Path) -> str:
 
 def search(a: argparse.Namespace, split: Path) -> Path:
     """The search on ``split`` (seed 0): ``--processes`` tune commands on one study; the
-    first one's folder (each holds the whole study's report)."""
+    folder of the one that ended last (each writes the whole study's report as it ends, so
+    the last has every trial finished and the best of them)."""
     first = Path(a.work) / f"{a.set}-search-0"
     if (first / "config.json").exists():
-        return first
+        return _last_report(a)
     task = SETS[a.set]
     procs = []
     for i in range(a.processes):
@@ -81,7 +82,13 @@ def search(a: argparse.Namespace, split: Path) -> Path:
     for p in procs:
         if p.wait() != 0:
             raise RuntimeError(f"a search process failed; see {a.work}/{a.set}-search-*.log")
-    return first
+    return _last_report(a)
+
+
+def _last_report(a: argparse.Namespace) -> Path:
+    """The search folder whose ``trials.csv`` was written last."""
+    folders = Path(a.work).glob(f"{a.set}-search-*/trials.csv")
+    return max(folders, key=lambda f: f.stat().st_mtime).parent
 
 
 def run_tuned(a: argparse.Namespace, best: Path, split: Path, seed: int, model: str) -> dict:
