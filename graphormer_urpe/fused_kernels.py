@@ -386,6 +386,9 @@ def kernels() -> types.SimpleNamespace:
         for fn in _KERNEL_FUNCTIONS:
             clone = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__)
             clone.__qualname__ = fn.__qualname__
+            # a new function object has no annotations: without them Triton would take the
+            # tl.constexpr parameters (block sizes, flags) for runtime arguments
+            clone.__annotations__ = dict(fn.__annotations__)
             clone.__module__ = fn.__module__
             namespace[fn.__name__] = triton.jit(clone)
         standard = getattr(tl, "standard", None)

@@ -738,3 +738,15 @@ def test_kernels_compile_for_hopper_and_ampere(arch, dtype, monkeypatch):
             )
             compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32))
             assert compiled.asm.get("cubin"), (name, flags)
+
+
+def test_launches_bind_the_constants_the_compile_test_gives(monkeypatch):
+    """A launch specialises the arguments by the decorated kernel's ``tl.constexpr``
+    annotations: those must be the parameters given as constants above (the flags and block
+    sizes), else a launch on a GPU fails to specialise the string ``PRECISION``."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    kernels = fk.kernels()
+    for name in ("fwd_kernel", "bwd_kv_kernel", "bwd_q_kernel", "mask_kernel"):
+        fn = getattr(kernels, name)
+        _, constants = _signature(fn, "bf16", True)
+        assert {p.name for p in fn.params if p.is_constexpr} == set(constants), name
