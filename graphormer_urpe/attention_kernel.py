@@ -12,9 +12,11 @@ materialise it (:meth:`IndexedScale.materialize`).
 
 :func:`attention_kernel` chooses, for the code run inside it (a whole training run, say):
 
-* ``"auto"`` (default): on CUDA GPUs the fused Triton kernel for attention with :math:`C`
-  (where Triton is installed), PyTorch's ``scaled_dot_product_attention`` without it; the
-  library's own autograd kernel on the CPU;
+* ``"auto"`` (default): the eager kernels: PyTorch's ``scaled_dot_product_attention``
+  without :math:`C`, the library's own autograd kernel with it. The fused kernel is opt in:
+  on an H200 (2026-11-29, bf16, batch 256, captured steps) it made URPE's training step
+  slower, 7,585 against 9,150 graphs/s at ``pcqm4mv2-base`` size and 7,200 against 9,137 at
+  ``zinc-slim`` (docs/results/gpu.md);
 * ``"fused"``: the fused kernel wherever it can run (a CUDA GPU, or the CPU under Triton's
   interpreter, ``TRITON_INTERPRET=1``), with or without :math:`C`;
 * ``"eager"``: never the fused kernel (what ran before it existed).
@@ -78,9 +80,7 @@ def fused_kernel_for(device: torch.device, has_scale: bool) -> bool:
     without ``C``) under the current :func:`attention_kernel` choice (and it passed its
     self-check there, :func:`~graphormer_urpe.fused_guard.fused_usable`)."""
     kind = _choice[0]
-    if kind == "eager" or torch.compiler.is_compiling():
-        return False
-    if kind == "auto" and (device.type != "cuda" or not has_scale):
+    if kind != "fused" or torch.compiler.is_compiling():
         return False
     from .fused_attention import fused_available
     from .fused_guard import fused_usable

@@ -69,7 +69,8 @@ def test_indexed_scale_materialises_table_rows():
 
 def test_attention_kernel_choice_is_scoped_and_checked():
     cpu = torch.device("cpu")
-    assert not fused_kernel_for(cpu, has_scale=True)  # auto: never on the CPU
+    for dev in (cpu, torch.device("cuda")):  # auto: never (slower on a GPU, measured)
+        assert not fused_kernel_for(dev, has_scale=True)
     with attention_kernel("eager"):
         assert not fused_kernel_for(cpu, has_scale=True)
         with attention_kernel("fused"):

@@ -364,8 +364,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     r.add_argument(
         "--attention-kernel",
         choices=["auto", "fused", "eager"],
-        help="attention product: auto (default: the fused Triton kernel for URPE on CUDA "
-        "GPUs), fused (wherever Triton runs) or eager (PyTorch operators)",
+        help="attention product: auto (default: PyTorch operators; on a GPU the fused "
+        "kernel measured slower), fused (the fused Triton kernel wherever Triton runs) or "
+        "eager (PyTorch operators)",
     )
     r.add_argument(
         "--no-capture",
