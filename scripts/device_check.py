@@ -177,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
         "--budget",
         type=float,
         default=None,
-        help="total seconds (480; smoke: no deadlines but a 1,800 s guard)",
+        help="total seconds (560; smoke: no deadlines but a 1,800 s guard)",
     )
     p.add_argument(
         "--sections",

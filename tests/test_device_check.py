@@ -164,3 +164,27 @@ def _load_fidelity():
         return fidelity
     finally:
         sys.path.remove(str(SCRIPTS))
+
+
+def test_failures_are_written_as_they_happen(tmp_path):
+    """The correctness section's plugin: a failed test's traceback is in the file before
+    pytest's run ends (a run stopped at the section's budget prints no summary)."""
+    (tmp_path / "test_two.py").write_text(
+        "import os, time\n"
+        "def test_fails():\n    assert 1 + 1 == 3, 'arithmetic'\n"
+        "def test_later():\n"
+        "    path = os.environ['DEVICE_CHECK_FAILURES']\n"
+        "    assert 'arithmetic' in open(path).read()\n"
+    )
+    report = tmp_path / "failures.txt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]),
+        "DEVICE_CHECK_FAILURES": str(report),
+    }
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "_device_check.failures"]
+    cmd += ["-p", "no:cacheprovider", "-q", "test_two.py"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]  # test_later saw it
+    text = report.read_text()
+    assert "test_two.py::test_fails (call)" in text and "test_later" not in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -28,10 +29,15 @@ def section_correctness(check: Check, res: dict) -> None:
         sys.executable,
         "-m",
         "pytest",
+        # the project's addopts name pytest-markdown-docs, which a GPU machine may lack
+        "-o",
+        "addopts=",
         "-m",
         "cuda",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "_device_check.failures",  # tracebacks as they happen: a stopped run keeps them
         "-rs",
         "-v",
         "--durations=0",
@@ -41,7 +47,7 @@ def section_correctness(check: Check, res: dict) -> None:
     if importlib.util.find_spec("xdist") is not None:  # compiling dominates: use the CPU cores
         cmd[-1:-1] = ["-n", str(CUDA_TEST_PROCESSES)]
     try:
-        check.run("correctness_pytest", cmd)
+        check.run("correctness_pytest", cmd, env=_failures_env(check))
     except RuntimeError as exc:
         res.update(_junit_summary(junit))
         raise RuntimeError(f"{res.get('failed', '?')} cuda test(s) failed: {exc}") from None
@@ -51,6 +57,16 @@ def section_correctness(check: Check, res: dict) -> None:
     res.update(_junit_summary(junit))
     if res.get("tests", 0) == 0:
         raise RuntimeError("pytest -m cuda collected no tests")
+
+
+def _failures_env(check: Check) -> dict[str, str]:
+    """``scripts/`` on ``PYTHONPATH`` for the plugin, and the file it appends failures to."""
+    scripts = str(Path(__file__).resolve().parents[1])
+    path = check.env_vars().get("PYTHONPATH", "")
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (path, scripts) if p),
+        "DEVICE_CHECK_FAILURES": str(check.logs / "correctness_failures.txt"),
+    }
 
 
 def _verbose_summary(log: Path) -> dict[str, Any]:

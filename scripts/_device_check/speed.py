@@ -106,7 +106,7 @@ def section_compiled(check: Check, res: dict) -> None:
     """``--compile`` training steps, Graphormer and URPE in one process per size.
 
     Opt in (``--sections compiled``): on an H200 each model's first step, the compilation,
-    took 103-112 s at zinc-slim size, too long to share the default check's 480 s.
+    took 103-112 s at zinc-slim size, too long to share the default check's 560 s.
     """
     sizes, common = _speed_plan(check)
     failures: list[str] = []
