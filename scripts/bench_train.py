@@ -194,25 +194,39 @@ def covered_ns(spans: list[tuple[int, int]]) -> int:
     return busy
 
 
+def top_kernels(events: list[tuple[str, int, int]], k: int = 8) -> list[dict]:
+    """The ``k`` device events with the most summed time, from ``(name, start_ns, end_ns)``:
+    ``name`` (its first 100 characters), summed ``ms`` and ``calls``, most time first."""
+    total: dict[str, list[int]] = {}
+    for name, lo, hi in events:
+        entry = total.setdefault(name[:100], [0, 0])
+        entry[0] += hi - lo
+        entry[1] += 1
+    ranked = sorted(total.items(), key=lambda kv: (-kv[1][0], kv[0]))[:k]
+    return [{"name": n, "ms": round(ns / 1e6, 3), "calls": c} for n, (ns, c) in ranked]
+
+
 def gpu_activity(step: Callable, batch, device: torch.device, step_s: float) -> dict:
     """Device activity of one profiled ``step(batch)`` on CUDA: kernel count, busy time (the
-    union of the device events' intervals) and its fraction of the median step ``step_s``."""
+    union of the device events' intervals), its fraction of the median step ``step_s``, and
+    the kernels that take the most time (:func:`top_kernels`)."""
     from torch.profiler import ProfilerActivity, profile
 
     _sync(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step(batch)
         _sync(device)
-    spans = sorted(
-        (e.start_ns(), e.end_ns())
+    events = [
+        (e.name(), e.start_ns(), e.end_ns())
         for e in prof.profiler.kineto_results.events()
         if e.device_type() == torch.autograd.DeviceType.CUDA and e.end_ns() > e.start_ns()
-    )
-    busy = covered_ns(spans)
+    ]
+    busy = covered_ns(sorted((lo, hi) for _, lo, hi in events))
     return {
-        "device_events": len(spans),
+        "device_events": len(events),
         "busy_ms": round(busy / 1e6, 2),
         "busy_fraction": round(busy / 1e9 / step_s, 3),
+        "top_kernels": top_kernels(events),
     }
 
 

@@ -151,6 +151,30 @@ def test_busy_time_is_the_union_of_the_device_intervals():
         assert covered_ns(spans) == len(covered), spans
 
 
+def test_top_kernels_sum_each_kernels_time_and_rank_them():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from bench_train import top_kernels
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    events = [
+        ("gemm", 0, 5_000_000),
+        ("copy", 5_000_000, 6_000_000),
+        ("gemm", 7_000_000, 8_000_000),
+    ]
+    events += [(f"k{i}", 0, 1000 * (i + 1)) for i in range(10)]
+    top = top_kernels(events, k=3)
+    assert [t["name"] for t in top] == ["gemm", "copy", "k9"]
+    assert top[0] == {"name": "gemm", "ms": 6.0, "calls": 2}
+    assert top[2]["ms"] == pytest.approx(0.01)
+    plain: dict[str, int] = {}  # the reference: summed by hand
+    for name, lo, hi in events:
+        plain[name] = plain.get(name, 0) + hi - lo
+    assert [t["name"] for t in top_kernels(events, k=13)] == sorted(
+        plain, key=lambda n: (-plain[n], n)
+    )
+
+
 SALTS = [
     "[Na+].[Cl-]",
     "CC(=O)[O-].[Na+]",

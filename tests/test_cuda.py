@@ -303,6 +303,9 @@ def test_benchmark_reports_the_gpus_activity():
             act = entry["gpu_activity"]
             assert act.get("device_events", 0) > 0, (name, act)
             assert 0 < act["busy_ms"] and 0 < act["busy_fraction"] < 2, (name, act)
+            top = act["top_kernels"]
+            assert top and all(t["ms"] > 0 and t["calls"] > 0 for t in top), (name, top)
+            assert [t["ms"] for t in top] == sorted((t["ms"] for t in top), reverse=True)
 
 
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
