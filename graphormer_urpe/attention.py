@@ -295,7 +295,7 @@ def urpe_attention(
         ``[B, H, N_q, d_h]`` attention output, zero on fully masked query rows.
 
     The kernel is chosen by :func:`~graphormer_urpe.attention_kernel.attention_kernel`: by
-    default the fused Triton kernel on CUDA GPUs when there is a ``C``.
+    default PyTorch operators; the fused Triton kernel with ``attention_kernel("fused")``.
     """
     if isinstance(attn_bias, PreparedBias):
         if key_padding_mask is not None:

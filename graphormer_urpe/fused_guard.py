@@ -1,9 +1,9 @@
 r"""A fused kernel that cannot stop a run: one self-check per device, then a way back.
 
-The fused Triton kernel (:mod:`graphormer_urpe.fused_attention`) is the default for URPE
-attention on CUDA GPUs. Before its first real use on a device, :func:`fused_usable` runs it
-once on a small probe (forward and backward, without and with dropout) and compares it with
-a plain float64 computation of
+The fused Triton kernel (:mod:`graphormer_urpe.fused_attention`) computes attention where
+it is asked for (``--attention-kernel fused``). Before its first real use on a device,
+:func:`fused_usable` runs it once on a small probe (forward and backward, without and with
+dropout) and compares it with a plain float64 computation of
 
 .. math::
     O = (\operatorname{softmax}(Q K^\top / \sqrt{d_h} + B) \odot C \odot M)\, V
