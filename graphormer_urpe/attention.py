@@ -305,7 +305,7 @@ def urpe_attention(
         bias, dead_rows = prepare_bias(attn_bias, key_padding_mask)
     p = dropout_p if training else 0.0
 
-    if p < 1.0 and fused_kernel_for(q.device, attn_scale is not None):
+    if p < 1.0 and fused_kernel_for(q.device):
         try:
             out = _fused(q, k, v, bias, attn_scale, p)
         except Exception as exc:

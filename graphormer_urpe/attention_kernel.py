@@ -75,8 +75,8 @@ def attention_kernel(kind: str) -> Iterator[None]:
         _choice[0] = before
 
 
-def fused_kernel_for(device: torch.device, has_scale: bool) -> bool:
-    """Whether the fused kernel computes an attention product on ``device`` (with or
+def fused_kernel_for(device: torch.device) -> bool:
+    """Whether the fused kernel computes the attention products on ``device`` (with or
     without ``C``) under the current :func:`attention_kernel` choice (and it passed its
     self-check there, :func:`~graphormer_urpe.fused_guard.fused_usable`)."""
     kind = _choice[0]

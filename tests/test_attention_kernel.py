@@ -70,12 +70,12 @@ def test_indexed_scale_materialises_table_rows():
 def test_attention_kernel_choice_is_scoped_and_checked():
     cpu = torch.device("cpu")
     for dev in (cpu, torch.device("cuda")):  # auto: never (slower on a GPU, measured)
-        assert not fused_kernel_for(dev, has_scale=True)
+        assert not fused_kernel_for(dev)
     with attention_kernel("eager"):
-        assert not fused_kernel_for(cpu, has_scale=True)
+        assert not fused_kernel_for(cpu)
         with attention_kernel("fused"):
-            assert fused_kernel_for(cpu, has_scale=False) == _fused_runs()
-        assert not fused_kernel_for(cpu, has_scale=True)
+            assert fused_kernel_for(cpu) == _fused_runs()
+        assert not fused_kernel_for(cpu)
     with pytest.raises(ValueError, match="attention kernel"):
         with attention_kernel("flash"):
             pass

@@ -117,7 +117,7 @@ def test_the_self_check_passes_the_kernel_and_draws_no_random_numbers():
     assert fused_guard.self_check(CPU) is None
     assert torch.equal(torch.get_rng_state(), before)
     with attention_kernel("fused"):
-        assert fused_kernel_for(CPU, has_scale=True)
+        assert fused_kernel_for(CPU)
     assert fused_guard.fused_failure(CPU) is None
 
 
@@ -132,7 +132,7 @@ def test_the_self_check_catches_a_failing_kernel_and_warns_once(failure, monkeyp
     assert ("off by" in why) if failure == "wrong numbers" else ("_Failure" in why)
     with caplog.at_level("WARNING"), attention_kernel("fused"):
         for _ in range(3):
-            assert not fused_kernel_for(CPU, has_scale=True)
+            assert not fused_kernel_for(CPU)
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1
     assert "--attention-kernel eager" in warnings[0].getMessage()

@@ -438,7 +438,7 @@ class LayerSpatialScales:
         self.module = module
         self.index = module.index(spatial_pos, node_mask)  # [B, n+1, n+1], shared by layers
         self.num_layers = num_layers
-        self.fused = fused_kernel_for(self.index.device, has_scale=True)
+        self.fused = fused_kernel_for(self.index.device)
         self._shared: Tensor | None = None
         if self.fused:
             self.index = self.index.to(torch.int32)

@@ -305,7 +305,7 @@ class CapturedStep:
         if self.captured:
             return True
         device = self.step_index.device
-        return fused_kernel_for(device, True) and _sizes(batch) not in self._tried
+        return fused_kernel_for(device) and _sizes(batch) not in self._tried
 
     def _guarded(self, batch: GraphormerBatch, step: int) -> None:
         """The step, redone eagerly from the state before it if it fails on the fast path."""

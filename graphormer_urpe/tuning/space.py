@@ -104,9 +104,8 @@ def baseline(space: SearchSpace, problem: Problem, base: TrainConfig) -> dict[st
     Only parameters the space samples and holds are returned: a value outside a range or
     the choices (a space narrowed by hand, ``--mol-features`` fixed) is left to the sampler.
     """
-    init = "pretrained" if problem.pretrained_fits and "pretrained" in space.init_from else "none"
-    if len(space.init_from) == 1:
-        init = space.init_from[0]
+    fits = problem.pretrained_fits and "pretrained" in space.init_from
+    init = space.init_from[0] if len(space.init_from) == 1 else "pretrained" if fits else "none"
     wanted: dict[str, Any] = {
         "lr": base.lr,
         "weight_decay": base.weight_decay,
