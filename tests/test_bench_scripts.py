@@ -305,3 +305,52 @@ def test_tune_table_takes_seeds_1_and_2_of_every_source_and_bolds_the_best(tmp_p
         means = [c["mean"] for c in row["cells"].values()]
         best = max(means) if row["metric"] == "roc_auc" else min(means)
         assert f"**{best:.3f}**" in line
+
+
+def test_admet_metrics_match_their_definitions():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from bench_admet import metrics
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=50)
+    pred = y + rng.normal(scale=0.7, size=50)
+    got = metrics(y, pred)
+    yc, pc = y - y.mean(), pred - pred.mean()
+    assert got["pearson"] == pytest.approx(yc @ pc / np.sqrt((yc @ yc) * (pc @ pc)))
+    ranks = lambda v: np.argsort(np.argsort(v)).astype(float)  # noqa: E731 (no ties here)
+    ry, rp = ranks(y) - ranks(y).mean(), ranks(pred) - ranks(pred).mean()
+    assert got["spearman"] == pytest.approx(ry @ rp / np.sqrt((ry @ ry) * (rp @ rp)))
+    assert got["mae"] == pytest.approx(np.abs(y - pred).mean())
+    assert got["r2"] == pytest.approx(1 - ((y - pred) ** 2).sum() / (yc @ yc))
+
+
+def test_admet_benchmark_smoke_mode_blends_on_the_validation_split(tmp_path):
+    pytest.importorskip("lightgbm")
+    from .test_cli import SMILES
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for part, n in (("train", 60), ("test", 15)):
+        rows = [f"{s},{rng.normal():.3f}" for s in (SMILES * 8)[:n]]
+        text = "smiles,log_rppb_unbound\n" + "\n".join(rows) + "\n"
+        (data / f"rPPB_{part}.csv").write_text(text)
+    work = tmp_path / "work"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_admet.py"), "--smoke", "--data-dir", str(data)]
+        + ["--work", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)["endpoints"]["rPPB"]
+    assert set(report["methods"]) == {"gbt", "urpe", "urpe-gbt"}
+    sizes = json.loads((work / "rPPB" / "seed0" / "split.json").read_text())["sizes"]
+    assert sizes == {"train": 54, "valid": 6, "test": 15}
+    hybrid = json.loads((work / "rPPB" / "seed0" / "urpe-gbt" / "result.json").read_text())
+    assert 0.0 <= hybrid["net_weight"] <= 1.0
+    assert report["published"]["best"] == 0.795

