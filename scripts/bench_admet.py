@@ -421,7 +421,8 @@ def collect(work: Path, endpoints: list[str]) -> dict:
 
 
 def markdown(report: dict) -> str:
-    """Test Pearson r per endpoint: every method (mean ± std over seeds), then the published."""
+    """Test Pearson r per endpoint: every method (mean ± std over seeds, and how many), then
+    the published figures."""
     methods = [m for m in METHODS if any(m in r["methods"] for r in report.values())]
     head = ["endpoint", *methods, "CheMeleon", "Chemprop+RDKit (Fang)", "best published"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -429,8 +430,11 @@ def markdown(report: dict) -> str:
         cells = [endpoint]
         for m in methods:
             s = r["methods"].get(m)
-            p = None if s is None else s["pearson"]
-            cells.append("" if p is None else f"{p['mean']:.3f} ± {p['std']:.3f}")
+            if s is None:
+                cells.append("")
+                continue
+            p, n = s["pearson"], len(s["seeds"])
+            cells.append(f"{p['mean']:.3f}" + (f" ± {p['std']:.3f}" if n > 1 else "") + f" ({n})")
         pub = r["published"]
         cells += [f"{pub['CheMeleon']:.3f}", f"{pub['Chemprop+RDKit (Fang)']:.3f}"]
         cells.append(f"{pub['best']:.3f} ({pub['best_model']})")
