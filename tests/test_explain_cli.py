@@ -126,3 +126,31 @@ def test_a_picture_target_the_model_lacks_is_one_line(run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: --picture-target 'logP' is not a target" in err and "heavy_atoms" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_explain_keeps_the_input_names_and_reads_sd_files(run, tmp_path):
+    from rdkit import Chem
+
+    inp = tmp_path / "in.csv"
+    inp.write_text("name,smiles\naspirin-like,CC(=O)O\nbad,xx((\n")
+    args = ["explain", "--checkpoint", str(run / "best.pt"), "--no-pictures", "--no-progress"]
+    assert cli.main([*args, "--input", str(inp), "--out", str(tmp_path / "csv")]) == 0
+    mols = _read(tmp_path / "csv" / "molecules.csv")
+    assert list(mols[0])[:4] == ["row", "smiles", "name", "atoms"]
+    assert [m["name"] for m in mols] == ["aspirin-like", "bad"]
+    atoms = _read(tmp_path / "csv" / "atoms.csv")
+    assert list(atoms[0])[:3] == ["row", "smiles", "name"]
+    assert {r["name"] for r in atoms if r["row"] == "0"} == {"aspirin-like"}
+
+    sdf = tmp_path / "in.sdf"
+    with Chem.SDWriter(str(sdf)) as w:
+        for name, smi in (("ethanol", "CCO"), ("phenol", "c1ccccc1O")):
+            mol = Chem.MolFromSmiles(smi)
+            mol.SetProp("_Name", name)
+            w.write(mol)
+    assert cli.main([*args, "--input", str(sdf), "--out", str(tmp_path / "sdf")]) == 0
+    mols = _read(tmp_path / "sdf" / "molecules.csv")
+    assert [(m["name"], m["smiles"], m["error"]) for m in mols] == [
+        ("ethanol", "CCO", ""),
+        ("phenol", "Oc1ccccc1", ""),
+    ]

@@ -25,7 +25,8 @@ def run_explain(args: argparse.Namespace) -> int:
     minus baseline prediction) or by integrated gradients on the atom embeddings (within 1%).
     An ensemble's folder gives the members' mean.
     Writes to --out:
-    atoms.csv (row, smiles, atom_index, element, one contribution column per target, error),
+    atoms.csv (row, smiles, the input's id columns as predict writes them, atom_index,
+    element, one contribution column per target, error),
     molecules.csv (prediction, baseline, descriptor term with --mol-features runs, picture),
     mol-<row>.png and .svg (atoms coloured by the contributions to --picture-target, by default
     the first target, a colour bar,
@@ -34,8 +35,8 @@ def run_explain(args: argparse.Namespace) -> int:
     picture; a molecule of more than 100 heavy atoms is explained but not drawn."""
     import torch
 
-    from ..inference.explain_io import picture_index, write_explanations
-    from ..inference.predict_io import read_smiles
+    from ..inference.explain_io import picture_index, with_input_rows, write_explanations
+    from ..inference.predict_io import read_input_table
 
     torch.set_num_threads(args.threads)
     options = {
@@ -46,8 +47,15 @@ def run_explain(args: argparse.Namespace) -> int:
     }
     explainer = _explainer(args.checkpoint, args.device or "auto", **options)
     picture_index(explainer.target_names, args.picture_target)  # a wrong name: before any work
-    smiles = list(args.smiles) if args.smiles else list(read_smiles(args.input, args.smiles_column))
-    explanations = explainer.explain_many(smiles, progress=not args.no_progress, total=len(smiles))
+    rows: list[tuple[str, tuple[str, ...], str | None]] = [(s, (), None) for s in args.smiles or []]
+    id_columns: list[str] = []
+    if args.input:  # a CSV, one SMILES a line or an SD file, as predict reads them
+        table = read_input_table(args.input, args.smiles_column, args.id_columns)
+        rows, id_columns = list(table.rows), table.id_columns
+    smiles = [r[0] for r in rows]
+    explanations = with_input_rows(
+        explainer.explain_many(smiles, progress=not args.no_progress, total=len(smiles)), rows
+    )
     summary = write_explanations(
         explanations,
         args.out,
@@ -56,6 +64,7 @@ def run_explain(args: argparse.Namespace) -> int:
         pictures=not args.no_pictures,
         descriptors=explainer.mol_features is not None,
         picture_target=args.picture_target,
+        id_columns=id_columns,
     )
     for line in summary.not_drawn:
         print(f"graphormer-urpe: {line}", file=sys.stderr)
@@ -76,7 +85,7 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     _smiles_source(
         p,
         "a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
-        "line, or - for standard input",
+        "line, an SD file (.sdf, .sdf.gz), or - for standard input",
     )
     p.add_argument("--out", required=True, help="folder to write the CSVs and pictures into")
     p.add_argument(

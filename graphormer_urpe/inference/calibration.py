@@ -53,6 +53,7 @@ from ..io.checkpoint import write_atomic
 __all__ = [
     "CALIBRATION_FILE",
     "LEVELS",
+    "REPORT_LEVEL",
     "Calibration",
     "calibration_path",
     "calibration_report",
@@ -68,6 +69,10 @@ CALIBRATION_FILE = "calibration.json"
 
 LEVELS = (0.8, 0.9, 0.95)
 """The levels whose coverage and width ``metrics.json`` and ``evaluate`` report."""
+
+REPORT_LEVEL = 0.9
+"""The level of the interval an ensemble's ``test_predictions.csv`` holds and whose test
+coverage ``train``'s closing lines state."""
 
 BETA_FRACTION = 0.1
 """``β`` of a normalised score over the median of the members' std on the calibration set."""

@@ -1,12 +1,13 @@
 """Writing explanations: ``atoms.csv``, ``molecules.csv``, one PNG and SVG per molecule and a
 grid image, into one folder.
 
-``atoms.csv``: ``row, smiles, atom_index, element``, one ``<target>`` column per target with
+``atoms.csv``: ``row, smiles``, the input's id columns (e.g. ``name``), ``atom_index,
+element``, one ``<target>`` column per target with
 the atom's contribution, and ``error``; one row per atom, and one row with empty atom cells and
 the reason in ``error`` for an input that could not be read. ``molecules.csv``: one row per
-input row with the prediction, the baseline prediction and (``--mol-features``) the
-descriptor term per target, the quadrature steps, the picture's file name or why there is
-none, and ``error``.
+input row (``row, smiles``, the id columns, ``atoms``) with the prediction, the baseline
+prediction and (``--mol-features``) the descriptor term per target, the quadrature steps,
+the picture's file name or why there is none, and ``error``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,13 @@ from ..io.files import write_atomic
 from .draw import MAX_GRID, TooLargeToDraw, draw_contributions, draw_grid
 from .explain import MoleculeExplanation
 
-__all__ = ["ExplainSummary", "atom_rows", "picture_index", "write_explanations"]
+__all__ = [
+    "ExplainSummary",
+    "atom_rows",
+    "picture_index",
+    "with_input_rows",
+    "write_explanations",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +62,34 @@ def _num(v: float) -> str:
     return "" if v != v else f"{float(v):.6g}"
 
 
-def atom_rows(e: MoleculeExplanation, num_targets: int) -> list[list[str]]:
-    """``atoms.csv`` rows of one explanation (one per atom, or one with the error)."""
+def with_input_rows(
+    explanations: Iterable[MoleculeExplanation],
+    rows: Iterable[tuple[str, tuple[str, ...], str | None]],
+) -> Iterator[MoleculeExplanation]:
+    """The explanations of an input's rows (:attr:`~graphormer_urpe.inference.predict_io.
+    InputTable.rows`, in the same order) with each row's id values, and a row's own error
+    (an SD record RDKit cannot read, whose empty SMILES the explainer refused) in place of
+    the explainer's."""
+    for e, (_, ids, error) in zip(explanations, rows, strict=True):
+        e.ids = tuple(ids)
+        if error is not None:
+            e.error = error
+        yield e
+
+
+def _first_cells(e: MoleculeExplanation, num_ids: int) -> list[str]:
+    """A row's ``row, smiles`` and ``num_ids`` id cells (``e.ids``, padded with ``""``)."""
+    return [str(e.index), e.smiles, *e.ids[:num_ids], *[""] * (num_ids - len(e.ids))]
+
+
+def atom_rows(e: MoleculeExplanation, num_targets: int, num_ids: int = 0) -> list[list[str]]:
+    """``atoms.csv`` rows of one explanation (one per atom, or one with the error);
+    ``num_ids`` id cells follow the SMILES (``e.ids``, padded with ``""``)."""
+    first = _first_cells(e, num_ids)
     if e.error is not None:
-        return [[str(e.index), e.smiles, "", "", *[""] * num_targets, e.error]]
+        return [[*first, "", "", *[""] * num_targets, e.error]]
     return [
-        [str(e.index), e.smiles, str(i), el, *[_num(v) for v in e.contributions[i]], ""]
+        [*first, str(i), el, *[_num(v) for v in e.contributions[i]], ""]
         for i, el in enumerate(e.elements)
     ]
 
@@ -94,6 +123,7 @@ def write_explanations(
     pictures: bool = True,
     descriptors: bool = False,
     picture_target: str | None = None,
+    id_columns: Sequence[str] = (),
 ) -> ExplainSummary:
     """Write every explanation into folder ``out`` (created); see the module's text.
 
@@ -101,7 +131,8 @@ def write_explanations(
     target; a name not in ``target_names`` raises ``ValueError``). The grid (``grid.png``) holds
     the first :data:`~graphormer_urpe.inference.draw.MAX_GRID` molecules that could be drawn.
     ``descriptors``: write the ``<target>_descriptors`` columns (a model with per-molecule
-    features).
+    features). ``id_columns``: the input's id columns, written after ``smiles`` from each
+    explanation's ``ids``.
     """
     j = picture_index(target_names, picture_target)
     out = Path(out)
@@ -109,10 +140,12 @@ def write_explanations(
     t = len(target_names)
     atoms, mols = io.StringIO(), io.StringIO()
     aw, mw = csv.writer(atoms), csv.writer(mols)
-    aw.writerow(["row", "smiles", "atom_index", "element", *target_names, "error"])
+    ids = list(id_columns)
+    aw.writerow(["row", "smiles", *ids, "atom_index", "element", *target_names, "error"])
     desc_cols = [f"{n}_descriptors" for n in target_names] if descriptors else []
     mw.writerow(
-        ["row", "smiles", "atoms", *target_names, *[f"{n}_baseline" for n in target_names]]
+        ["row", "smiles", *ids, "atoms", *target_names]
+        + [f"{n}_baseline" for n in target_names]
         + desc_cols
         + ["steps", "picture", "error"]
     )
@@ -120,7 +153,7 @@ def write_explanations(
     grid: list[MoleculeExplanation] = []
     for e in explanations:
         summary.molecules += 1
-        aw.writerows(atom_rows(e, t))
+        aw.writerows(atom_rows(e, t, len(ids)))
         picture = ""
         if e.error is not None:
             summary.failed += 1
@@ -136,7 +169,8 @@ def write_explanations(
         if desc_cols and e.descriptors is not None:
             desc = [_num(v) for v in e.descriptors]
         mw.writerow(
-            [e.index, e.smiles, len(e.elements)]
+            _first_cells(e, len(ids))
+            + [str(len(e.elements))]
             + [_num(v) for v in e.prediction]
             + [_num(v) for v in e.baseline]
             + desc

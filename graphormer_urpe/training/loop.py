@@ -79,7 +79,6 @@ from .run_epochs import RunEpochs
 from .run_plan import TIMED_STEPS as TIMED_STEPS
 from .run_plan import RunPlan
 from .run_report import RunReport
-from .run_report import _write_test_predictions as _write_test_predictions
 from .run_setup import _PER_LAUNCH_FIELDS as _PER_LAUNCH_FIELDS
 from .run_setup import RunSetup, first_missing
 from .run_state import log as log
