@@ -87,7 +87,8 @@ class Prediction(NamedTuple):
     nearest training similarity; :mod:`~graphormer_urpe.datasets.domain`); ``None`` for a row
     that could not be featurised, or a checkpoint without the record (domain unknown)."""
     name: str | None = None
-    """The row's name in a ``.smi`` file (``""``: the line has none); ``None``: not read."""
+    """The row's name in a ``.smi`` file (``""``: the line has none), or the value of its
+    first id column (:attr:`ids`); ``None``: not read."""
     embedding: Tensor | None = None
     """``[D]`` float32 the graph-level vector the head reads (an ensemble: its members'
     side by side; :mod:`~graphormer_urpe.inference.embeddings`), only when asked for
@@ -342,7 +343,10 @@ def carry_names(
             name, error = waiting.popleft()
             if error is not None:
                 p = p._replace(values=None, members=None, domain=None, error=error, embedding=None)
-            yield p._replace(ids=name) if isinstance(name, tuple) else p._replace(name=name)
+            if isinstance(name, tuple):  # id values: the first is the row's name too
+                yield p._replace(ids=name, name=name[0] if name else None)
+            else:
+                yield p._replace(name=name)
 
     return smiles(), named
 
