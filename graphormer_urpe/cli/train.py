@@ -72,7 +72,9 @@ def train_config(args: argparse.Namespace):
 def _dataset_tag(dataset: str) -> str:
     """A run folder's name for ``dataset``: a CSV's or SD file's stem (``csv:data/mols.csv``
     -> ``mols``; three files: the first's), else the dataset's name."""
-    if not dataset.startswith(("csv:", "sdf:")):
+    from ..datasets.table_head import TABLE_PREFIXES
+
+    if not dataset.startswith(TABLE_PREFIXES):
         return dataset
     first = dataset[4:].split(",")[0].strip()
     name = os.path.basename(first)
