@@ -29,10 +29,13 @@ def run_explain(args: argparse.Namespace) -> int:
     element, one contribution column per target, error),
     molecules.csv (prediction, baseline, descriptor term with --mol-features runs, picture),
     mol-<row>.png and .svg (atoms coloured by the contributions to --picture-target, by default
-    the first target, a colour bar,
-    the prediction in the title) and grid.png (up to 50 molecules). Binary tasks are
-    explained on the logit. An unreadable SMILES gets one atoms.csv row with the reason and no
-    picture; a molecule of more than 100 heavy atoms is explained but not drawn."""
+    the first target, on one colour scale for the whole call unless --per-molecule-scale, a
+    labelled colour bar, the molecule's name (its first id column, else its row) and the
+    prediction in the title, and under it the atoms' sum and the descriptor term that make up
+    the prediction minus the baseline) and grid.png (up to 50 molecules, with a colour bar).
+    Binary tasks are explained on the logit. An unreadable SMILES gets one atoms.csv row with
+    the reason and no picture; a molecule of more than 100 heavy atoms is explained but not
+    drawn."""
     import torch
 
     from ..inference.explain_io import picture_index, with_input_rows, write_explanations
@@ -65,9 +68,16 @@ def run_explain(args: argparse.Namespace) -> int:
         descriptors=explainer.mol_features is not None,
         picture_target=args.picture_target,
         id_columns=id_columns,
+        per_molecule_scale=args.per_molecule_scale,
     )
     for line in summary.not_drawn:
         print(f"graphormer-urpe: {line}", file=sys.stderr)
+    if summary.scale is not None and summary.drawn:
+        print(
+            f"graphormer-urpe: every picture colours contributions on one scale, "
+            f"±{summary.scale:.3g} (--per-molecule-scale: each molecule its own)",
+            file=sys.stderr,
+        )
     print(
         f"graphormer-urpe: explained {summary.molecules - summary.failed} of "
         f"{summary.molecules} molecules into {args.out} ({summary.failed} could not be read, "
@@ -117,6 +127,13 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
         "embedding (default), or by zero",
     )
     p.add_argument("--no-pictures", action="store_true", help="write the CSVs only")
+    p.add_argument(
+        "--per-molecule-scale",
+        action="store_true",
+        help="colour each picture on its own molecule's largest contribution (default: one "
+        "scale for every picture of the call, the largest contribution drawn, so that "
+        "colours compare across molecules)",
+    )
     p.add_argument(
         "--picture-target",
         metavar="NAME",

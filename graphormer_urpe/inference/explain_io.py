@@ -20,13 +20,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io.files import write_atomic
-from .draw import MAX_GRID, TooLargeToDraw, draw_contributions, draw_grid
+from .draw import (
+    MAX_DRAW_ATOMS,
+    MAX_GRID,
+    TooLargeToDraw,
+    bar_label,
+    draw_contributions,
+    draw_grid,
+    largest,
+)
 from .explain import MoleculeExplanation
 
 __all__ = [
     "ExplainSummary",
     "atom_rows",
+    "molecule_name",
     "picture_index",
+    "whole_answer",
     "with_input_rows",
     "write_explanations",
 ]
@@ -43,6 +53,9 @@ class ExplainSummary:
     drawn: int = 0
     not_drawn: list[str] = field(default_factory=list)
     """``"row <i>: <reason>"`` for each readable molecule without a picture."""
+    scale: float | None = None
+    """The colour scale shared by every picture (``None``: each molecule its own, or none
+    drawn)."""
 
 
 def picture_index(target_names: list[str], name: str | None) -> int:
@@ -94,19 +107,38 @@ def atom_rows(e: MoleculeExplanation, num_targets: int, num_ids: int = 0) -> lis
     ]
 
 
+def molecule_name(e: MoleculeExplanation) -> str:
+    """What a picture calls the molecule: its first id value (e.g. its ``name``), else
+    ``row <i>``."""
+    return e.ids[0] if e.ids and e.ids[0] else f"row {e.index}"
+
+
 def _title(e: MoleculeExplanation, target: str, j: int, binary: bool) -> str:
     what = f"logit {target}" if binary else target
-    return f"row {e.index}: {what} = {e.prediction[j]:.3g} (baseline {e.baseline[j]:.3g})"
+    return f"{molecule_name(e)}: {what} = {e.prediction[j]:.3g} (baseline {e.baseline[j]:.3g})"
 
 
-def _draw(e: MoleculeExplanation, out: Path, target: str, j: int, binary: bool) -> str:
-    """Writes ``mol-<row>.png`` and ``.svg`` coloured by target ``j`` (named ``target``);
-    returns the PNG's name or why there is none."""
+def whole_answer(e: MoleculeExplanation, j: int) -> str:
+    """The line under a picture: how the atoms' sum and, for a ``--mol-features`` model,
+    the descriptor term make up ``prediction - baseline`` of target ``j``."""
+    parts = [f"atoms {e.contributions[:, j].sum():+.3g}"]
+    if e.descriptors is not None:
+        parts.append(f"descriptors {e.descriptors[j]:+.3g}")
+    delta = e.prediction[j] - e.baseline[j]
+    return f"{' + '.join(parts)} = prediction - baseline ({delta:+.3g})"
+
+
+def _draw(
+    e: MoleculeExplanation, out: Path, target: str, j: int, binary: bool, scale: float | None
+) -> str:
+    """Writes ``mol-<row>.png`` and ``.svg`` coloured by target ``j`` (named ``target``) on
+    ``scale`` (``None``: the molecule's own); returns the PNG's name or why there is none."""
     title = _title(e, target, j, binary)
     values = e.contributions[:, j]
+    style = {"scale": scale, "label": bar_label(target), "note": whole_answer(e, j)}
     try:
-        png = draw_contributions(e.smiles, values, title, "png")
-        svg = draw_contributions(e.smiles, values, title, "svg")
+        png = draw_contributions(e.smiles, values, title, "png", **style)
+        svg = draw_contributions(e.smiles, values, title, "svg", **style)
     except TooLargeToDraw as exc:
         return str(exc)
     name = f"mol-{e.index}"
@@ -124,6 +156,7 @@ def write_explanations(
     descriptors: bool = False,
     picture_target: str | None = None,
     id_columns: Sequence[str] = (),
+    per_molecule_scale: bool = False,
 ) -> ExplainSummary:
     """Write every explanation into folder ``out`` (created); see the module's text.
 
@@ -132,9 +165,20 @@ def write_explanations(
     the first :data:`~graphormer_urpe.inference.draw.MAX_GRID` molecules that could be drawn.
     ``descriptors``: write the ``<target>_descriptors`` columns (a model with per-molecule
     features). ``id_columns``: the input's id columns, written after ``smiles`` from each
-    explanation's ``ids``.
+    explanation's ``ids`` (the first names the molecule in the pictures' titles).
+
+    Every picture of the call, the grid's too, shares one colour scale: the largest
+    ``|contribution|`` among the molecules drawn (so colours compare across molecules;
+    :attr:`ExplainSummary.scale`); ``per_molecule_scale`` gives each molecule its own.
+    Each picture also writes how the atoms' sum and the descriptor term make up the
+    prediction minus the baseline.
     """
     j = picture_index(target_names, picture_target)
+    scale = None
+    if pictures and not per_molecule_scale:  # one scale: every explanation first
+        explanations = list(explanations)
+        drawn = [e for e in explanations if e.error is None and len(e.elements) <= MAX_DRAW_ATOMS]
+        scale = largest([e.contributions[:, j] for e in drawn])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t = len(target_names)
@@ -149,7 +193,7 @@ def write_explanations(
         + desc_cols
         + ["steps", "picture", "error"]
     )
-    summary = ExplainSummary()
+    summary = ExplainSummary(scale=scale)
     grid: list[MoleculeExplanation] = []
     for e in explanations:
         summary.molecules += 1
@@ -158,7 +202,7 @@ def write_explanations(
         if e.error is not None:
             summary.failed += 1
         elif pictures:
-            picture = _draw(e, out, target_names[j], j, binary)
+            picture = _draw(e, out, target_names[j], j, binary, scale)
             if picture.endswith(".png"):
                 summary.drawn += 1
                 if len(grid) < MAX_GRID:
@@ -182,7 +226,9 @@ def write_explanations(
         png = draw_grid(
             [e.smiles for e in grid],
             [e.contributions[:, j] for e in grid],
-            [f"row {e.index}: {e.prediction[j]:.3g}" for e in grid],
+            [f"{molecule_name(e)}: {e.prediction[j]:.3g}" for e in grid],
+            scale=scale,
+            label=bar_label(target_names[j]),
         )
         write_atomic(out / "grid.png", png)
     return summary
