@@ -57,6 +57,8 @@ __all__ = [
     "Calibration",
     "calibration_path",
     "calibration_report",
+    "coverage_lines",
+    "coverage_tolerance",
     "expected_calibration_error",
     "fit_calibration",
     "fit_temperature",
@@ -307,6 +309,41 @@ def calibration_report(
         report[f"coverage_{name}"] = float(inside[known].mean())
         report[f"width_{name}"] = float((high - low)[known].mean())
     return report
+
+
+COVERAGE_SLACK = 0.05
+"""The least gap between test coverage and its level that :func:`coverage_lines` warns of."""
+
+
+def coverage_tolerance(level: float, n: int) -> float:
+    """How far test coverage may fall from ``level`` by chance alone on ``n`` molecules: two
+    binomial standard errors, and at least :data:`COVERAGE_SLACK`."""
+    return max(COVERAGE_SLACK, 2.0 * math.sqrt(level * (1.0 - level) / max(n, 1)))
+
+
+def coverage_lines(metrics: dict[str, Any], level: float = REPORT_LEVEL) -> list[str]:
+    """``train``'s closing lines on its intervals, from its ``metrics.json``: the test
+    coverage and mean width at ``level``, and a warning when the coverage is further from
+    ``level`` than :func:`coverage_tolerance` (none for a run without test intervals)."""
+    name = f"{round(level * 100):d}"
+    coverage, width = metrics.get(f"test_coverage_{name}"), metrics.get(f"test_width_{name}")
+    if coverage is None or width is None:
+        return []
+    n = int(metrics.get("test_graphs") or 0)
+    lines = [
+        f"{name}% intervals: test coverage {coverage:.3f}, mean width {width:.3g} "
+        f"({n} test molecules; calibrated on the validation split)"
+    ]
+    tol = coverage_tolerance(level, n)
+    if abs(coverage - level) > tol:
+        side, kind = ("below", "harder") if coverage < level else ("above", "easier")
+        lines.append(
+            f"warning: test coverage {coverage:.3f} is far {side} the {level:g} asked (by more "
+            f"than {tol:.3f}): the test molecules were {kind} for the model than the "
+            f"validation molecules its intervals were calibrated on, as new scaffolds can be; "
+            "read the intervals as a guide, not a guarantee (docs: calibration)"
+        )
+    return lines
 
 
 def calibration_path(checkpoint: str | Path) -> Path:

@@ -26,6 +26,7 @@ import contextlib
 import csv
 import gzip
 import io
+import math
 import signal
 import sys
 import threading
@@ -532,7 +533,7 @@ class PredictionLayout:
         if numbers is None:
             values = [""] * len(self.value_columns)
         else:
-            values = [f"{v:.6g}" for v in numbers]
+            values = ["" if v != v else f"{v:.6g}" for v in numbers]  # NaN: no value
         if self.domain:
             label, sim = domain
             values += [label, "" if sim is None else f"{sim:.3f}"]
@@ -604,8 +605,12 @@ def write_predictions_csv(
 def _interval_numbers(
     p: Prediction, calibration: Calibration | None, level: float | None
 ) -> list[float]:
-    """A predicted row's ``<target>_low`` and ``<target>_high`` numbers, target by target."""
+    """A predicted row's ``<target>_low`` and ``<target>_high`` numbers, target by target;
+    NaN (empty cells) for a molecule out of the training domain: its calibration does not
+    hold there (the molecules it was fitted on were all in the domain)."""
     assert calibration is not None and level is not None and p.values is not None
+    if p.domain is not None and not p.domain.in_domain:
+        return [math.nan] * (2 * len(p.values))
     spread = None if p.members is None else mean_and_std(p.members)[1]
     low, high = calibration.interval(p.values, spread, level)
     return [v for pair in zip(low.tolist(), high.tolist(), strict=True) for v in pair]
