@@ -253,6 +253,21 @@ def test_ensemble_calibrator_is_normalised_by_member_std(tiny_run, tmp_path, cap
     inside = table["domain"] == "in"  # the 16-carbon chain is longer than any: no interval
     assert inside.tolist() == [True, True, False] and half[~inside].isna().all()
     np.testing.assert_allclose(half[inside], want[inside], rtol=1e-3, atol=1e-4)
+    # does the spread track the error? Spearman on validation and test, as the benchmark of
+    # difficulty scores computes it from the members' prediction files
+    bench = _difficulty_script().evaluate(out)
+    assert metrics["valid_spearman_error_std"] == pytest.approx(
+        bench["valid"]["spearman_error_std"], abs=0.02
+    )
+    assert metrics["test_spearman_error_std"] == pytest.approx(
+        bench["test"]["spearman_error_std"], abs=0.02
+    )
+    n = metrics["test_graphs"]
+    assert bench["intervals"]["std"]["coverage_90"] == pytest.approx(
+        metrics["test_coverage_90"], abs=1.01 / n
+    )
+    assert set(bench["intervals"]) == {"none", "std", "distance"}
+    assert -1 <= bench["valid"]["spearman_error_distance"] <= 1
 
 
 def test_train_closing_lines_state_test_coverage_and_warn_when_far_from_the_level():
@@ -285,3 +300,14 @@ def test_train_prints_its_test_coverage(tmp_path, capsys):
     want = f"90% intervals: test coverage {metrics['test_coverage_90']:.3f}"
     assert want in err
     assert err.strip().splitlines()[-1].startswith("graphormer-urpe: the best checkpoint")
+
+
+def _difficulty_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_difficulty.py"
+    spec = importlib.util.spec_from_file_location("bench_difficulty", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -59,6 +59,7 @@ __all__ = [
     "calibration_report",
     "coverage_lines",
     "coverage_tolerance",
+    "error_spearman",
     "expected_calibration_error",
     "fit_calibration",
     "fit_temperature",
@@ -285,8 +286,10 @@ def calibration_report(
     """How the calibrator does on other molecules (``members`` ``[K, N, T]``, ``y``
     ``[N, T]``): regression: per level (``90`` for 0.9) the share of known targets inside
     their interval (``coverage_90``) and the intervals' mean width (``width_90``), over every
-    target; binary: the expected calibration error of the raw (``ece``) and calibrated
-    (``ece_calibrated``) probabilities, averaged over tasks."""
+    target, and for an ensemble (``K > 1``) the Spearman correlation of the absolute error
+    with the members' std (``spearman_error_std``, :func:`error_spearman`); binary: the
+    expected calibration error of the raw (``ece``) and calibrated (``ece_calibrated``)
+    probabilities, averaged over tasks."""
     z, y_np = members.double(), y.double().numpy()
     known = np.isfinite(y_np)
     if not known.any():
@@ -302,6 +305,8 @@ def calibration_report(
         return {"ece": float(np.mean(ece)), "ece_calibrated": float(np.mean(after))}
     mean, std = z.mean(dim=0).numpy(), z.std(dim=0, unbiased=False).numpy()
     report: dict[str, float] = {}
+    if len(z) > 1:  # does the members' spread track the error? (rank correlation)
+        report["spearman_error_std"] = error_spearman(np.abs(y_np - mean), std)
     for level in levels:
         low, high = cal.interval(mean, std, level)
         inside = (low <= y_np) & (y_np <= high)
@@ -344,6 +349,16 @@ def coverage_lines(metrics: dict[str, Any], level: float = REPORT_LEVEL) -> list
             "read the intervals as a guide, not a guarantee (docs: calibration)"
         )
     return lines
+
+
+def error_spearman(error: np.ndarray, score: np.ndarray) -> float:
+    """The Spearman correlation of ``|error|`` ``[N, T]`` with a difficulty ``score``
+    ``[N, T]`` (e.g. an ensemble's std) over the known entries, targets pooled: near 1 when
+    the score ranks molecules as their errors do, near 0 when it tells nothing."""
+    from .faithfulness import spearman
+
+    known = np.isfinite(error) & np.isfinite(score)
+    return spearman(error[known], score[known])
 
 
 def calibration_path(checkpoint: str | Path) -> Path:

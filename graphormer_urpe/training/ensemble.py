@@ -180,7 +180,7 @@ def _ensemble_metrics(
         "dataset": splits.name,
         "ensemble": len(runs),
         "seeds": [r["seed"] for r in runs],
-        **{f"test_{k}": v for k, v in test.items()},
+        **{k if k.startswith("valid_") else f"test_{k}": v for k, v in test.items()},
         **baseline,
         f"member_test_{metric}_mean": float(np.mean(values)) if values else None,
         f"member_test_{metric}_std": float(np.std(values)) if values else None,
@@ -238,7 +238,12 @@ def _ensemble_calibration(
     their std), keep it in ``out/calibration.json``; its coverage and width (or ECE) on the
     test outputs ``test`` ``[K, n_test, T]``, and the calibrator. Nothing (``({}, None)``)
     where a member kept no validation predictions (a run from before calibration)."""
-    from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
+    from ..inference.calibration import (
+        CALIBRATION_FILE,
+        calibration_report,
+        error_spearman,
+        fit_calibration,
+    )
 
     if not all((out / f"member-{i}" / "valid_predictions.csv").exists() for i in range(members)):
         return {}, None
@@ -249,4 +254,9 @@ def _ensemble_calibration(
         valid, y_valid, splits.task_type, names, checkpoint=None, chose_checkpoint=True
     )
     cal.save(out / CALIBRATION_FILE)
-    return calibration_report(cal, test, y), cal
+    report = calibration_report(cal, test, y)
+    if splits.task_type == "regression":  # does the spread track the error on validation?
+        spread = valid.std(dim=0, unbiased=False).numpy()
+        error = np.abs(y_valid.double().numpy() - valid.mean(dim=0).numpy())
+        report["valid_spearman_error_std"] = error_spearman(error, spread)
+    return report, cal
