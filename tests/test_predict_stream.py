@@ -252,8 +252,10 @@ def test_read_smiles_every_format(tmp_path):
         assert list(read_smiles(path)) == smiles, kind
     with pytest.raises(ValueError, match="no column 'smi'"):
         list(read_smiles(tmp_path / "in.csv", "smi"))
+    with pytest.raises(ValueError, match="an SD file holds records"):
+        list(read_smiles(tmp_path / "in.sdf"))  # not the contradiction "unknown ... .sdf"
     with pytest.raises(ValueError, match="unknown input format"):
-        list(read_smiles(tmp_path / "in.sdf"))
+        list(read_smiles(tmp_path / "in.xyz"))
     lines = io.StringIO("CCO name\nc1ccccc1\n")
     assert list(read_smiles("-", stdin=lines)) == ["CCO", "c1ccccc1"]
     table = io.StringIO("id,smiles\n1,CCO\n2,c1ccccc1\n")

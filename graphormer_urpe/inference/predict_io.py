@@ -130,6 +130,13 @@ def read_named_smiles(
         yield from _read_stdin(stdin if stdin is not None else sys.stdin, smiles_column)
         return
     name = str(source).lower().removesuffix(".gz")
+    from ..datasets.sdf_text import is_sdf
+
+    if is_sdf(source):  # records, not lines: read_input_rows / read_input_table read them
+        raise ValueError(
+            f"{source}: an SD file holds records, not SMILES lines; read_input_table (as "
+            "predict and explain do) reads its molecules"
+        )
     if not name.endswith((".csv", ".smi", ".txt")):
         raise ValueError(
             f"{source}: unknown input format; expected .csv, .csv.gz, .smi or .txt "
