@@ -187,6 +187,12 @@ def test_train_keeps_calibration_and_predict_writes_intervals(tiny_run, capsys):
     assert table[f"{t}_high"][0] - table[t][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
     assert table[t][0] - table[f"{t}_low"][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
     assert pd.isna(table[f"{t}_low"][1]) and isinstance(table["error"][1], str)
+    # out of the training domain: a prediction, no interval (the documented policy)
+    assert cli.main([*args, "--interval", "0.9", "--smiles", "CCO", "[Na+].[Cl-]"]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert table["domain"].tolist()[0] == "in" and table["domain"][1].startswith("out")
+    assert not pd.isna(table[t][1]) and pd.isna(table[f"{t}_low"][1])
+    assert pd.isna(table[f"{t}_high"][1]) and not pd.isna(table[f"{t}_high"][0])
     result = json.loads(_run_json(cli, ["evaluate", "--checkpoint", ckpt, "--no-progress"], capsys))
     assert result["coverage_90"] == pytest.approx(metrics["test_coverage_90"])
 
@@ -244,4 +250,64 @@ def test_ensemble_calibrator_is_normalised_by_member_std(tiny_run, tmp_path, cap
     # the half-width is q (std + beta): wider where the members disagree
     half = (table[f"{t}_high"] - table[f"{t}_low"]) / 2
     want = cal.quantiles(0.8)[0] * (table[f"{t}_std"] + cal.beta[0])
-    np.testing.assert_allclose(half, want, rtol=1e-3, atol=1e-4)
+    inside = table["domain"] == "in"  # the 16-carbon chain is longer than any: no interval
+    assert inside.tolist() == [True, True, False] and half[~inside].isna().all()
+    np.testing.assert_allclose(half[inside], want[inside], rtol=1e-3, atol=1e-4)
+    # does the spread track the error? Spearman on validation and test, as the benchmark of
+    # difficulty scores computes it from the members' prediction files
+    bench = _difficulty_script().evaluate(out)
+    assert metrics["valid_spearman_error_std"] == pytest.approx(
+        bench["valid"]["spearman_error_std"], abs=0.02
+    )
+    assert metrics["test_spearman_error_std"] == pytest.approx(
+        bench["test"]["spearman_error_std"], abs=0.02
+    )
+    n = metrics["test_graphs"]
+    assert bench["intervals"]["std"]["coverage_90"] == pytest.approx(
+        metrics["test_coverage_90"], abs=1.01 / n
+    )
+    assert set(bench["intervals"]) == {"none", "std", "distance"}
+    assert -1 <= bench["valid"]["spearman_error_distance"] <= 1
+
+
+def test_train_closing_lines_state_test_coverage_and_warn_when_far_from_the_level():
+    from graphormer_urpe.inference.calibration import coverage_lines, coverage_tolerance
+
+    held = {"test_coverage_90": 0.885, "test_width_90": 1.234, "test_graphs": 100}
+    (line,) = coverage_lines(held)
+    assert line.startswith("90% intervals: test coverage 0.885, mean width 1.23 (100 test")
+    missed = {**held, "test_coverage_90": 0.66}
+    lines = coverage_lines(missed)
+    assert len(lines) == 2 and lines[1].startswith("warning: test coverage 0.660 is far below")
+    assert coverage_lines({**held, "test_coverage_90": 1.0})[1].count("far above") == 1
+    assert coverage_tolerance(0.9, 100) == pytest.approx(0.06)  # two standard errors
+    assert coverage_tolerance(0.9, 10_000) == 0.05  # never below the slack
+    assert coverage_lines({"test_rmse": 1.0}) == []  # no intervals: nothing said
+
+
+def test_train_prints_its_test_coverage(tmp_path, capsys):
+    from graphormer_urpe import cli
+
+    from .test_cli import _train_args
+
+    smiles = ["C" * a + x for a in range(1, 13) for x in ("O", "N", "C(=O)", "")]
+    heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
+    pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(tmp_path / "d.csv", index=False)
+    capsys.readouterr()
+    assert cli.main(_train_args(tmp_path / "d.csv", tmp_path / "s", tmp_path / "run")) == 0
+    err = capsys.readouterr().err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    want = f"90% intervals: test coverage {metrics['test_coverage_90']:.3f}"
+    assert want in err
+    assert err.strip().splitlines()[-1].startswith("graphormer-urpe: the best checkpoint")
+
+
+def _difficulty_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_difficulty.py"
+    spec = importlib.util.spec_from_file_location("bench_difficulty", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

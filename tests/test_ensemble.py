@@ -35,6 +35,23 @@ def test_ensemble_trains_seeds_and_predicts_their_mean_and_std(table, tmp_path):
     mean = (tables[0]["pred_heavy_atoms"] + tables[1]["pred_heavy_atoms"]) / 2
     want = (mean - tables[0]["true_heavy_atoms"]).abs().mean()
     assert metrics["test_mae"] == pytest.approx(want, rel=1e-4)
+    # the folder has its own test_predictions.csv and the mean predictor's metric
+    assert metrics["baseline_test_rmse"] == members[0]["baseline_test_rmse"] is not None
+    assert metrics["baseline_valid_rmse"] == members[0]["baseline_valid_rmse"] is not None
+    ens_test = pd.read_csv(out / "test_predictions.csv")
+    per = ["true", "pred", "std", "low", "high"]
+    assert list(ens_test.columns) == ["smiles", "source_row", *[f"{w}_heavy_atoms" for w in per]]
+    assert ens_test["smiles"].tolist() == tables[0]["smiles"].tolist()
+    np.testing.assert_allclose(ens_test["true_heavy_atoms"], tables[0]["true_heavy_atoms"])
+    np.testing.assert_allclose(ens_test["pred_heavy_atoms"], mean, rtol=1e-4, atol=1e-5)
+    spread = (tables[0]["pred_heavy_atoms"] - tables[1]["pred_heavy_atoms"]).abs() / 2
+    np.testing.assert_allclose(ens_test["std_heavy_atoms"], spread, rtol=1e-3, atol=1e-5)
+    low, high = ens_test["low_heavy_atoms"], ens_test["high_heavy_atoms"]
+    assert (low <= ens_test["pred_heavy_atoms"]).all() and (
+        high >= ens_test["pred_heavy_atoms"]
+    ).all()
+    inside = ((low <= ens_test["true_heavy_atoms"]) & (ens_test["true_heavy_atoms"] <= high)).mean()
+    assert inside == pytest.approx(metrics["test_coverage_90"], abs=1e-6)
 
     smiles = ["CCO", "c1ccccc1O", "not a smiles", "CC(=O)Nc1ccc(O)cc1"]
     common = ["--smiles", *smiles, "--workers", "0", "--no-progress"]

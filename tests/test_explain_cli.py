@@ -95,12 +95,12 @@ def test_pictures_colour_by_the_target_asked_for(tmp_path, monkeypatch):
 
     drawn: list[tuple[list[float], str]] = []
 
-    def fake_draw(smiles, values, title, fmt):
+    def fake_draw(smiles, values, title, fmt, **style):
         drawn.append((list(values), title))
         return b"\x89PNG" if fmt == "png" else "<svg/>"
 
     monkeypatch.setattr(explain_io, "draw_contributions", fake_draw)
-    monkeypatch.setattr(explain_io, "draw_grid", lambda smiles, values, titles: b"\x89PNG")
+    monkeypatch.setattr(explain_io, "draw_grid", lambda smiles, values, titles, **kw: b"\x89PNG")
     e = MoleculeExplanation(
         index=0,
         smiles="CCO",
@@ -126,3 +126,109 @@ def test_a_picture_target_the_model_lacks_is_one_line(run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: --picture-target 'logP' is not a target" in err and "heavy_atoms" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_explain_keeps_the_input_names_and_reads_sd_files(run, tmp_path):
+    from rdkit import Chem
+
+    inp = tmp_path / "in.csv"
+    inp.write_text("name,smiles\naspirin-like,CC(=O)O\nbad,xx((\n")
+    args = ["explain", "--checkpoint", str(run / "best.pt"), "--no-pictures", "--no-progress"]
+    assert cli.main([*args, "--input", str(inp), "--out", str(tmp_path / "csv")]) == 0
+    mols = _read(tmp_path / "csv" / "molecules.csv")
+    assert list(mols[0])[:4] == ["row", "smiles", "name", "atoms"]
+    assert [m["name"] for m in mols] == ["aspirin-like", "bad"]
+    atoms = _read(tmp_path / "csv" / "atoms.csv")
+    assert list(atoms[0])[:3] == ["row", "smiles", "name"]
+    assert {r["name"] for r in atoms if r["row"] == "0"} == {"aspirin-like"}
+
+    sdf = tmp_path / "in.sdf"
+    with Chem.SDWriter(str(sdf)) as w:
+        for name, smi in (("ethanol", "CCO"), ("phenol", "c1ccccc1O")):
+            mol = Chem.MolFromSmiles(smi)
+            mol.SetProp("_Name", name)
+            w.write(mol)
+    assert cli.main([*args, "--input", str(sdf), "--out", str(tmp_path / "sdf")]) == 0
+    mols = _read(tmp_path / "sdf" / "molecules.csv")
+    assert [(m["name"], m["smiles"], m["error"]) for m in mols] == [
+        ("ethanol", "CCO", ""),
+        ("phenol", "Oc1ccccc1", ""),
+    ]
+
+
+def _explained(index: int, contributions: list[float], ids=(), descriptors=None):
+    from graphormer_urpe.inference.explain import MoleculeExplanation
+
+    values = np.array(contributions)[:, None]
+    total = values.sum() + (0.0 if descriptors is None else descriptors)
+    return MoleculeExplanation(
+        index=index,
+        smiles="C" * len(contributions),
+        elements=["C"] * len(contributions),
+        contributions=values,
+        descriptors=None if descriptors is None else np.array([descriptors]),
+        prediction=np.array([6.28 + total]),
+        baseline=np.array([6.28]),
+        ids=ids,
+    )
+
+
+def test_pictures_share_one_scale_name_the_molecule_and_show_the_descriptor_term(
+    tmp_path, monkeypatch
+):
+    from graphormer_urpe.inference import explain_io
+
+    calls: list[dict] = []
+
+    def fake_draw(smiles, values, title, fmt, **style):
+        calls.append({"title": title, "fmt": fmt, **style})
+        return b"\x89PNG" if fmt == "png" else "<svg/>"
+
+    grids: list[dict] = []
+    monkeypatch.setattr(explain_io, "draw_contributions", fake_draw)
+    monkeypatch.setattr(
+        explain_io,
+        "draw_grid",
+        lambda s, v, titles, **kw: grids.append(kw | {"t": titles}) or b"\x89PNG",
+    )
+    mols = [
+        _explained(0, [0.38, -0.1, 0.2], ids=("cpd-7",), descriptors=0.57),
+        _explained(1, [0.13, -0.05], ids=("",)),
+    ]
+    summary = explain_io.write_explanations(mols, tmp_path / "a", ["pIC50"], descriptors=True)
+    pngs = [c for c in calls if c["fmt"] == "png"]
+    assert [c["scale"] for c in pngs] == [0.38, 0.38] and summary.scale == 0.38
+    assert pngs[0]["label"] == ["contribution", "to pIC50"]
+    assert pngs[0]["title"].startswith("cpd-7: pIC50 = 7.33")  # the name, not "row 0"
+    assert pngs[1]["title"].startswith("row 1: pIC50")  # no name: the row
+    # the whole answer under the molecule: atoms' sum and descriptor term
+    assert pngs[0]["note"] == "atoms +0.48 + descriptors +0.57 = prediction - baseline (+1.05)"
+    assert pngs[1]["note"] == "atoms +0.08 = prediction - baseline (+0.08)"
+    assert grids[0]["scale"] == 0.38 and grids[0]["label"] == ["contribution", "to pIC50"]
+    assert grids[0]["t"][0].startswith("cpd-7: ")
+    calls.clear()
+    summary = explain_io.write_explanations(
+        mols, tmp_path / "b", ["pIC50"], per_molecule_scale=True
+    )
+    assert [c["scale"] for c in calls] == [None] * 4 and summary.scale is None
+
+
+def test_drawn_pictures_carry_a_colour_bar_and_the_note():
+    from io import BytesIO
+
+    from PIL import Image
+
+    from graphormer_urpe.inference.draw import BAR, FOOTER, SIZE, draw_contributions, draw_grid
+
+    values = np.array([0.3, -0.2, 0.1])
+    plain = Image.open(BytesIO(draw_contributions("CCO", values, "t")))
+    noted = Image.open(BytesIO(draw_contributions("CCO", values, "t", note="atoms +0.2")))
+    assert plain.size == (SIZE[0] + BAR, SIZE[1])
+    assert noted.size == (SIZE[0] + BAR, SIZE[1] + FOOTER)
+    # the note is written: the footer is not blank
+    footer = np.asarray(noted.convert("L"))[SIZE[1] :, :]
+    assert footer.min() < 128
+    grid = Image.open(BytesIO(draw_grid(["CCO", "CCN"], [values, values[:3]], ["a", "b"])))
+    assert grid.size[0] == 2 * 300 + BAR
+    bar = np.asarray(grid.convert("RGB"))[60:80, 2 * 300 + 12 : 2 * 300 + 30].astype(int)
+    assert (bar[..., 0] - bar[..., 2]).mean() > 100  # the bar's top is red

@@ -20,7 +20,7 @@ import torch
 
 from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
 from graphormer_urpe.datasets import featurize_smiles
-from graphormer_urpe.inference import stream
+from graphormer_urpe.inference import predict_io, stream
 from graphormer_urpe.inference.stream import (
     SORT_WINDOW,
     Prediction,
@@ -252,8 +252,10 @@ def test_read_smiles_every_format(tmp_path):
         assert list(read_smiles(path)) == smiles, kind
     with pytest.raises(ValueError, match="no column 'smi'"):
         list(read_smiles(tmp_path / "in.csv", "smi"))
+    with pytest.raises(ValueError, match="an SD file holds records"):
+        list(read_smiles(tmp_path / "in.sdf"))  # not the contradiction "unknown ... .sdf"
     with pytest.raises(ValueError, match="unknown input format"):
-        list(read_smiles(tmp_path / "in.sdf"))
+        list(read_smiles(tmp_path / "in.xyz"))
     lines = io.StringIO("CCO name\nc1ccccc1\n")
     assert list(read_smiles("-", stdin=lines)) == ["CCO", "c1ccccc1"]
     table = io.StringIO("id,smiles\n1,CCO\n2,c1ccccc1\n")
@@ -289,15 +291,63 @@ def test_cli_predicts_every_input_format(ogb_ckpt, tmp_path, capsys, kind):
     args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", str(path), "--output", str(out)]
     opts = ["--batch-size", "6", "--workers", "1", "--chunk-size", "8", "--no-progress"]
     assert cli.main([*args, *opts, "--device", "cpu", "--threads", "1"]) == 0
-    # a .smi line's name follows its SMILES; .txt lines have none; a CSV has no name column
+    # a .smi line's name follows its SMILES; .txt lines have none; a CSV's name column is kept
     names = {
         "smi": [f"mol {i}" if s else "" for i, s in enumerate(MIXED)],
         "txt": [""] * len(MIXED),
+        "csv": [f"m{i}" for i in range(len(MIXED))],
+        "csv.gz": [f"m{i}" for i in range(len(MIXED))],
     }
     assert _read_output(out, names.get(kind)) == _expected_rows(ogb_ckpt, MIXED, 6)
     err = capsys.readouterr().err
     bad = sum(s in BAD for s in MIXED)
     assert f"{len(MIXED) - bad} molecules predicted, {bad} could not be read" in err
+
+
+def test_cli_keeps_the_id_columns_asked_for(ogb_ckpt, tmp_path, capsys):
+    path = _write_inputs(tmp_path, MIXED)["csv"]
+    args = ["predict", "--checkpoint", str(ogb_ckpt), "--input", str(path), "--no-progress"]
+    assert cli.main([*args, "--workers", "0", "--id-columns", "other", "name"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0][:5] == ["smiles", "other", "name", "a", "b"]
+    assert [r[1:3] for r in rows[1:]] == [[str(i), f"m{i}"] for i in range(len(MIXED))]
+    assert [r[0] for r in rows[1:]] == MIXED  # input order, unreadable rows kept
+    assert cli.main([*args, "--id-columns", "compound"]) == 2
+    err = capsys.readouterr().err
+    assert "no column 'compound'; columns: name, smiles, other" in err
+    smi = _write_inputs(tmp_path, MIXED)["smi"]
+    assert cli.main([*args[:3], "--input", str(smi), "--id-columns", "other"]) == 2
+    assert "only a 'name' id column" in capsys.readouterr().err
+    # an id column with the name of an output column is refused before any work
+    clash = tmp_path / "clash.csv"
+    clash.write_text("smiles,a\nCCO,1\n")
+    assert cli.main([*args[:3], "--input", str(clash), "--id-columns", "a"]) == 2
+    assert "'a' has the name of an output column" in capsys.readouterr().err
+
+
+def test_read_input_table_keeps_sd_titles_and_properties(tmp_path):
+    from rdkit import Chem
+
+    sdf = tmp_path / "in.sdf"
+    with Chem.SDWriter(str(sdf)) as w:
+        for i, smi in enumerate(["CCO", "c1ccccc1"]):
+            mol = Chem.MolFromSmiles(smi)
+            mol.SetProp("_Name", f"cpd-{i}")
+            mol.SetProp("batch", f"B{i}")
+            w.write(mol)
+    table = predict_io.read_input_table(sdf)
+    assert table.id_columns == ["name"]
+    assert [r[1] for r in table.rows] == [("cpd-0",), ("cpd-1",)]
+    table = predict_io.read_input_table(sdf, id_columns=["batch", "name"])
+    assert [(r[0], r[1]) for r in table.rows] == [
+        ("CCO", ("B0", "cpd-0")),
+        ("c1ccccc1", ("B1", "cpd-1")),
+    ]
+    plain = predict_io.read_input_table(_write_inputs(tmp_path, ["CCO"])["csv"])
+    assert plain.id_columns == ["name"] and list(plain.rows) == [("CCO", ("m0",), None)]
+    text = io.StringIO("smiles,id\nCCO,7\n")
+    stdin = predict_io.read_input_table("-", id_columns=["id"], stdin=text)
+    assert list(stdin.rows) == [("CCO", ("7",), None)]
 
 
 def test_cli_reads_standard_input_and_writes_standard_output(ogb_ckpt, monkeypatch, capsys):

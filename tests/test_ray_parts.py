@@ -206,6 +206,9 @@ def test_intervals_and_embeddings(ckpt):
     )
     columns = predictor({"smiles": np.array(MIXED, dtype=object)})
     low, high = cal.interval(np.stack([columns["a"], columns["b"]], 1), None, 0.9)
+    out = np.array([str(d).startswith("out") for d in columns["domain"]])
+    assert out.any()  # out of the training domain: no interval, as in local predict
+    low[out], high[out] = np.nan, np.nan
     assert np.allclose(columns["a_low"], low[:, 0], equal_nan=True)
     assert np.allclose(columns["b_high"], high[:, 1], equal_nan=True)
     emb = columns["embedding"]

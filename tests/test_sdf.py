@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import logging
 import shlex
 import tracemalloc
 from pathlib import Path
@@ -85,11 +86,12 @@ def test_a_missing_property_or_a_bad_value_names_the_record(tmp_path):
         read_sdf(path, ["series"])
 
 
-def test_train_and_predict_on_an_sd_file(tmp_path, capsys, monkeypatch):
+def test_train_and_predict_on_an_sd_file(tmp_path, capsys, monkeypatch, caplog):
     """sdf:FILE.sdf.gz trains on the SD property; the unreadable record is counted like an
     unreadable SMILES; predict --input FILE.sdf writes one row per record, the title in
     name, the reason in error."""
     monkeypatch.chdir(tmp_path)
+    caplog.set_level(logging.INFO)
     path = tmp_path / "ligands.sdf.gz"
     titles = write_sdf(path, VALID)
     args = ["train", "--dataset", f"sdf:{path}", "--target-columns", "pIC50", *TINY_MODEL]
@@ -99,6 +101,8 @@ def test_train_and_predict_on_an_sd_file(tmp_path, capsys, monkeypatch):
     metrics = json.loads((out / "metrics.json").read_text())
     meta_rows = metrics["train_graphs"] + metrics["valid_graphs"] + metrics["test_graphs"]
     assert meta_rows == len(VALID) - 1
+    assert metrics["dataset"] == f"sdf:{path}"  # an SD run names itself so, in its logs too
+    assert f"sdf:{path}" in caplog.text and f"csv:{path}" not in caplog.text
     last = capsys.readouterr().err.strip().splitlines()[-1]
     command = shlex.split(last.split("predict with: ")[1])
     assert command[command.index("--input") + 1] == str(path)
@@ -130,3 +134,23 @@ def test_records_are_read_one_at_a_time(tmp_path):
     finally:
         tracemalloc.stop()
     assert seen == 2000 and peak < size / 20
+
+
+def test_an_sd_store_lives_under_sdf_and_an_older_csv_one_is_still_read(tmp_path, store_cache):
+    from graphormer_urpe.datasets import load_dataset
+
+    path = tmp_path / "ligands.sdf"
+    write_sdf(path, VALID)
+    splits = load_dataset(f"sdf:{path}", target_columns=["pIC50"])
+    assert splits.name == f"sdf:{path}"
+    (folder,) = [f for f in (store_cache / "sdf").iterdir() if f.is_dir()]
+    assert not (store_cache / "csv").exists()
+    # a store built by an earlier version, under csv/: read as it is, not built again
+    (store_cache / "csv").mkdir()
+    older = folder.rename(store_cache / "csv" / folder.name)
+    stamp = (older / "meta.json").stat().st_mtime_ns
+    again = load_dataset(f"sdf:{path}", target_columns=["pIC50"])
+    assert not (store_cache / "sdf" / folder.name).exists()
+    assert (older / "meta.json").stat().st_mtime_ns == stamp
+    assert again.train.cache.cache_dir == older
+    assert len(again.train) == len(splits.train)

@@ -518,3 +518,80 @@ def test_without_optuna_tune_says_how_to_install_it_and_other_commands_never_imp
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert run.stdout.strip() == "False"
+
+
+def test_no_trial_starts_shorter_than_the_loading_and_a_limit_for_fewer_than_2_is_refused():
+    from graphormer_urpe.tuning.budget import LOAD_FACTOR, TuneBudgetError
+
+    b = SearchBudget(minutes=2, planned=12, started=0.0, loading=20.0)
+    b.begin(20.0)
+    assert b.share == pytest.approx(LOAD_FACTOR * 20.0)  # not the 7.6 s of an equal share
+    clock, spent = 20.0, []
+    while (s := b.trial_seconds(clock)) is not None:
+        spent.append(s)
+        clock += s
+    assert len(spent) == 2 and min(spent) >= LOAD_FACTOR * 20.0
+    b.check_fits(20.0)  # 2 trials of 40 s fit in the 93.8 s left
+    slow = SearchBudget(minutes=2, planned=12, started=0.0, loading=30.0)
+    with pytest.raises(TuneBudgetError) as refused:
+        slow.check_fits(30.0)
+    text = str(refused.value)
+    assert "\n" not in text and "loading the data took 30 s" in text
+    fits = float(text.split("give --time-limit ")[1].split()[0])
+    assert fits > 2
+    SearchBudget(minutes=fits, started=0.0, loading=30.0).check_fits(30.0)  # it does fit
+    fixed = SearchBudget(minutes=10, started=0.0, loading=30.0, trial_minutes=0.5)
+    with pytest.raises(TuneBudgetError, match="--trial-minutes 0.5 is too short"):
+        fixed.check_fits(30.0)
+
+
+def test_a_limit_too_short_for_the_loading_is_refused_at_once(table, tmp_path, capsys, monkeypatch):
+    import time
+
+    from graphormer_urpe.tuning import search
+
+    real = search.load_problem
+
+    def slow_load(*a, **kw):  # a busy machine: the loading takes a second
+        time.sleep(1.0)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(search, "load_problem", slow_load)
+    out = tmp_path / "search"
+    args = _tune(table, out)
+    args[args.index("--time-limit") + 1] = "0.12"
+    assert cli.main(args) == 2
+    err = _one_line_error(capsys)
+    assert "cannot hold 2 trials: loading the data took" in err and "give --time-limit" in err
+    assert not out.exists()
+
+
+def test_trials_that_fail_for_time_do_not_end_the_search(table, tmp_path, capsys, monkeypatch):
+    from graphormer_urpe.training import loop
+    from graphormer_urpe.training.budget import NoTimeToTrain
+
+    real_train = loop.train
+
+    def first_has_no_time(cfg, *args, **kw):
+        if cfg.out.endswith("trial-0000"):
+            raise NoTimeToTrain("--time-limit 0.1: 0.10 min went to loading the data")
+        return real_train(cfg, *args, **kw)
+
+    monkeypatch.setattr(loop, "train", first_has_no_time)
+    out = tmp_path / "search"
+    assert cli.main(_tune(table, out, "--trials", "2")) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["trials"]["fail"] == 1 and summary["trials"]["complete"] >= 1
+    rows = _trials(out)
+    assert rows[0]["state"] == "FAIL" and "went to loading" in rows[0]["error"]
+    assert (out / "config.json").exists()
+
+    def never_time(cfg, *args, **kw):
+        raise NoTimeToTrain("no time")
+
+    monkeypatch.setattr(loop, "train", never_time)
+    out = tmp_path / "none"
+    assert cli.main(_tune(table, out)) == 0  # reported, not an error
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["trials"] == {"complete": 0, "pruned": 0, "fail": 3}
+    assert "best" not in summary and len(_trials(out)) == 3

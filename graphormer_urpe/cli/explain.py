@@ -25,17 +25,21 @@ def run_explain(args: argparse.Namespace) -> int:
     minus baseline prediction) or by integrated gradients on the atom embeddings (within 1%).
     An ensemble's folder gives the members' mean.
     Writes to --out:
-    atoms.csv (row, smiles, atom_index, element, one contribution column per target, error),
+    atoms.csv (row, smiles, the input's id columns as predict writes them, atom_index,
+    element, one contribution column per target, error),
     molecules.csv (prediction, baseline, descriptor term with --mol-features runs, picture),
     mol-<row>.png and .svg (atoms coloured by the contributions to --picture-target, by default
-    the first target, a colour bar,
-    the prediction in the title) and grid.png (up to 50 molecules). Binary tasks are
-    explained on the logit. An unreadable SMILES gets one atoms.csv row with the reason and no
-    picture; a molecule of more than 100 heavy atoms is explained but not drawn."""
+    the first target, on one colour scale for the whole call unless --per-molecule-scale, a
+    labelled colour bar, the molecule's name (its first id column, else its row) and the
+    prediction in the title, and under it the atoms' sum and the descriptor term that make up
+    the prediction minus the baseline) and grid.png (up to 50 molecules, with a colour bar).
+    Binary tasks are explained on the logit. An unreadable SMILES gets one atoms.csv row with
+    the reason and no picture; a molecule of more than 100 heavy atoms is explained but not
+    drawn."""
     import torch
 
-    from ..inference.explain_io import picture_index, write_explanations
-    from ..inference.predict_io import read_smiles
+    from ..inference.explain_io import picture_index, with_input_rows, write_explanations
+    from ..inference.predict_io import read_input_table
 
     torch.set_num_threads(args.threads)
     options = {
@@ -46,8 +50,15 @@ def run_explain(args: argparse.Namespace) -> int:
     }
     explainer = _explainer(args.checkpoint, args.device or "auto", **options)
     picture_index(explainer.target_names, args.picture_target)  # a wrong name: before any work
-    smiles = list(args.smiles) if args.smiles else list(read_smiles(args.input, args.smiles_column))
-    explanations = explainer.explain_many(smiles, progress=not args.no_progress, total=len(smiles))
+    rows: list[tuple[str, tuple[str, ...], str | None]] = [(s, (), None) for s in args.smiles or []]
+    id_columns: list[str] = []
+    if args.input:  # a CSV, one SMILES a line or an SD file, as predict reads them
+        table = read_input_table(args.input, args.smiles_column, args.id_columns)
+        rows, id_columns = list(table.rows), table.id_columns
+    smiles = [r[0] for r in rows]
+    explanations = with_input_rows(
+        explainer.explain_many(smiles, progress=not args.no_progress, total=len(smiles)), rows
+    )
     summary = write_explanations(
         explanations,
         args.out,
@@ -56,9 +67,17 @@ def run_explain(args: argparse.Namespace) -> int:
         pictures=not args.no_pictures,
         descriptors=explainer.mol_features is not None,
         picture_target=args.picture_target,
+        id_columns=id_columns,
+        per_molecule_scale=args.per_molecule_scale,
     )
     for line in summary.not_drawn:
         print(f"graphormer-urpe: {line}", file=sys.stderr)
+    if summary.scale is not None and summary.drawn:
+        print(
+            f"graphormer-urpe: every picture colours contributions on one scale, "
+            f"±{summary.scale:.3g} (--per-molecule-scale: each molecule its own)",
+            file=sys.stderr,
+        )
     print(
         f"graphormer-urpe: explained {summary.molecules - summary.failed} of "
         f"{summary.molecules} molecules into {args.out} ({summary.failed} could not be read, "
@@ -76,7 +95,7 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     _smiles_source(
         p,
         "a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
-        "line, or - for standard input",
+        "line, an SD file (.sdf, .sdf.gz), or - for standard input",
     )
     p.add_argument("--out", required=True, help="folder to write the CSVs and pictures into")
     p.add_argument(
@@ -108,6 +127,13 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
         "embedding (default), or by zero",
     )
     p.add_argument("--no-pictures", action="store_true", help="write the CSVs only")
+    p.add_argument(
+        "--per-molecule-scale",
+        action="store_true",
+        help="colour each picture on its own molecule's largest contribution (default: one "
+        "scale for every picture of the call, the largest contribution drawn, so that "
+        "colours compare across molecules)",
+    )
     p.add_argument(
         "--picture-target",
         metavar="NAME",

@@ -234,6 +234,14 @@ def _smiles_source(p: argparse.ArgumentParser, input_help: str = _INPUT_HELP) ->
     src.add_argument("--input", help=input_help)
     column = {"default": "smiles", "help": "SMILES column of --input"}
     _shared(p, "--smiles-column", smiles_column=column)
+    p.add_argument(
+        "--id-columns",
+        nargs="+",
+        metavar="COLUMN",
+        help="columns of --input written back beside each row (a CSV's columns or an SD "
+        "file's properties; default: name, where the input has it: a CSV's name column, the "
+        "name after a .smi line's SMILES, an SD record's title)",
+    )
 
 
 def _add_training_flags(p: argparse.ArgumentParser) -> None:

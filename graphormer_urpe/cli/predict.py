@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-from itertools import chain
 
 from .flags import _command, _print_json, _shared, _smiles_source, interval_level, positive_int
 
@@ -59,8 +58,9 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 def run_predict(args: argparse.Namespace) -> int:
     """predict molecules from SMILES or an SD file
 
-    Predict the targets of molecules with a trained checkpoint. Streams CSV (smiles, name
-    for one-SMILES-a-line input, one column per target, domain, nearest_similarity, error)
+    Predict the targets of molecules with a trained checkpoint. Streams CSV (smiles, the
+    input's id columns: a CSV's name column or --id-columns, a .smi line's or an SD record's
+    name; one column per target, domain, nearest_similarity, error)
     to --output or standard output, one row per input row in input order, as each batch
     finishes; invalid SMILES get an empty prediction and the reason. domain says 'in', or
     'out: <reasons>' for a molecule unlike every training molecule (an element or charge
@@ -71,6 +71,9 @@ def run_predict(args: argparse.Namespace) -> int:
     adds a calibrated interval per regression target."""
     if args.engine == "ray":  # a Ray cluster: imported only here
         from .predict_ray import run_predict_ray
+
+        if args.id_columns:
+            raise ValueError("--id-columns applies to --engine local (a shard keeps its name)")
 
         return run_predict_ray(args)
     # SIGTERM ends it as Ctrl-C does: the rows written so far stay a valid CSV, the
@@ -83,7 +86,7 @@ def run_predict(args: argparse.Namespace) -> int:
         WriteCounts,
         carry_names,
         interrupts_between_rows,
-        read_input_rows,
+        read_input_table,
     )
     from ..inference.stream import default_threads, iter_predictions, write_predictions_csv
 
@@ -99,12 +102,11 @@ def run_predict(args: argparse.Namespace) -> int:
 
     level = args.interval
     calibration = check_interval_request(args.checkpoint, level, lm.task_type, lm.target_names)
-    smiles, with_names, named = args.smiles, None, False
-    if args.input:
-        rows = read_input_rows(args.input, args.smiles_column)
-        first = next(rows, None)
-        named = first is not None and first[1] is not None  # one SMILES a line: its names
-        smiles, with_names = carry_names(chain([first] if first else [], rows))
+    smiles, with_names, id_columns = args.smiles, None, []
+    if args.input:  # the input's id columns go back beside each row
+        table = read_input_table(args.input, args.smiles_column, args.id_columns)
+        smiles, with_names = carry_names(table.rows)
+        id_columns = table.id_columns
     counts = WriteCounts()
     predictions = iter_predictions(
         models,
@@ -134,10 +136,10 @@ def run_predict(args: argparse.Namespace) -> int:
                 args.logits,
                 std=len(models) > 1,
                 domain=True,
-                names=named,
                 counts=counts,
                 calibration=calibration,
                 level=level,
+                id_columns=id_columns,
             )
     except KeyboardInterrupt as exc:
         results.close()  # stops the featurising processes now

@@ -72,7 +72,9 @@ def train_config(args: argparse.Namespace):
 def _dataset_tag(dataset: str) -> str:
     """A run folder's name for ``dataset``: a CSV's or SD file's stem (``csv:data/mols.csv``
     -> ``mols``; three files: the first's), else the dataset's name."""
-    if not dataset.startswith(("csv:", "sdf:")):
+    from ..datasets.table_head import TABLE_PREFIXES
+
+    if not dataset.startswith(TABLE_PREFIXES):
         return dataset
     first = dataset[4:].split(",")[0].strip()
     name = os.path.basename(first)
@@ -113,6 +115,10 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
     _print_json(metrics)
+    from ..inference.calibration import coverage_lines
+
+    for line in coverage_lines(metrics):  # how the intervals held on the test molecules
+        print(f"graphormer-urpe: {line}", file=sys.stderr)
     print(f"graphormer-urpe: {where_written(cfg, args.ensemble > 1)}", file=sys.stderr)
     return 0
 

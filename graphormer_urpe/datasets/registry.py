@@ -42,11 +42,12 @@ from .nci import NCI5K_PATH, open_nci
 from .ogbg import OGBGEvaluator, open_ogbg
 from .pcqm import LSC_DATASETS, load_lsc_splits
 from .policy import apply_input_policy
+from .sdf_text import is_sdf
 from .smiles_csv import open_csv
 from .source import check_strict
 from .splitting import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
 from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache
-from .table_head import spec_paths
+from .table_head import TABLE_PREFIXES, spec_paths
 from .zinc import ZINC_DEFAULT_ROOT, open_zinc
 
 __all__ = [
@@ -294,7 +295,8 @@ def load_csv(
         )
         method = "column" if split_column is not None else split
         fields = _task_fields(task, [cache], cache.target_names)
-        return _splits_of_store(f"csv:{spec}", cache, method, seed, multi_hop_max_dist, **fields)
+        kind = "sdf" if is_sdf(paths[0]) else "csv"  # its name in logs, reports and stores
+        return _splits_of_store(f"{kind}:{spec}", cache, method, seed, multi_hop_max_dist, **fields)
     if len(paths) != 3:
         raise ValueError(
             f"csv dataset spec {spec!r}: give one CSV path or three comma-separated paths "
@@ -423,12 +425,11 @@ def load_dataset(
         DatasetUnavailableError: a dataset's raw files missing and not downloadable.
     """
     store = {"cache_dir": cache_dir, "workers": workers}
-    if name.startswith("sdf:"):  # an SD file is read as a table of its SD properties
-        name = "csv:" + name[4:]
-    if task != "regression" and not name.startswith("csv:"):
+    table = name.startswith(TABLE_PREFIXES)  # an SD file: a table of its SD properties
+    if task != "regression" and not table:
         raise ValueError(f"task={task!r} applies to csv: datasets; {name} has its own task")
     descriptors = needs_descriptors(mol_features)
-    if mol_features != "none" and not name.startswith("csv:"):
+    if mol_features != "none" and not table:
         raise ValueError(
             f"molecule features ({mol_features}) are computed for csv: datasets, not {name}"
         )
@@ -461,7 +462,7 @@ def load_dataset(
         splits = load_pretrain(
             name[9:], multi_hop_max_dist, smiles_column=smiles_column, seed=seed, **store
         )
-    elif name.startswith("csv:") and len(name) > 4:
+    elif table and len(name) > 4:
         splits = load_csv(
             name[4:],
             multi_hop_max_dist,

@@ -60,11 +60,18 @@ def csv_store_dir(
     options: dict,
     cache_dir: str | os.PathLike[str] | None,
 ) -> Path:
-    """The store folder of a CSV file read with ``options`` (columns, featuriser)."""
+    """The store folder of a CSV file read with ``options`` (columns, featuriser): under
+    ``csv/``, or ``sdf/`` for an SD file (where a store of the same file built under ``csv/``
+    by an earlier version exists and none under ``sdf/``, that one is read)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"SMILES CSV file not found: {path}")
-    return store_dir("csv", _stem(path), {"sha256": file_digest(path), **options}, cache_dir)
+    identity = {"sha256": file_digest(path), **options}
+    if not is_sdf(path):
+        return store_dir("csv", _stem(path), identity, cache_dir)
+    folder = store_dir("sdf", _stem(path), identity, cache_dir)
+    older = store_dir("csv", _stem(path), identity, cache_dir)
+    return older if not folder.exists() and older.exists() else folder
 
 
 def _read_table(path: Path) -> pd.DataFrame:

@@ -24,6 +24,7 @@ from .sdf_text import is_sdf, iter_sdf_blocks, sdf_properties, sdf_title
 __all__ = [
     "HEAD_ROWS",
     "NA_STRINGS",
+    "TABLE_PREFIXES",
     "check_table_head",
     "describe_csv_row",
     "describe_sdf_record",
@@ -87,6 +88,10 @@ def _finite_or_missing(text: str) -> bool:
         return math.isfinite(float(text))
     except ValueError:
         return False
+
+
+TABLE_PREFIXES = ("csv:", "sdf:")
+"""The dataset names of a user's table: a CSV (``csv:``) or an SD file (``sdf:``)."""
 
 
 def table_paths(dataset: str) -> list[str]:

@@ -53,9 +53,13 @@ from ..io.checkpoint import write_atomic
 __all__ = [
     "CALIBRATION_FILE",
     "LEVELS",
+    "REPORT_LEVEL",
     "Calibration",
     "calibration_path",
     "calibration_report",
+    "coverage_lines",
+    "coverage_tolerance",
+    "error_spearman",
     "expected_calibration_error",
     "fit_calibration",
     "fit_temperature",
@@ -68,6 +72,10 @@ CALIBRATION_FILE = "calibration.json"
 
 LEVELS = (0.8, 0.9, 0.95)
 """The levels whose coverage and width ``metrics.json`` and ``evaluate`` report."""
+
+REPORT_LEVEL = 0.9
+"""The level of the interval an ensemble's ``test_predictions.csv`` holds and whose test
+coverage ``train``'s closing lines state."""
 
 BETA_FRACTION = 0.1
 """``β`` of a normalised score over the median of the members' std on the calibration set."""
@@ -278,8 +286,10 @@ def calibration_report(
     """How the calibrator does on other molecules (``members`` ``[K, N, T]``, ``y``
     ``[N, T]``): regression: per level (``90`` for 0.9) the share of known targets inside
     their interval (``coverage_90``) and the intervals' mean width (``width_90``), over every
-    target; binary: the expected calibration error of the raw (``ece``) and calibrated
-    (``ece_calibrated``) probabilities, averaged over tasks."""
+    target, and for an ensemble (``K > 1``) the Spearman correlation of the absolute error
+    with the members' std (``spearman_error_std``, :func:`error_spearman`); binary: the
+    expected calibration error of the raw (``ece``) and calibrated (``ece_calibrated``)
+    probabilities, averaged over tasks."""
     z, y_np = members.double(), y.double().numpy()
     known = np.isfinite(y_np)
     if not known.any():
@@ -295,6 +305,8 @@ def calibration_report(
         return {"ece": float(np.mean(ece)), "ece_calibrated": float(np.mean(after))}
     mean, std = z.mean(dim=0).numpy(), z.std(dim=0, unbiased=False).numpy()
     report: dict[str, float] = {}
+    if len(z) > 1:  # does the members' spread track the error? (rank correlation)
+        report["spearman_error_std"] = error_spearman(np.abs(y_np - mean), std)
     for level in levels:
         low, high = cal.interval(mean, std, level)
         inside = (low <= y_np) & (y_np <= high)
@@ -302,6 +314,51 @@ def calibration_report(
         report[f"coverage_{name}"] = float(inside[known].mean())
         report[f"width_{name}"] = float((high - low)[known].mean())
     return report
+
+
+COVERAGE_SLACK = 0.05
+"""The least gap between test coverage and its level that :func:`coverage_lines` warns of."""
+
+
+def coverage_tolerance(level: float, n: int) -> float:
+    """How far test coverage may fall from ``level`` by chance alone on ``n`` molecules: two
+    binomial standard errors, and at least :data:`COVERAGE_SLACK`."""
+    return max(COVERAGE_SLACK, 2.0 * math.sqrt(level * (1.0 - level) / max(n, 1)))
+
+
+def coverage_lines(metrics: dict[str, Any], level: float = REPORT_LEVEL) -> list[str]:
+    """``train``'s closing lines on its intervals, from its ``metrics.json``: the test
+    coverage and mean width at ``level``, and a warning when the coverage is further from
+    ``level`` than :func:`coverage_tolerance` (none for a run without test intervals)."""
+    name = f"{round(level * 100):d}"
+    coverage, width = metrics.get(f"test_coverage_{name}"), metrics.get(f"test_width_{name}")
+    if coverage is None or width is None:
+        return []
+    n = int(metrics.get("test_graphs") or 0)
+    lines = [
+        f"{name}% intervals: test coverage {coverage:.3f}, mean width {width:.3g} "
+        f"({n} test molecules; calibrated on the validation split)"
+    ]
+    tol = coverage_tolerance(level, n)
+    if abs(coverage - level) > tol:
+        side, kind = ("below", "harder") if coverage < level else ("above", "easier")
+        lines.append(
+            f"warning: test coverage {coverage:.3f} is far {side} the {level:g} asked (by more "
+            f"than {tol:.3f}): the test molecules were {kind} for the model than the "
+            f"validation molecules its intervals were calibrated on, as new scaffolds can be; "
+            "read the intervals as a guide, not a guarantee (docs: calibration)"
+        )
+    return lines
+
+
+def error_spearman(error: np.ndarray, score: np.ndarray) -> float:
+    """The Spearman correlation of ``|error|`` ``[N, T]`` with a difficulty ``score``
+    ``[N, T]`` (e.g. an ensemble's std) over the known entries, targets pooled: near 1 when
+    the score ranks molecules as their errors do, near 0 when it tells nothing."""
+    from .faithfulness import spearman
+
+    known = np.isfinite(error) & np.isfinite(score)
+    return spearman(error[known], score[known])
 
 
 def calibration_path(checkpoint: str | Path) -> Path:

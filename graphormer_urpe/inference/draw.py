@@ -1,9 +1,12 @@
-"""Pictures of explanations, drawn with RDKit: atoms coloured by contribution, a colour bar,
-the prediction in the title; and a grid of many molecules.
+"""Pictures of explanations, drawn with RDKit: atoms coloured by contribution, a labelled
+colour bar, the prediction in the title and a line under the molecule (e.g. how the atoms'
+sum and the descriptor term make up the prediction); and a grid of many molecules with its
+own colour bar.
 
 Colours run from blue (negative) through white (0) to red (positive), on a scale symmetric
-about 0 set by the largest ``|contribution|`` of the molecule (of the grid, for a grid).
-Molecules of more than :data:`MAX_DRAW_ATOMS` heavy atoms are not drawn
+about 0: the ``scale`` given (one for every picture of a call, so that colours compare
+across molecules), else the largest ``|contribution|`` of the molecule (of the grid, for a
+grid). Molecules of more than :data:`MAX_DRAW_ATOMS` heavy atoms are not drawn
 (:class:`TooLargeToDraw`): their atoms would be too small to read.
 """
 
@@ -20,9 +23,11 @@ __all__ = [
     "MAX_DRAW_ATOMS",
     "MAX_GRID",
     "TooLargeToDraw",
+    "bar_label",
     "contribution_colour",
     "draw_contributions",
     "draw_grid",
+    "largest",
 ]
 
 MAX_DRAW_ATOMS = 100
@@ -36,6 +41,12 @@ SIZE = (420, 360)
 
 BAR = 90
 """Width of the colour bar's panel, in pixels."""
+
+FOOTER = 30
+"""Height of the line under the molecule (the ``note``), in pixels."""
+
+LABEL = "contribution"
+"""The colour bar's label (its first line; a second may name the target)."""
 
 
 class TooLargeToDraw(ValueError):
@@ -69,9 +80,18 @@ def _highlights(values: np.ndarray, scale: float) -> tuple[list[int], dict, dict
     return atoms, colours, radii
 
 
-def _colour_bar(drawer: rdMolDraw2D.MolDraw2D, left: int, height: int, scale: float) -> None:
-    """A vertical blue-white-red bar from ``-scale`` (bottom) to ``scale`` (top)."""
-    top, bottom, width, pieces = 40, height - 40, 22, 60
+def largest(values: Sequence[np.ndarray]) -> float:
+    """The largest ``|value|`` of several arrays (0 when there is none): a scale common to
+    their pictures."""
+    return max((float(np.abs(v).max()) for v in values if len(v)), default=0.0)
+
+
+def _colour_bar(
+    drawer: rdMolDraw2D.MolDraw2D, left: int, height: int, scale: float, label: Sequence[str]
+) -> None:
+    """A vertical blue-white-red bar from ``-scale`` (bottom) to ``scale`` (top), its
+    ``label`` (one or two lines) above it."""
+    top, bottom, width, pieces = 48, height - 40, 22, 60
     drawer.SetFillPolys(True)
     step = (bottom - top) / pieces
     for k in range(pieces):
@@ -85,18 +105,40 @@ def _colour_bar(drawer: rdMolDraw2D.MolDraw2D, left: int, height: int, scale: fl
     drawer.SetFontSize(12)
     for value, y in ((scale, top), (0.0, (top + bottom) / 2), (-scale, bottom)):
         drawer.DrawString(f"{value:+.2g}", Point2D(left + width + 24, y), rawCoords=True)
+    drawer.SetFontSize(11)
+    for k, line in enumerate(label[:2]):
+        drawer.DrawString(line, Point2D(left + BAR / 2 - 10, 12 + 14 * k), 0, rawCoords=True)
+
+
+def bar_label(target: str | None) -> list[str]:
+    """The colour bar's label: ``contribution`` and, given, ``to <target>`` (shortened to
+    fit the bar's panel)."""
+    if target is None:
+        return [LABEL]
+    return [LABEL, f"to {target if len(target) <= 12 else target[:11] + '…'}"]
 
 
 def draw_contributions(
-    smiles: str, values: np.ndarray, title: str, kind: str = "png"
+    smiles: str,
+    values: np.ndarray,
+    title: str,
+    kind: str = "png",
+    scale: float | None = None,
+    label: Sequence[str] = (LABEL,),
+    note: str | None = None,
 ) -> bytes | str:
-    """One molecule with its atoms coloured by ``values`` ``[n]``, a colour bar and ``title``.
+    """One molecule with its atoms coloured by ``values`` ``[n]``, a labelled colour bar,
+    ``title`` and ``note``.
 
     Args:
         smiles: the molecule (its RDKit atom order is that of ``values``).
         values: ``[n]`` one contribution per heavy atom.
-        title: written above the molecule (e.g. the prediction).
+        title: written above the molecule (e.g. its name and the prediction).
         kind: ``"png"`` (bytes) or ``"svg"`` (text).
+        scale: the colour scale's end, ``|value|`` drawn at full colour (``None``: the
+            molecule's largest ``|value|``); larger values are drawn at full colour.
+        label: the colour bar's label, one or two lines (:func:`bar_label`).
+        note: a line under the molecule (e.g. the atoms' sum and the descriptor term).
 
     Raises:
         TooLargeToDraw: beyond :data:`MAX_DRAW_ATOMS` heavy atoms.
@@ -107,12 +149,12 @@ def draw_contributions(
         raise ValueError(f"{len(values)} values for the {mol.GetNumAtoms()} atoms of {smiles!r}")
     width, height = SIZE
     cls = rdMolDraw2D.MolDraw2DCairo if kind == "png" else rdMolDraw2D.MolDraw2DSVG
-    drawer = cls(width + BAR, height, width, height)
+    drawer = cls(width + BAR, height + (FOOTER if note else 0), width, height)
     opts = drawer.drawOptions()
     opts.legendFontSize = 16
     opts.legendFraction = 0.12
     opts.legendPosition = rdMolDraw2D.LegendPosition.Top
-    scale = float(np.abs(values).max()) if len(values) else 0.0
+    scale = largest([values]) if scale is None else float(scale)
     atoms, colours, radii = _highlights(values, scale)
     drawer.DrawMolecule(
         mol,
@@ -122,16 +164,27 @@ def draw_contributions(
         highlightAtomRadii=radii,
         highlightBonds=[],
     )
-    _colour_bar(drawer, width + 10, height, scale)
+    _colour_bar(drawer, width + 10, height, scale, label)
+    if note:
+        drawer.SetColour((0.0, 0.0, 0.0))
+        drawer.SetFontSize(13)
+        drawer.DrawString(note, Point2D(12, height + FOOTER / 2), 1, rawCoords=True)
     drawer.FinishDrawing()
     return drawer.GetDrawingText()
 
 
 def draw_grid(
-    smiles: Sequence[str], values: Sequence[np.ndarray], titles: Sequence[str], per_row: int = 5
+    smiles: Sequence[str],
+    values: Sequence[np.ndarray],
+    titles: Sequence[str],
+    per_row: int = 5,
+    scale: float | None = None,
+    label: Sequence[str] = (LABEL,),
 ) -> bytes:
     """A PNG grid of up to :data:`MAX_GRID` molecules, each coloured by its ``values`` ``[n]``
-    on one common scale, titled ``titles``. Molecules too large to draw are left out."""
+    on one common scale (``scale``, else the grid's largest ``|value|``) shown by a labelled
+    colour bar beside the grid, titled ``titles``. Molecules too large to draw are left
+    out."""
     kept = []
     for s, v, t in zip(smiles, values, titles, strict=True):
         try:
@@ -142,11 +195,12 @@ def draw_grid(
             break
     if not kept:
         raise ValueError("no molecule to draw in the grid")
-    scale = max(float(np.abs(v).max()) if len(v) else 0.0 for _, v, _ in kept)
+    scale = largest([v for _, v, _ in kept]) if scale is None else float(scale)
     cols = min(per_row, len(kept))
     rows = -(-len(kept) // cols)
     w, h = 300, 260
-    drawer = rdMolDraw2D.MolDraw2DCairo(cols * w, rows * h, w, h)
+    # the bar's panel beside the panels (narrower than one, so it holds no molecule)
+    drawer = rdMolDraw2D.MolDraw2DCairo(cols * w + BAR, max(rows * h, 260), w, h)
     drawer.drawOptions().legendFontSize = 14
     highlights = [_highlights(v, scale) for _, v, _ in kept]
     drawer.DrawMolecules(
@@ -157,5 +211,6 @@ def draw_grid(
         highlightAtomRadii=[r for _, _, r in highlights],
         highlightBonds=[[] for _ in kept],
     )
+    _colour_bar(drawer, cols * w + 10, max(rows * h, 260), scale, label)
     drawer.FinishDrawing()
     return drawer.GetDrawingText()

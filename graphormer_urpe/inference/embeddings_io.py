@@ -7,7 +7,8 @@ shape into that header when it closes (then renames the file into place). Next t
 ``FILE.npy`` it writes:
 
 * ``FILE.ids.csv``: ``row,name,smiles,error``, one line per row of the array, in its order
-  (``name``: a ``.smi`` line's name, else empty; ``error``: why the row is NaN);
+  (``name``: a ``.smi`` line's or an SD record's name, a CSV's first id column, else empty;
+  ``error``: why the row is NaN);
 * ``FILE.json``: ``rows``, ``dim``, ``dtype``, ``members`` and ``member_dim`` (an ensemble's
   vectors side by side), ``hidden_dim`` and ``mol_features`` (the graph token's part and the
   descriptors' part of each member's vector), ``unreadable`` and the names of the files.

@@ -69,6 +69,8 @@ class MoleculeExplanation:
         steps: forward evaluations (Shapley values) or quadrature nodes, all panels together
             (integrated gradients), the most among ensemble members.
         error: why the row could not be explained, else ``None``.
+        ids: the row's values of the input's id columns (e.g. its name), in their order;
+            ``()``: none read.
     """
 
     index: int
@@ -80,6 +82,7 @@ class MoleculeExplanation:
     baseline: np.ndarray = field(default_factory=lambda: np.zeros(0))
     steps: int = 0
     error: str | None = None
+    ids: tuple[str, ...] = ()
 
     @property
     def completeness_error(self) -> np.ndarray:

@@ -14,6 +14,10 @@ Example::
     with open("out.csv", "w", newline="") as fh:
         write_predictions_csv(named(iter_predictions(model, smiles)), fh, ["y"], names=True,
                               counts=counts)
+
+:func:`read_input_table` reads the same files with their id columns (a CSV's ``name`` or the
+columns asked for, a ``.smi`` line's or an SD record's name), which ``predict`` and ``explain``
+write back beside each row, so that rows join back to the input by name, not by position.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import contextlib
 import csv
 import gzip
 import io
+import math
 import signal
 import sys
 import threading
@@ -43,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DOMAIN_COLUMNS",
+    "InputTable",
     "Interrupted",
     "Prediction",
     "PredictionLayout",
@@ -51,6 +57,7 @@ __all__ = [
     "interrupts_between_rows",
     "prediction_columns",
     "read_input_rows",
+    "read_input_table",
     "read_named_smiles",
     "read_smiles",
     "write_predictions_csv",
@@ -81,12 +88,16 @@ class Prediction(NamedTuple):
     nearest training similarity; :mod:`~graphormer_urpe.datasets.domain`); ``None`` for a row
     that could not be featurised, or a checkpoint without the record (domain unknown)."""
     name: str | None = None
-    """The row's name in a ``.smi`` file (``""``: the line has none); ``None``: not read."""
+    """The row's name in a ``.smi`` file (``""``: the line has none), or the value of its
+    first id column (:attr:`ids`); ``None``: not read."""
     embedding: Tensor | None = None
     """``[D]`` float32 the graph-level vector the head reads (an ensemble: its members'
     side by side; :mod:`~graphormer_urpe.inference.embeddings`), only when asked for
     (``iter_predictions(..., embeddings=True)``); ``None`` otherwise or for an unreadable
     row."""
+    ids: tuple[str, ...] | None = None
+    """The row's values of the input's id columns (:class:`InputTable`); ``None``: not
+    read."""
 
 
 # --------------------------------------------------------------------------------------
@@ -119,6 +130,13 @@ def read_named_smiles(
         yield from _read_stdin(stdin if stdin is not None else sys.stdin, smiles_column)
         return
     name = str(source).lower().removesuffix(".gz")
+    from ..datasets.sdf_text import is_sdf
+
+    if is_sdf(source):  # records, not lines: read_input_rows / read_input_table read them
+        raise ValueError(
+            f"{source}: an SD file holds records, not SMILES lines; read_input_table (as "
+            "predict and explain do) reads its molecules"
+        )
     if not name.endswith((".csv", ".smi", ".txt")):
         raise ValueError(
             f"{source}: unknown input format; expected .csv, .csv.gz, .smi or .txt "
@@ -181,18 +199,147 @@ def read_input_rows(
         yield smi, name, None
 
 
+NAME_COLUMN = "name"
+"""The id column kept by default: a CSV's column of that name, a ``.smi`` line's name after
+its SMILES, an SD record's title."""
+
+
+@dataclass
+class InputTable:
+    """An input file's rows with their id columns (:func:`read_input_table`).
+
+    Attributes:
+        id_columns: the names of the id columns carried beside each row (may be empty).
+        rows: ``(smiles, ids, error)`` per input row, lazily: ``ids`` one value per id column
+            (``""``: empty), ``error`` why an SD record cannot be read (else ``None``).
+    """
+
+    id_columns: list[str]
+    rows: Iterator[tuple[str, tuple[str, ...], str | None]]
+
+
+def read_input_table(
+    source: str | Path,
+    smiles_column: str = "smiles",
+    id_columns: Sequence[str] | None = None,
+    stdin: IO[str] | None = None,
+) -> InputTable:
+    """:func:`read_input_rows`' rows with the values of the input's id columns.
+
+    ``id_columns`` ``None`` keeps :data:`NAME_COLUMN`: a CSV's ``name`` column where it has
+    one (else no id column), a ``.smi`` / ``.txt`` line's name, an SD record's title. Named
+    columns are a CSV's columns or an SD file's properties (``name``: the record's title; a
+    record without the property gets ``""``); a ``.smi`` / ``.txt`` file has only ``name``.
+
+    Raises:
+        ValueError: a named column that the CSV does not have (naming its columns), one asked
+            of a ``.smi`` / ``.txt`` file, or the SMILES column itself.
+    """
+    wanted = list(id_columns) if id_columns is not None else None
+    if wanted is not None and smiles_column in wanted:
+        raise ValueError(f"--id-columns names the SMILES column {smiles_column!r}")
+    from ..datasets.sdf_text import is_sdf
+
+    if str(source) != "-" and is_sdf(source):
+        columns = wanted if wanted is not None else [NAME_COLUMN]
+        return InputTable(columns, _sdf_rows(source, columns))
+    if str(source) == "-":
+        fh = stdin if stdin is not None else sys.stdin
+        first = fh.readline()
+        fields = next(csv.reader([first]), [])
+        lines: Iterable[str] = chain([first], fh)
+        if len(fields) > 1 and smiles_column in fields:
+            return _csv_table(fields, lines, smiles_column, wanted, "standard input")
+        rows = _smiles_lines(lines, smiles_column) if first else iter(())
+        return _named_table(rows, wanted, "standard input")
+    name = str(source).lower().removesuffix(".gz")
+    if name.endswith(".csv"):
+        opener = gzip.open if str(source).lower().endswith(".gz") else open
+        with opener(source, "rt", newline="") as fh:
+            header = next(csv.reader(fh), [])
+        return _csv_table(header, _reopened(source), smiles_column, wanted, str(source))
+    return _named_table(read_named_smiles(source, smiles_column, stdin), wanted, str(source))
+
+
+def _reopened(source: str | Path) -> Iterator[str]:
+    """The lines of a (gzipped) text file, opened when first read and closed at the end."""
+    opener = gzip.open if str(source).lower().endswith(".gz") else open
+    with opener(source, "rt", newline="") as fh:
+        yield from fh
+
+
+def _csv_table(
+    header: list[str],
+    lines: Iterable[str],
+    smiles_column: str,
+    wanted: list[str] | None,
+    where: str,
+) -> InputTable:
+    """A CSV's rows (``lines``, header included) with the id columns ``wanted``."""
+    if not header:
+        raise ValueError(f"{where} is empty; expected a CSV header with a {smiles_column!r} column")
+    if wanted is None:
+        wanted = [NAME_COLUMN] if NAME_COLUMN in header else []
+    missing = [c for c in [smiles_column, *wanted] if c not in header]
+    if missing:
+        raise ValueError(
+            f"{where} has no column {', '.join(map(repr, missing))}; columns: " + ", ".join(header)
+        )
+    k, at = header.index(smiles_column), [header.index(c) for c in wanted]
+
+    def rows() -> Iterator[tuple[str, tuple[str, ...], str | None]]:
+        reader = csv.reader(lines)
+        next(reader, None)  # the header
+        for row in reader:
+            ids = tuple(row[j] if j < len(row) else "" for j in at)
+            yield (row[k] if k < len(row) else ""), ids, None
+
+    return InputTable(wanted, rows())
+
+
+def _named_table(
+    rows: Iterable[tuple[str, str | None]], wanted: list[str] | None, where: str
+) -> InputTable:
+    """One-SMILES-a-line rows with their names as the ``name`` id column."""
+    if wanted is not None and wanted != [NAME_COLUMN]:
+        raise ValueError(
+            f"{where}: a file of one SMILES a line has only a {NAME_COLUMN!r} id column (the "
+            f"text after each SMILES); --id-columns names columns of a CSV or SD file"
+        )
+    return InputTable([NAME_COLUMN], ((s, (n or "",), None) for s, n in rows))
+
+
+def _sdf_rows(
+    source: str | Path, columns: list[str]
+) -> Iterator[tuple[str, tuple[str, ...], str | None]]:
+    """An SD file's rows: each record's SMILES, its title (``name``) or properties, error."""
+    from ..datasets.sdf import block_smiles
+    from ..datasets.sdf_text import iter_sdf_blocks, sdf_properties, sdf_title
+
+    for block in iter_sdf_blocks(source):
+        smiles, error = block_smiles(block)
+        props = sdf_properties(block) if set(columns) - {NAME_COLUMN} else {}
+        ids = tuple(sdf_title(block) if c == NAME_COLUMN else props.get(c, "") for c in columns)
+        yield smiles, ids, error
+
+
 def carry_names(
-    rows: Iterable[tuple[str, str | None] | tuple[str, str | None, str | None]],
+    rows: Iterable[
+        tuple[str, str | None]
+        | tuple[str, str | None, str | None]
+        | tuple[str, tuple[str, ...], str | None]
+    ],
 ) -> tuple[Iterator[str], Callable[[Iterable[Prediction]], Iterator[Prediction]]]:
-    """Split :func:`read_named_smiles`' (or :func:`read_input_rows`') rows into the SMILES for
-    the model and a function that gives its predictions (one per row, in input order) their
-    names back, and a row's own error (an SD record RDKit cannot read) in place of the
-    model's.
+    """Split :func:`read_named_smiles`' (or :func:`read_input_rows`', or
+    :attr:`InputTable.rows`) rows into the SMILES for the model and a function that gives its
+    predictions (one per row, in input order) their names back (a tuple of id values: in
+    :attr:`Prediction.ids`), and a row's own error (an SD record RDKit cannot read) in place
+    of the model's.
 
     The names of the rows read but not yet predicted wait in a queue: a few chunks' worth,
     however long the input.
     """
-    waiting: deque[tuple[str | None, str | None]] = deque()
+    waiting: deque[tuple[str | tuple[str, ...] | None, str | None]] = deque()
 
     def smiles() -> Iterator[str]:
         for row in rows:
@@ -204,7 +351,10 @@ def carry_names(
             name, error = waiting.popleft()
             if error is not None:
                 p = p._replace(values=None, members=None, domain=None, error=error, embedding=None)
-            yield p._replace(name=name)
+            if isinstance(name, tuple):  # id values: the first is the row's name too
+                yield p._replace(ids=name, name=name[0] if name else None)
+            else:
+                yield p._replace(name=name)
 
     return smiles(), named
 
@@ -226,19 +376,31 @@ def prediction_columns(
     domain: bool = False,
     names: bool = False,
     interval: bool = False,
+    id_columns: Sequence[str] = (),
 ) -> list[str]:
-    """The CSV header: ``smiles``, with ``names`` ``name``, one column per target (``prob_`` /
-    ``logit_`` prefixed for binary tasks), for an ensemble (``std``) one ``<column>_std`` per
-    target, with ``interval`` ``<target>_low`` and ``<target>_high`` per target, with
-    ``domain`` the :data:`DOMAIN_COLUMNS`, ``error``."""
+    """The CSV header: ``smiles``, the ``id_columns`` (with ``names`` and none given:
+    ``name``), one column per target (``prob_`` / ``logit_`` prefixed for binary tasks), for
+    an ensemble (``std``) one ``<column>_std`` per target, with ``interval`` ``<target>_low``
+    and ``<target>_high`` per target, with ``domain`` the :data:`DOMAIN_COLUMNS`, ``error``.
+
+    Raises:
+        ValueError: an id column with the name of another column.
+    """
     if binary:
         prefix = "logit_" if logits else "prob_"
         target_names = [prefix + n for n in target_names]
     spread = [f"{n}_std" for n in target_names] if std else []
     bounds = [f"{n}_{side}" for n in target_names for side in ("low", "high")] if interval else []
-    first = ["smiles", "name"] if names else ["smiles"]
+    ids = list(id_columns) or ([NAME_COLUMN] if names else [])
     extra = (*spread, *bounds, *(DOMAIN_COLUMNS if domain else ()))
-    return [*first, *target_names, *extra, "error"]
+    header = ["smiles", *ids, *target_names, *extra, "error"]
+    clash = sorted({c for c in header if header.count(c) > 1})
+    if clash:
+        raise ValueError(
+            f"the id column {', '.join(map(repr, clash))} has the name of an output column; "
+            "rename it in the input"
+        )
+    return header
 
 
 @dataclass
@@ -312,19 +474,34 @@ class PredictionLayout:
     names: bool = False
     calibration: Calibration | None = None
     level: float | None = None
+    id_columns: Sequence[str] = ()
+    """The input's id columns, written after ``smiles`` from :attr:`Prediction.ids` (none:
+    ``name`` from :attr:`Prediction.name` where :attr:`names`)."""
 
     @property
     def header(self) -> list[str]:
         """The CSV header (:func:`prediction_columns`)."""
         interval = self.level is not None
         return prediction_columns(
-            self.target_names, self.binary, self.logits, self.std, self.domain, self.names, interval
+            self.target_names,
+            self.binary,
+            self.logits,
+            self.std,
+            self.domain,
+            self.names,
+            interval,
+            self.id_columns,
         )
+
+    @property
+    def _ids(self) -> int:
+        """How many id columns follow ``smiles``."""
+        return len(self.id_columns) or int(self.names)
 
     @property
     def value_columns(self) -> list[str]:
         """The numeric columns, in order: the targets, their ``_std``, ``_low`` and ``_high``."""
-        first = 2 if self.names else 1
+        first = 1 + self._ids
         per_target = 1 + self.std + 2 * (self.level is not None)
         return self.header[first : first + len(self.target_names) * per_target]
 
@@ -352,14 +529,18 @@ class PredictionLayout:
         numbers: Sequence[float] | None,
         domain: tuple[str, float | None],
         error: str | None,
+        ids: Sequence[str] | None = None,
     ) -> list[str]:
         """A CSV row from its parts: ``numbers`` (``None``: a row that could not be read)
-        those of :meth:`numbers`, ``domain`` that of :meth:`domain_of`."""
-        first = [smiles, name or ""] if self.names else [smiles]
+        those of :meth:`numbers`, ``domain`` that of :meth:`domain_of`, ``ids`` the values of
+        :attr:`id_columns` (``None``: ``name`` alone, where :attr:`names`)."""
+        if ids is None:
+            ids = [name or ""] if self._ids else []
+        first = [smiles, *ids, *[""] * (self._ids - len(ids))]
         if numbers is None:
             values = [""] * len(self.value_columns)
         else:
-            values = [f"{v:.6g}" for v in numbers]
+            values = ["" if v != v else f"{v:.6g}" for v in numbers]  # NaN: no value
         if self.domain:
             label, sim = domain
             values += [label, "" if sim is None else f"{sim:.3f}"]
@@ -368,7 +549,7 @@ class PredictionLayout:
     def row(self, p: Prediction) -> list[str]:
         """The CSV row of ``p``."""
         numbers = None if p.values is None else self.numbers(p)
-        return self.cells(p.smiles, p.name, numbers, self.domain_of(p), p.error)
+        return self.cells(p.smiles, p.name, numbers, self.domain_of(p), p.error, p.ids)
 
 
 def write_predictions_csv(
@@ -383,6 +564,7 @@ def write_predictions_csv(
     counts: WriteCounts | None = None,
     calibration: Calibration | None = None,
     level: float | None = None,
+    id_columns: Sequence[str] = (),
 ) -> tuple[int, int]:
     """Write the header, then one row per prediction, flushed as it comes, so that an
     interrupted run leaves a valid CSV prefix. Binary tasks get sigmoid probabilities unless
@@ -391,7 +573,9 @@ def write_predictions_csv(
     columns ``domain`` (``in``, ``out: <reasons>``, ``unknown`` where the checkpoint has no
     training record, empty for a row that could not be read) and ``nearest_similarity``
     (three decimals; empty where not searched) come before ``error``. With ``names``, a
-    ``name`` column after ``smiles`` holds each prediction's :attr:`Prediction.name`.
+    ``name`` column after ``smiles`` holds each prediction's :attr:`Prediction.name`;
+    ``id_columns`` (the input's, :class:`InputTable`) come there instead, from
+    :attr:`Prediction.ids`.
     ``counts`` is kept up to date as rows are written. A binary task's ``calibration``
     (:mod:`~graphormer_urpe.inference.calibration`) calibrates its probabilities; a
     regression's, with ``level``, gives each target its interval in ``<target>_low`` and
@@ -401,7 +585,9 @@ def write_predictions_csv(
         ``(rows, failed)``: rows written and how many of them could not be featurised.
     """
     counts = counts if counts is not None else WriteCounts()
-    layout = PredictionLayout(target_names, binary, logits, std, domain, names, calibration, level)
+    layout = PredictionLayout(
+        target_names, binary, logits, std, domain, names, calibration, level, id_columns
+    )
     writer = csv.writer(fh, lineterminator="\n")
     writer.writerow(layout.header)
     fh.flush()
@@ -426,8 +612,12 @@ def write_predictions_csv(
 def _interval_numbers(
     p: Prediction, calibration: Calibration | None, level: float | None
 ) -> list[float]:
-    """A predicted row's ``<target>_low`` and ``<target>_high`` numbers, target by target."""
+    """A predicted row's ``<target>_low`` and ``<target>_high`` numbers, target by target;
+    NaN (empty cells) for a molecule out of the training domain: its calibration does not
+    hold there (the molecules it was fitted on were all in the domain)."""
     assert calibration is not None and level is not None and p.values is not None
+    if p.domain is not None and not p.domain.in_domain:
+        return [math.nan] * (2 * len(p.values))
     spread = None if p.members is None else mean_and_std(p.members)[1]
     low, high = calibration.interval(p.values, spread, level)
     return [v for pair in zip(low.tolist(), high.tolist(), strict=True) for v in pair]

@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
+from ..datasets.table_head import TABLE_PREFIXES
 from ..graph.model import GraphormerConfig, get_preset
 
 __all__ = [
@@ -248,7 +249,7 @@ def resolve_mol_features(config: TrainConfig) -> TrainConfig:
     fine-tuning recipe's for the shipped pretrained start on a ``csv:`` set, else ``none``."""
     if config.mol_features != "auto":
         return config
-    recipe = config.init_from == "pretrained" and config.dataset.startswith("csv:")
+    recipe = config.init_from == "pretrained" and config.dataset.startswith(TABLE_PREFIXES)
     return replace(config, mol_features=PRETRAINED_MOL_FEATURES if recipe else "none")
 
 

@@ -30,7 +30,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["MIN_USEFUL_EPOCHS", "RunCosts", "Pacer", "Replans", "Schedule"]
+__all__ = ["MIN_USEFUL_EPOCHS", "NoTimeToTrain", "RunCosts", "Pacer", "Replans", "Schedule"]
+
+
+class NoTimeToTrain(RuntimeError):
+    """A run's ``--time-limit`` went to loading the data and measuring, leaving no time to
+    train and test (a search's trial that fails this way is one trial lost, not the
+    search)."""
+
 
 MIN_USEFUL_EPOCHS = 5
 """Fewer epochs than this make a run too short to trust: a warm-up and a decay need room."""

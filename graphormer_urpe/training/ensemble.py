@@ -167,13 +167,21 @@ def _ensemble_metrics(
         members = _member_outputs(out, len(runs), splits, "test")  # [K, n_test, T]
         y = _split_targets(splits, "test")
         test = splits.evaluate(members.mean(dim=0).float(), y)
-        test.update(_ensemble_calibration(out, len(runs), splits, members, y))
+        report, cal = _ensemble_calibration(out, len(runs), splits, members, y)
+        test.update(report)
+        _write_ensemble_predictions(out, splits, members, y, cal)
     values = [r[f"test_{metric}"] for r in runs if f"test_{metric}" in r]
+    # one split for every member: the mean predictor's metric is theirs
+    baseline = {
+        f"baseline_{split}_{metric}": runs[0].get(f"baseline_{split}_{metric}")
+        for split in ("valid", "test")
+    }
     return {
         "dataset": splits.name,
         "ensemble": len(runs),
         "seeds": [r["seed"] for r in runs],
-        **{f"test_{k}": v for k, v in test.items()},
+        **{k if k.startswith("valid_") else f"test_{k}": v for k, v in test.items()},
+        **baseline,
         f"member_test_{metric}_mean": float(np.mean(values)) if values else None,
         f"member_test_{metric}_std": float(np.std(values)) if values else None,
         "members": [
@@ -205,17 +213,40 @@ def _split_targets(splits: Any, split: str) -> torch.Tensor:
     return torch.cat([d.y.reshape(1, -1) for d in getattr(splits, split)]).float()
 
 
+def _write_ensemble_predictions(
+    out: Path, splits: Any, members: torch.Tensor, y: torch.Tensor, cal: Any
+) -> None:
+    """``out/test_predictions.csv``: per test molecule the true value, the members' mean,
+    their std and (a regression with a calibrator) the interval at
+    :data:`~graphormer_urpe.inference.calibration.REPORT_LEVEL`, as a single run writes it."""
+    from ..inference.calibration import REPORT_LEVEL
+    from .run_report import write_test_predictions
+
+    shown = torch.sigmoid(members) if splits.task_type == "binary" else members
+    spread = shown.std(dim=0, unbiased=False)  # [n_test, T], on the scale of pred_
+    interval = None
+    if cal is not None and splits.task_type == "regression":
+        interval = cal.interval(members.mean(dim=0).numpy(), spread.numpy(), REPORT_LEVEL)
+    mean = members.mean(dim=0)
+    write_test_predictions(out / "test_predictions.csv", splits, y, mean, "test", spread, interval)
+
+
 def _ensemble_calibration(
     out: Path, members: int, splits: Any, test: torch.Tensor, y: torch.Tensor
-) -> dict[str, float]:
+) -> tuple[dict[str, float], Any]:
     """Fit the ensemble's calibrator on its members' validation outputs (scores normalised by
     their std), keep it in ``out/calibration.json``; its coverage and width (or ECE) on the
-    test outputs ``test`` ``[K, n_test, T]``. Nothing where a member kept no validation
-    predictions (a run from before calibration)."""
-    from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
+    test outputs ``test`` ``[K, n_test, T]``, and the calibrator. Nothing (``({}, None)``)
+    where a member kept no validation predictions (a run from before calibration)."""
+    from ..inference.calibration import (
+        CALIBRATION_FILE,
+        calibration_report,
+        error_spearman,
+        fit_calibration,
+    )
 
     if not all((out / f"member-{i}" / "valid_predictions.csv").exists() for i in range(members)):
-        return {}
+        return {}, None
     valid = _member_outputs(out, members, splits, "valid")
     names = list(splits.target_names)
     y_valid = _split_targets(splits, "valid")
@@ -223,4 +254,9 @@ def _ensemble_calibration(
         valid, y_valid, splits.task_type, names, checkpoint=None, chose_checkpoint=True
     )
     cal.save(out / CALIBRATION_FILE)
-    return calibration_report(cal, test, y)
+    report = calibration_report(cal, test, y)
+    if splits.task_type == "regression":  # does the spread track the error on validation?
+        spread = valid.std(dim=0, unbiased=False).numpy()
+        error = np.abs(y_valid.double().numpy() - valid.mean(dim=0).numpy())
+        report["valid_spearman_error_std"] = error_spearman(error, spread)
+    return report, cal

@@ -68,7 +68,7 @@ from ..runtime.loaders import _read as _read
 from ..runtime.loaders import loader_workers as loader_workers
 from ..runtime.loaders import make_loader
 from ..runtime.precision import Precision
-from .budget import RunCosts
+from .budget import NoTimeToTrain, RunCosts
 from .history import _History as _History
 from .run_budget import PACE_WINDOW as PACE_WINDOW
 from .run_budget import RunBudget
@@ -79,7 +79,6 @@ from .run_epochs import RunEpochs
 from .run_plan import TIMED_STEPS as TIMED_STEPS
 from .run_plan import RunPlan
 from .run_report import RunReport
-from .run_report import _write_test_predictions as _write_test_predictions
 from .run_setup import _PER_LAUNCH_FIELDS as _PER_LAUNCH_FIELDS
 from .run_setup import RunSetup, first_missing
 from .run_state import log as log
@@ -158,6 +157,7 @@ def train(
     Raises:
         TrainingInterrupted: SIGTERM or SIGINT arrived; a checkpoint was saved first.
         RuntimeError: the loss became non-finite (the last good state is in ``nonfinite.pt``).
+        NoTimeToTrain: the time limit went to loading the data and measuring.
     """
     ctx = init_distributed(resolve_device(config.device))
     try:
@@ -168,7 +168,7 @@ def train(
                 check(run)
             if run.no_time is not None:
                 run.discard()
-                raise RuntimeError(run.no_time)
+                raise NoTimeToTrain(run.no_time)
             run.evaluate_starting_point()
             run.fit(progress)
             return run.finish()

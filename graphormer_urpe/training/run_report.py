@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -19,7 +20,7 @@ from ..io.checkpoint import load_checkpoint, write_atomic
 from .budget import MIN_USEFUL_EPOCHS
 from .run_state import RunState, log
 
-__all__ = ["RunReport"]
+__all__ = ["RunReport", "write_test_predictions"]
 
 
 class RunReport(RunState):
@@ -41,7 +42,7 @@ class RunReport(RunState):
             p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
             test = self.splits.evaluate(p, y)
             if main and self.splits.pretrain is None:  # not hundreds of descriptor columns
-                _write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
+                write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
         if self.splits.pretrain is None:
             test.update(self._calibrate(p if self.test_labelled else None))
         metrics = self._metrics(test)
@@ -81,7 +82,7 @@ class RunReport(RunState):
         cal = fit_calibration(p[None], y, self.splits.task_type, names, chose_checkpoint=True)
         if self.main:
             cal.save(self.out / CALIBRATION_FILE)
-            _write_test_predictions(self.out / "valid_predictions.csv", self.splits, y, p, "valid")
+            write_test_predictions(self.out / "valid_predictions.csv", self.splits, y, p, "valid")
         if test_pred is None:
             return {}
         return calibration_report(cal, test_pred[None], self.targets["test"])
@@ -164,35 +165,53 @@ class RunReport(RunState):
         return self.step / max(1, len(self.sampler))
 
 
-def _write_test_predictions(
-    path: Path, splits: Any, y_true: Tensor, y_pred: Tensor, split: str = "test"
+def write_test_predictions(
+    path: Path,
+    splits: Any,
+    y_true: Tensor,
+    y_pred: Tensor,
+    split: str = "test",
+    spread: Tensor | None = None,
+    interval: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> None:
     """``test_predictions.csv`` (``valid_predictions.csv``: ``split`` ``valid``): per molecule
     its SMILES (stores of SMILES sources), its source row, and per target the true value
     (``true_<target>``) and the prediction (``pred_<target>``, a probability for binary
-    tasks); empty cells for missing labels.
+    tasks); with ``spread`` an ensemble's std (``std_<target>``), with ``interval`` its
+    bounds (``low_<target>``, ``high_<target>``); empty cells for missing labels.
 
     Args:
         path: the file.
         splits: the run's :class:`~graphormer_urpe.datasets.DatasetSplits`.
         y_true: ``[n, T]`` targets (``NaN`` = missing).
-        y_pred: ``[n, T]`` model outputs (logits for binary tasks).
+        y_pred: ``[n, T]`` model outputs (logits for binary tasks; an ensemble's mean).
         split: the split they are of.
+        spread: ``[n, T]`` the members' std, on the scale of ``pred_`` (probabilities for
+            binary tasks).
+        interval: ``(low, high)``, ``[n, T]`` each, a regression's calibrated interval.
     """
     test = getattr(splits, split)
     if splits.task_type == "binary":
         y_pred = torch.sigmoid(y_pred)
     smiles = test.smiles() if getattr(test.cache, "has_smiles", False) else None
     header = ([] if smiles is None else ["smiles"]) + ["source_row"]
+    per_target = ["true", "pred"] + ["std"] * (spread is not None)
+    per_target += ["low", "high"] if interval is not None else []
     for name in splits.target_names:
-        header += [f"true_{name}", f"pred_{name}"]
+        header += [f"{what}_{name}" for what in per_target]
+    columns = [y_pred.float()]
+    if spread is not None:
+        columns.append(spread.float())
+    if interval is not None:
+        columns += [torch.as_tensor(b).float() for b in interval]
+    values = torch.stack(columns, dim=-1).tolist()  # [n, T, C]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     rows = test.source_index.tolist()
-    for i, (t, p) in enumerate(zip(y_true.tolist(), y_pred.float().tolist(), strict=True)):
+    for i, (t, p) in enumerate(zip(y_true.tolist(), values, strict=True)):
         cells = ([] if smiles is None else [smiles[i]]) + [rows[i]]
         for a, b in zip(t, p, strict=True):
-            cells += ["" if math.isnan(a) else f"{a:.6g}", f"{b:.6g}"]
+            cells += ["" if math.isnan(a) else f"{a:.6g}", *[f"{v:.6g}" for v in b]]
         writer.writerow(cells)
     write_atomic(path, buf.getvalue().encode())

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..training.budget import NoTimeToTrain
 from .budget import SearchBudget, planned_trials
 from .problem import Problem, load_problem
 from .report import SURPLUS_ATTR, best_config, ran, write_report
@@ -39,7 +40,9 @@ BASELINE_ATTR = "baseline"
 recommended recipe, the first of a new study."""
 
 MAX_FAILURES_IN_A_ROW = 3
-"""Failed trials in a row after which the search stops with the last one's error."""
+"""Failed trials in a row after which the search stops: with the last one's error, or, when
+they failed for time (:class:`~graphormer_urpe.training.budget.NoTimeToTrain`), with the
+study's report."""
 
 
 def tune(
@@ -56,7 +59,8 @@ def tune(
     Raises:
         ValueError: a storage that cannot be reached, a set that cannot rank trials, a
             fixed choice the set cannot take, a study name already used for other data or
-            another search space.
+            another search space, a limit too short for 2 trials
+            (:class:`~.budget.TuneBudgetError`).
         KeyboardInterrupt: interrupted; the finished trials stay in the study, and the
             message says how to continue.
     """
@@ -69,7 +73,10 @@ def tune(
         config.time_limit, planned, config.final_ensemble, start, config.trial_minutes
     )
     storage = open_storage(config.storage) if config.storage else None  # before any write
+    loading = time.perf_counter()
     problem = load_problem(config.base, tag)
+    budget.loading = time.perf_counter() - loading  # every trial loads the data again
+    budget.check_fits()  # too short for 2 trials: one line, nothing written
     check_space(config.space, problem)
     name = config.study or f"{problem.tag}-{problem.digest}"
     out = Path(config.out)
@@ -192,7 +199,20 @@ def _trials(
         except KeyboardInterrupt:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
-        except Exception as exc:  # one trial's failure (no time, a non-finite loss)
+        except NoTimeToTrain as exc:  # one trial lost to time; the search goes on
+            trial.set_user_attr("error", str(exc).splitlines()[0])
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            log.warning("trial %d failed for time: %s", trial.number, exc)
+            failures += 1
+            if failures >= MAX_FAILURES_IN_A_ROW:  # the rest would fare no better: report
+                log.warning(
+                    "%d trials in a row found no time to train: the search stops here and "
+                    "reports its study; give a longer --time-limit (or fewer --trials)",
+                    failures,
+                )
+                return
+            continue
+        except Exception as exc:  # one trial's failure (a non-finite loss)
             failures += 1
             trial.set_user_attr("error", str(exc).splitlines()[0] if str(exc) else repr(exc))
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
