@@ -23,6 +23,7 @@ __all__ = [
     "contribution_colour",
     "draw_contributions",
     "draw_grid",
+    "draw_molecule",
 ]
 
 MAX_DRAW_ATOMS = 100
@@ -125,6 +126,23 @@ def draw_contributions(
     _colour_bar(drawer, width + 10, height, scale)
     drawer.FinishDrawing()
     return drawer.GetDrawingText()
+
+
+def draw_molecule(smiles: str, size: tuple[int, int] = (150, 110)) -> str:
+    """An SVG of the molecule alone, ``size`` (width, height) pixels, without the XML
+    declaration (so that it can sit inside an HTML page).
+
+    Raises:
+        ValueError: RDKit cannot parse ``smiles``.
+        TooLargeToDraw: beyond :data:`MAX_DRAW_ATOMS` heavy atoms.
+    """
+    mol = _mol(smiles)
+    drawer = rdMolDraw2D.MolDraw2DSVG(*size)
+    drawer.drawOptions().clearBackground = False
+    drawer.DrawMolecule(mol)
+    drawer.FinishDrawing()
+    text = drawer.GetDrawingText()
+    return text[text.index("<svg") :]
 
 
 def draw_grid(

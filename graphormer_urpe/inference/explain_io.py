@@ -22,7 +22,7 @@ from ..io.files import write_atomic
 from .draw import MAX_GRID, TooLargeToDraw, draw_contributions, draw_grid
 from .explain import MoleculeExplanation
 
-__all__ = ["ExplainSummary", "atom_rows", "picture_index", "write_explanations"]
+__all__ = ["ExplainSummary", "atom_rows", "picture_index", "picture_title", "write_explanations"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,9 @@ def atom_rows(e: MoleculeExplanation, num_targets: int) -> list[list[str]]:
     ]
 
 
-def _title(e: MoleculeExplanation, target: str, j: int, binary: bool) -> str:
+def picture_title(e: MoleculeExplanation, target: str, j: int, binary: bool) -> str:
+    """The title of a molecule's picture: its row, the prediction of target ``j`` (named
+    ``target``; a binary task's logit) and the baseline's."""
     what = f"logit {target}" if binary else target
     return f"row {e.index}: {what} = {e.prediction[j]:.3g} (baseline {e.baseline[j]:.3g})"
 
@@ -73,7 +75,7 @@ def _title(e: MoleculeExplanation, target: str, j: int, binary: bool) -> str:
 def _draw(e: MoleculeExplanation, out: Path, target: str, j: int, binary: bool) -> str:
     """Writes ``mol-<row>.png`` and ``.svg`` coloured by target ``j`` (named ``target``);
     returns the PNG's name or why there is none."""
-    title = _title(e, target, j, binary)
+    title = picture_title(e, target, j, binary)
     values = e.contributions[:, j]
     try:
         png = draw_contributions(e.smiles, values, title, "png")
