@@ -305,3 +305,21 @@ def test_tune_table_takes_seeds_1_and_2_of_every_source_and_bolds_the_best(tmp_p
         means = [c["mean"] for c in row["cells"].values()]
         best = max(means) if row["metric"] == "roc_auc" else min(means)
         assert f"**{best:.3f}**" in line
+
+
+def test_serve_benchmark_smoke_mode_emits_json():
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    report, _ = _bench("bench_serve")
+    assert report["benchmark"] == "serve"
+    (run,) = report["runs"]
+    assert run["serve"]["molecules"] == report["config"]["molecules"] > 0
+    assert run["predict"]["molecules"] == run["serve"]["molecules"]
+    assert run["serve"]["failed_requests"] == 0 and run["single"]["p99_ms"] > 0
+    assert (
+        run["faults"]["still_serving"] and run["faults"]["statuses"]["over the atoms limit"] == 422
+    )
+    assert set(report["summary"]["targets"]) == {
+        "throughput_ratio >= 0.8",
+        "single_p99_ms <= 100",
+        "no failed request",
+    }

@@ -42,6 +42,12 @@ __all__ = ["ModelService", "PredictionTable", "level_key"]
 
 log = logging.getLogger(__name__)
 
+TRIM_SLACK = 16 * 2**20
+"""Bytes the server's resident memory may grow by before freed heap memory is handed back to
+the operating system (``StreamModel(trim_slack=...)``). Many small batches of ever-different
+shapes fragment the heap: untrimmed, a server grew by about 5 MiB per 1,000 molecules (16
+clients sending 10 SMILES a request); trimmed at 16 MiB it stayed flat."""
+
 
 def level_key(level: float | None) -> float | None:
     """An interval level as the server keeps it: four decimals (a calibrator keeps one
@@ -152,7 +158,7 @@ class ModelService:
                 f"units given for {', '.join(unknown)}, which {checkpoint} does not predict; "
                 f"its targets: {', '.join(lm.target_names)}"
             )
-        stream = StreamModel(models, batch_size=batch_size)
+        stream = StreamModel(models, batch_size=batch_size, trim_slack=TRIM_SLACK)
         batcher = Batcher(stream, workers, max_molecules=max(limits.max_molecules, batch_size))
         return cls(Path(checkpoint), models, load_calibration(checkpoint), limits, batcher, units)
 
