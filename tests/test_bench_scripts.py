@@ -354,3 +354,21 @@ def test_admet_benchmark_smoke_mode_blends_on_the_validation_split(tmp_path):
     hybrid = json.loads((work / "rPPB" / "seed0" / "urpe-gbt" / "result.json").read_text())
     assert 0.0 <= hybrid["net_weight"] <= 1.0
     assert report["published"]["best"] == 0.795
+
+
+def test_serve_benchmark_smoke_mode_emits_json():
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    report, _ = _bench("bench_serve")
+    assert report["benchmark"] == "serve"
+    (run,) = report["runs"]
+    assert run["serve"]["molecules"] == report["config"]["molecules"] > 0
+    assert run["predict"]["molecules"] == run["serve"]["molecules"]
+    assert run["serve"]["failed_requests"] == 0 and run["single"]["p99_ms"] > 0
+    assert (
+        run["faults"]["still_serving"] and run["faults"]["statuses"]["over the atoms limit"] == 422
+    )
+    assert set(report["summary"]["targets"]) == {
+        "throughput_ratio >= 0.8",
+        "single_p99_ms <= 100",
+        "no failed request",
+    }

@@ -27,6 +27,7 @@ from .predict import (
     run_predict,
     run_submit,
 )
+from .serve import _add_serve, run_serve
 from .tools import (
     _add_convert,
     _add_demo,
@@ -58,6 +59,7 @@ __all__ = [  # the sub-commands are in train, tune, predict and tools; their fla
     "run_predict",
     "run_preprocess",
     "run_pretrain",
+    "run_serve",
     "run_submit",
     "run_train",
     "run_tune",
@@ -86,6 +88,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_predict,
     _add_explain,
     _add_calibrate,
+    _add_serve,
     _add_plot,
     _add_synthetic,
     _add_lm,

@@ -14,12 +14,11 @@ from .calibration import (
     calibration_path,
     calibration_report,
     fit_calibration,
-    uncalibrated_message,
 )
 from .ensemble import load_models
 from .stream import iter_predictions
 
-__all__ = ["calibrate_from_csv", "check_interval_request"]
+__all__ = ["calibrate_from_csv", "check_interval_request", "checked_calibration"]
 
 
 def calibrate_from_csv(
@@ -83,7 +82,8 @@ def check_interval_request(
     checkpoint: str | Path, level: float | None, task_type: str, target_names: list[str]
 ):
     """The calibrator ``predict`` uses (``None``: none), after checking that an interval
-    asked for (``level``) can be given: a regression model with a calibrator.
+    asked for (``level``) can be given: a regression model with a calibrator
+    (:func:`checked_calibration` on the checkpoint's calibrator).
 
     Raises:
         ValueError: an interval for a binary task, or for a checkpoint without a
@@ -92,6 +92,21 @@ def check_interval_request(
     from .calibration import load_calibration
 
     cal = load_calibration(checkpoint)
+    return checked_calibration(cal, checkpoint, level, task_type, target_names)
+
+
+def checked_calibration(
+    cal, checkpoint: str | Path, level: float | None, task_type: str, target_names: list[str]
+):
+    """``cal`` (the calibrator of ``checkpoint``, already loaded, or ``None``) after checking
+    that an interval at ``level`` can be given (``level`` ``None``: nothing to check).
+
+    Raises:
+        ValueError: an interval for a binary task, or for a checkpoint without a
+            calibrator (the message says how to build one).
+    """
+    from .calibration import uncalibrated_message
+
     if level is None:
         return cal
     if task_type == "binary":

@@ -27,6 +27,7 @@ __all__ = [
     "contribution_colour",
     "draw_contributions",
     "draw_grid",
+    "draw_molecule",
     "largest",
 ]
 
@@ -171,6 +172,23 @@ def draw_contributions(
         drawer.DrawString(note, Point2D(12, height + FOOTER / 2), 1, rawCoords=True)
     drawer.FinishDrawing()
     return drawer.GetDrawingText()
+
+
+def draw_molecule(smiles: str, size: tuple[int, int] = (150, 110)) -> str:
+    """An SVG of the molecule alone, ``size`` (width, height) pixels, without the XML
+    declaration (so that it can sit inside an HTML page).
+
+    Raises:
+        ValueError: RDKit cannot parse ``smiles``.
+        TooLargeToDraw: beyond :data:`MAX_DRAW_ATOMS` heavy atoms.
+    """
+    mol = _mol(smiles)
+    drawer = rdMolDraw2D.MolDraw2DSVG(*size)
+    drawer.drawOptions().clearBackground = False
+    drawer.DrawMolecule(mol)
+    drawer.FinishDrawing()
+    text = drawer.GetDrawingText()
+    return text[text.index("<svg") :]
 
 
 def draw_grid(

@@ -36,6 +36,7 @@ __all__ = [
     "atom_rows",
     "molecule_name",
     "picture_index",
+    "picture_title",
     "whole_answer",
     "with_input_rows",
     "write_explanations",
@@ -113,7 +114,9 @@ def molecule_name(e: MoleculeExplanation) -> str:
     return e.ids[0] if e.ids and e.ids[0] else f"row {e.index}"
 
 
-def _title(e: MoleculeExplanation, target: str, j: int, binary: bool) -> str:
+def picture_title(e: MoleculeExplanation, target: str, j: int, binary: bool) -> str:
+    """The title of a molecule's picture: its name (:func:`molecule_name`), the prediction of
+    target ``j`` (named ``target``; a binary task's logit) and the baseline's."""
     what = f"logit {target}" if binary else target
     return f"{molecule_name(e)}: {what} = {e.prediction[j]:.3g} (baseline {e.baseline[j]:.3g})"
 
@@ -133,7 +136,7 @@ def _draw(
 ) -> str:
     """Writes ``mol-<row>.png`` and ``.svg`` coloured by target ``j`` (named ``target``) on
     ``scale`` (``None``: the molecule's own); returns the PNG's name or why there is none."""
-    title = _title(e, target, j, binary)
+    title = picture_title(e, target, j, binary)
     values = e.contributions[:, j]
     style = {"scale": scale, "label": bar_label(target), "note": whole_answer(e, j)}
     try:

@@ -369,6 +369,9 @@ class StreamModel:
         batch_size: valid molecules per model batch.
         similarity: search each molecule's nearest training fingerprint.
         embeddings: give each row the vector the head reads.
+        trim_slack: bytes the resident memory may grow by before freed heap memory is handed
+            back (default 256 MiB; :class:`_HeapTrimmer`); a server, whose many small batches
+            run for days, hands it back sooner.
     """
 
     def __init__(
@@ -378,6 +381,7 @@ class StreamModel:
         batch_size: int = DEFAULT_BATCH_SIZE,
         similarity: bool = True,
         embeddings: bool = False,
+        trim_slack: int = 256 * 2**20,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -401,7 +405,7 @@ class StreamModel:
         self.batch_size = batch_size
         # an ensemble's members read the same and record the same training split
         self.featurizing = Featurizing.of(lm, similarity)
-        self.trim_heap = _HeapTrimmer()
+        self.trim_heap = _HeapTrimmer(trim_slack)
 
     def featurize(self, part: list[str], first: int = 0) -> _Chunk:
         """The chunk of SMILES ``part`` (rows ``first``, ``first + 1``, ...) featurised for

@@ -21,6 +21,7 @@ import multiprocessing.pool
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 try:
     import fcntl
@@ -39,21 +40,30 @@ __all__ = [
 ]
 
 
-def featurising_pool(workers: int) -> multiprocessing.pool.Pool:
-    """``workers`` featurising processes (:func:`worker_start`), with a wide result pipe."""
-    pool = mp_context().Pool(workers, initializer=worker_start, initargs=(os.getpid(),))
+def featurising_pool(
+    workers: int, setup: Callable[..., object] | None = None, setup_args: tuple = ()
+) -> multiprocessing.pool.Pool:
+    """``workers`` featurising processes (:func:`worker_start`, then ``setup(*setup_args)``
+    where given: what every task of the pool needs, sent once per process rather than with
+    each task), with a wide result pipe."""
+    initargs = (os.getpid(), setup, setup_args)
+    pool = mp_context().Pool(workers, initializer=worker_start, initargs=initargs)
     widen_result_pipe(pool)
     return pool
 
 
-def worker_start(parent: int) -> None:
+def worker_start(
+    parent: int, setup: Callable[..., object] | None = None, setup_args: tuple = ()
+) -> None:
     """A featurising process's start: a lower priority, an end with ``parent`` (its pid), no
     Ctrl-C of its own, and SIGTERM's default action (forked from a parent that may handle it,
-    e.g. ``predict``, which turns it into an orderly stop)."""
+    e.g. ``predict``, which turns it into an orderly stop); then ``setup(*setup_args)``."""
     lower_priority()
     end_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if setup is not None:
+        setup(*setup_args)
 
 
 PR_SET_PDEATHSIG = 1

@@ -1,0 +1,195 @@
+r"""Requests that arrive together, predicted together: one forward pass for many small requests.
+
+::
+
+    request ─submit─▶ queue ──gatherer thread: every request waiting, up to max_molecules──▶
+      featurised (worker processes, one part per worker; a few molecules: in this thread)
+      ──predictor thread: StreamModel.predict, one window──▶ each request's own rows
+
+The gatherer takes every request that is waiting when it is free, so under load the batches
+grow by themselves (16 clients sending 10 SMILES each: batches of up to 160 molecules) and
+alone a request goes through at once (no waiting for company). Featurising the next batch
+overlaps the model's pass over the current one, as in streaming ``predict``
+(:mod:`~graphormer_urpe.inference.stream`), whose code does both.
+
+A request whose caller gave up (a timeout, a client that went away) is cancelled: it is
+skipped if not yet featurised, and its result is dropped otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from multiprocessing.pool import AsyncResult
+
+from ..inference.predict_io import Prediction
+from ..inference.stream import Featurizing, StreamModel
+from ..inference.workers import featurising_pool
+
+__all__ = ["Batcher"]
+
+log = logging.getLogger(__name__)
+
+POOL_FROM = 16
+"""Batches of fewer molecules are featurised in the gatherer's thread: sending them to a
+worker process costs more than it saves."""
+
+_FEATURIZING: Featurizing | None = None  # a worker process's featuriser (set by _install)
+
+
+def _install(featurizing: Featurizing) -> None:
+    """Pool initializer: the featuriser every task of this worker uses."""
+    global _FEATURIZING
+    _FEATURIZING = featurizing
+
+
+def _featurize(part: list[str], first: int):
+    """One part of a batch, featurised in a worker process."""
+    assert _FEATURIZING is not None
+    return _FEATURIZING(part, first)
+
+
+@dataclass
+class _Request:
+    smiles: list[str]
+    future: Future = field(default_factory=Future)
+
+
+def _settle(future: Future, result=None, error: BaseException | None = None) -> None:
+    """Give ``future`` its result (or error) unless its caller cancelled it meanwhile."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:  # cancelled: nobody waits for it any more
+        pass
+
+
+class Batcher:
+    """Predicts the SMILES of concurrent requests in shared batches (see the module's text).
+
+    Args:
+        stream: the model(s) and what feeds them.
+        workers: featurising processes (0: in the gatherer's thread).
+        max_molecules: the most molecules gathered into one batch (a request larger than
+            this is a batch of its own).
+        start: start the threads now (else: :meth:`start`).
+    """
+
+    def __init__(
+        self,
+        stream: StreamModel,
+        workers: int = 1,
+        max_molecules: int = 1024,
+        start: bool = True,
+    ) -> None:
+        self.stream = stream
+        self.workers = workers
+        self.max_molecules = max_molecules
+        self._requests: queue.Queue[_Request | None] = queue.Queue()
+        self._featurized: queue.Queue = queue.Queue(maxsize=2)
+        self._pool = None
+        if workers > 0:
+            self._pool = featurising_pool(workers, _install, (stream.featurizing,))
+        self.batches = 0
+        """Batches predicted so far."""
+        self._threads = [
+            threading.Thread(target=self._gather, name="serve-gather", daemon=True),
+            threading.Thread(target=self._predict, name="serve-predict", daemon=True),
+        ]
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start gathering and predicting (requests submitted before wait for this)."""
+        for t in self._threads:
+            t.start()
+
+    def submit(self, smiles: list[str]) -> Future:
+        """A future of ``smiles``' :class:`~graphormer_urpe.inference.predict_io.Prediction`
+        rows, in order (``index`` counted from 0 over ``smiles``)."""
+        request = _Request(list(smiles))
+        if not request.smiles:
+            request.future.set_result([])
+            return request.future
+        self._requests.put(request)
+        return request.future
+
+    def close(self) -> None:
+        """Stop the threads and the featurising processes (waiting requests are cancelled)."""
+        self._requests.put(None)
+        for t in self._threads:
+            if t.is_alive():
+                t.join(timeout=10)
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+
+    # ----------------------------------------------------------------------------------
+
+    def _take(self) -> list[_Request] | None:
+        """The next batch: the first waiting request and those behind it, up to
+        ``max_molecules``; ``None`` once closed."""
+        first = self._requests.get()
+        if first is None:
+            return None
+        batch, count = [first], len(first.smiles)
+        while count < self.max_molecules:
+            try:
+                nxt = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:  # closing: this batch first
+                self._requests.put(None)
+                break
+            batch.append(nxt)
+            count += len(nxt.smiles)
+        return [r for r in batch if r.future.set_running_or_notify_cancel()]
+
+    def _gather(self) -> None:
+        while (batch := self._take()) is not None:
+            if not batch:
+                continue
+            smiles = [s for r in batch for s in r.smiles]
+            try:
+                chunks = self._featurize(smiles)
+            except Exception as exc:  # a broken featuriser: each caller hears of it
+                log.exception("featurising a batch of %d molecules failed", len(smiles))
+                for r in batch:
+                    _settle(r.future, error=exc)
+                continue
+            self._featurized.put((batch, chunks))
+        self._featurized.put(None)
+
+    def _featurize(self, smiles: list[str]) -> list:
+        """The batch's chunks (consecutive rows from 0): featurised here, or parts of it in
+        flight in the worker processes (their ``AsyncResult``\\ s)."""
+        if self._pool is None or len(smiles) < POOL_FROM:
+            return [self.stream.featurize(smiles, 0)]
+        size = -(-len(smiles) // self.workers)
+        return [
+            self._pool.apply_async(_featurize, (smiles[i : i + size], i))
+            for i in range(0, len(smiles), size)
+        ]
+
+    def _predict(self) -> None:
+        while (item := self._featurized.get()) is not None:
+            batch, chunks = item
+            try:
+                chunks = [c.get() if isinstance(c, AsyncResult) else c for c in chunks]
+                rows: list[Prediction] = list(self.stream.predict(chunks))
+            except Exception as exc:
+                log.exception("predicting a batch of %d requests failed", len(batch))
+                for r in batch:
+                    _settle(r.future, error=exc)
+                continue
+            self.batches += 1
+            start = 0
+            for r in batch:
+                mine = rows[start : start + len(r.smiles)]
+                _settle(r.future, [p._replace(index=p.index - start) for p in mine])
+                start += len(r.smiles)
