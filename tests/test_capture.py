@@ -86,10 +86,11 @@ def test_static_batch_has_its_shape_and_empty_graphs_last():
     shapes = StaticShapes(16, HOPS)
     b = collate(graphs, HOPS)
     s = collate(graphs, HOPS, static=shapes)
-    big, n, rows = s.static_shape
+    big, n, rows, tokens = s.static_shape
     assert big == 16 and s.num_graphs == 13 and len(s) == 13
     assert n + 1 == shapes.attention_length(b.x.shape[1] + 1) and (n + 1) % 8 == 0
     assert rows == shapes.path_rows(b.path_hops) and s.path_input.shape[0] == rows
+    assert tokens == shapes.token_rows(b.total_nodes + 16, 16 * (n + 1))
     assert s.x.shape[:2] == (16, n) and s.spatial_pos.shape == (16, n, n)
     assert s.attn_bias.shape == (16, n + 1, n + 1) and s.max_hops == HOPS
     k = b.x.shape[1]
@@ -120,6 +121,10 @@ def test_static_batch_gives_the_values_and_gradients_of_the_sized_batch(attentio
             model.encoder.spatial_scale.scale.uniform_(0.5, 1.5)
     b = collate(graphs, HOPS)
     s = collate(graphs, HOPS, static=StaticShapes(16, HOPS))
+    rows: list[int] = []  # tokens seen by the per-token layers: the real ones (+ a few)
+    model.encoder.encoder.layers[0].fc1.register_forward_hook(
+        lambda m, args, out: rows.append(args[0].shape[0])
+    )
     grads = []
     for batch, keep in ((b, 13), (s, 13)):
         model.zero_grad()
@@ -131,6 +136,8 @@ def test_static_batch_gives_the_values_and_gradients_of_the_sized_batch(attentio
         else:
             got = out.detach()
     assert got.shape == (16, 1) and torch.isfinite(got).all()
+    real = b.total_nodes + 13
+    assert rows == [real, s.static_shape[3]] and real + 3 <= rows[1] < 16 * (s.x.shape[1] + 1)
     torch.testing.assert_close(got[:13], ref, atol=1e-12, rtol=1e-10)
     assert grads[0].keys() == grads[1].keys()
     for name, g in grads[0].items():
@@ -154,11 +161,16 @@ def test_random_batches_fall_into_few_shapes():
         index = rng.choice(len(graphs), 32, replace=False)
         batch = [graphs[i] for i in index]
         plain, static = collate(batch, HOPS), collate(batch, HOPS, static=shapes)
-        seen.add(static.static_shape)
-        n, rows = static.static_shape[1:]
+        seen.add(static.static_shape[:3])
+        n, rows, tokens = static.static_shape[1:]
         # padding within one grid step: at most a quarter of the power of two below
         assert n + 1 - (plain.x.shape[1] + 1) < max(8, (plain.x.shape[1] + 1) / 4 + 1)
         assert rows - plain.path_hops <= max(256, plain.path_hops / 4)
+        # the tokens on a finer grid (a sixteenth), within the padded grid
+        real = plain.total_nodes + 32
+        assert real <= tokens <= min(32 * (n + 1), real + max(8, real / 16))
+        assert int(static.token_slots.sum()) == tokens
+        assert torch.equal(static.token_slots & static.token_mask, static.token_mask)
     assert len(seen) <= 12, seen
 
 
