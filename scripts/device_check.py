@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     statuses = {k: v["status"] for k, v in check.sections.items()}
     # last, so that the end of the output (what comes back from a GPU call) shows the causes
     correctness = check.sections.get("correctness", {}).get("results", {})
-    print_failures(correctness.get("failures", {}), chars=2000)
+    print_failures(correctness.get("failure_reports", {}), chars=2000)
     print(json.dumps({"report": str(report_path), "sections": statuses}))
     return 0 if all(s in ("ok", "skipped") for s in statuses.values()) else 1
 

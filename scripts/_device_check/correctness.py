@@ -34,14 +34,14 @@ CUDA_TEST_FILES = (  # the files holding tests marked cuda
 
 def section_correctness(check: Check, res: dict) -> None:
     """``pytest -m cuda`` over the files holding CUDA tests: counts, each case's outcome and
-    each failure's report (``failures``, also printed as soon as the tests end)."""
+    each failure's report (``failure_reports``, also printed as soon as the tests end)."""
     try:
         _pytest(check, res)
     finally:
         failures = read_failures(check.logs / "correctness_failures.txt")
         if failures:
-            res["failures"] = {k: v[-TRACEBACK_CHARS:] for k, v in failures.items()}
-            print_failures(res["failures"])
+            res["failure_reports"] = {k: v[-TRACEBACK_CHARS:] for k, v in failures.items()}
+            print_failures(res["failure_reports"])
 
 
 def print_failures(failures: dict[str, str], chars: int = TRACEBACK_CHARS) -> None:
