@@ -230,6 +230,17 @@ def gpu_activity(step: Callable, batch, device: torch.device, step_s: float) -> 
     }
 
 
+def size_config(preset: str, cfg, batch_size: int) -> dict:
+    """The benchmarked model's size and batch, for the JSON report."""
+    return {
+        "preset": preset,
+        "layers": cfg.num_layers,
+        "hidden": cfg.hidden_dim,
+        "heads": cfg.num_heads,
+        "batch_size": batch_size,
+    }
+
+
 def captured_step(model, opt, precision: Precision, device: torch.device) -> CapturedStep:
     """``graphormer-urpe train``'s captured step (L1 loss, no clipping, constant rate)."""
     totals = StepTotals(device)
@@ -438,11 +449,7 @@ def main() -> None:
                 rate = 1000.0 / entry["step_ms"]
                 entry["mfu_model"] = round(useful * rate / a.peak_flops, 4)
     config = {
-        "preset": a.preset,
-        "layers": cfg.num_layers,
-        "hidden": cfg.hidden_dim,
-        "heads": cfg.num_heads,
-        "batch_size": bs,
+        **size_config(a.preset, cfg, bs),
         "steps": a.steps,
         "warmup": a.warmup,
         "device": str(device),

@@ -64,6 +64,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # run as a file, it is
 from _device_check.correctness import (  # noqa: E402
     CUDA_TEST_FILES,
     CUDA_TEST_PROCESSES,
+    print_failures,
     section_correctness,
 )
 from _device_check.data import (  # noqa: E402
@@ -247,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.work:
         shutil.rmtree(check.work, ignore_errors=True)
     statuses = {k: v["status"] for k, v in check.sections.items()}
+    # last, so that the end of the output (what comes back from a GPU call) shows the causes
+    correctness = check.sections.get("correctness", {}).get("results", {})
+    print_failures(correctness.get("failure_reports", {}), chars=2000)
     print(json.dumps({"report": str(report_path), "sections": statuses}))
     return 0 if all(s in ("ok", "skipped") for s in statuses.values()) else 1
 

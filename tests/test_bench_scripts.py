@@ -117,6 +117,20 @@ def test_train_benchmark_measures_captured_steps():
     assert 0 < config["static_token_fraction"] <= config["real_token_fraction"] <= 1
 
 
+def test_step_work_benchmark_counts_both_paths_op_by_op():
+    report, _ = _bench("bench_step_work", "--attention", "urpe", "--top", "1000")
+    result = report["results"]["urpe"]
+    totals, table = result["totals"], result["ops"]
+    assert set(totals) == {"eager_pad1", "eager_pad8", "static"}
+    for name, path in totals.items():  # the table lists every operator: it sums to the totals
+        assert path["flops"] > 0 and path["bytes"] > 0 and path["profiler_flops"] > 0
+        for key in ("flops", "bytes", "calls"):
+            assert sum(row[name][key] for row in table) == path[key], (name, key)
+    got = result["static_over_eager"]["eager_pad8"]["bytes"]
+    assert got == pytest.approx(totals["static"]["bytes"] / totals["eager_pad8"]["bytes"], abs=1e-3)
+    assert all(len(shape) == 4 for shape in report["config"]["static_shapes"])  # B, n, M, T
+
+
 def test_interleaved_comparison_with_a_commit_emits_json():
     import shutil
 

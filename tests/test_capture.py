@@ -12,11 +12,14 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from graphormer_urpe import Graphormer, GraphormerEncoder, cli, collate
 from graphormer_urpe.graph.shapes import StaticShapes, round_up_geometric
@@ -86,10 +89,11 @@ def test_static_batch_has_its_shape_and_empty_graphs_last():
     shapes = StaticShapes(16, HOPS)
     b = collate(graphs, HOPS)
     s = collate(graphs, HOPS, static=shapes)
-    big, n, rows = s.static_shape
+    big, n, rows, tokens = s.static_shape
     assert big == 16 and s.num_graphs == 13 and len(s) == 13
     assert n + 1 == shapes.attention_length(b.x.shape[1] + 1) and (n + 1) % 8 == 0
     assert rows == shapes.path_rows(b.path_hops) and s.path_input.shape[0] == rows
+    assert tokens == shapes.token_rows(b.total_nodes + 16, 16 * (n + 1))
     assert s.x.shape[:2] == (16, n) and s.spatial_pos.shape == (16, n, n)
     assert s.attn_bias.shape == (16, n + 1, n + 1) and s.max_hops == HOPS
     k = b.x.shape[1]
@@ -120,6 +124,10 @@ def test_static_batch_gives_the_values_and_gradients_of_the_sized_batch(attentio
             model.encoder.spatial_scale.scale.uniform_(0.5, 1.5)
     b = collate(graphs, HOPS)
     s = collate(graphs, HOPS, static=StaticShapes(16, HOPS))
+    rows: list[int] = []  # tokens seen by the per-token layers: the real ones (+ a few)
+    model.encoder.encoder.layers[0].fc1.register_forward_hook(
+        lambda m, args, out: rows.append(args[0].shape[0])
+    )
     grads = []
     for batch, keep in ((b, 13), (s, 13)):
         model.zero_grad()
@@ -131,6 +139,8 @@ def test_static_batch_gives_the_values_and_gradients_of_the_sized_batch(attentio
         else:
             got = out.detach()
     assert got.shape == (16, 1) and torch.isfinite(got).all()
+    real = b.total_nodes + 13
+    assert rows == [real, s.static_shape[3]] and real + 3 <= rows[1] < 16 * (s.x.shape[1] + 1)
     torch.testing.assert_close(got[:13], ref, atol=1e-12, rtol=1e-10)
     assert grads[0].keys() == grads[1].keys()
     for name, g in grads[0].items():
@@ -154,11 +164,16 @@ def test_random_batches_fall_into_few_shapes():
         index = rng.choice(len(graphs), 32, replace=False)
         batch = [graphs[i] for i in index]
         plain, static = collate(batch, HOPS), collate(batch, HOPS, static=shapes)
-        seen.add(static.static_shape)
-        n, rows = static.static_shape[1:]
+        seen.add(static.static_shape[:3])
+        n, rows, tokens = static.static_shape[1:]
         # padding within one grid step: at most a quarter of the power of two below
         assert n + 1 - (plain.x.shape[1] + 1) < max(8, (plain.x.shape[1] + 1) / 4 + 1)
         assert rows - plain.path_hops <= max(256, plain.path_hops / 4)
+        # the tokens on a finer grid (a sixteenth), within the padded grid
+        real = plain.total_nodes + 32
+        assert real <= tokens <= min(32 * (n + 1), real + max(8, real / 16))
+        assert int(static.token_slots.sum()) == tokens
+        assert torch.equal(static.token_slots & static.token_mask, static.token_mask)
     assert len(seen) <= 12, seen
 
 
@@ -232,6 +247,60 @@ def test_static_step_runs_the_same_operations_for_every_batch(attention, monkeyp
     assert len(records[0]) > 100 and records[0] == records[1]
 
 
+class _Tape(TorchDispatchMode):
+    """Records every ATen call (the function, its arguments and its outputs); keeps a copy of
+    each tensor made before the recording that a call writes to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+        self.made: set[int] = set()  # ids of the tensors the recorded calls returned
+        self.before: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for i, arg in enumerate(func._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = args[i] if i < len(args) else kwargs.get(arg.name)
+                for t in tree_flatten(value)[0]:
+                    if isinstance(t, torch.Tensor) and id(t) not in self.made | self.before.keys():
+                        self.before[id(t)] = (t, t.detach().clone())
+        out = func(*args, **kwargs)
+        self.made |= {id(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)}
+        self.calls.append((func, args, kwargs, out))
+        return out
+
+
+class TapeGraphs(EagerGraphs):
+    """A closer stand-in for CUDA graphs: ``capture`` records the step's ATen calls and undoes
+    their effects (a capture runs nothing), the replay runs those calls again on the recorded
+    tensors, writing each result into the tensor recorded, and runs no Python: a step that
+    took anything but its static buffers and device tensors from the host at capture time
+    replays a stale value, as a CUDA graph does. (The fused kernel under Triton's interpreter
+    is not an ATen call: it is not recorded.)"""
+
+    def capture(self, fn: Callable[[], Any]) -> Callable[[], None]:
+        self.captured += 1
+        rng = torch.get_rng_state()
+        with _Tape() as tape:
+            fn()
+        with torch.no_grad():
+            for t, value in tape.before.values():
+                t.copy_(value)
+        torch.set_rng_state(rng)
+
+        def replay() -> None:
+            self.replayed += 1
+            with torch.no_grad():
+                for func, args, kwargs, out in tape.calls:
+                    new = func(*args, **kwargs)
+                    for dst, src in zip(tree_flatten(out)[0], tree_flatten(new)[0], strict=True):
+                        if isinstance(dst, torch.Tensor) and dst.data_ptr() != src.data_ptr():
+                            dst.copy_(src)
+
+        return replay
+
+
 # ---------------------------------------------------------------------------------------------
 # The capture cycle
 
@@ -245,8 +314,9 @@ def _bound(model, opt, precision, totals, loss="l1"):
     return body
 
 
+@pytest.mark.parametrize("backend", [EagerGraphs, TapeGraphs])
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
-def test_captured_steps_equal_eager_steps(attention):
+def test_captured_steps_equal_eager_steps(attention, backend):
     graphs = _graphs(40)
     first = _same_shape_batches(graphs[:8], 5, seed=1)
     second = _same_shape_batches(graphs[8:14], 4, size=6, seed=2)  # a batch of 8, not 10
@@ -256,7 +326,7 @@ def test_captured_steps_equal_eager_steps(attention):
     for i, b in enumerate(batches):
         train_step(eager[0], b, eager[1], eager[2], eager[3], eager[4], i, "l1", 5.0)
     model, opt, sched, precision, totals = _step_setup(attention, graphs)
-    backend = EagerGraphs()
+    backend = backend()
     step = CapturedStep(opt, sched, _bound(model, opt, precision, totals), model_device(model),
                         backend)  # fmt: skip
     for i, b in enumerate(batches):
@@ -358,13 +428,14 @@ def stand_in_capture(monkeypatch, backend_type: type = EagerGraphs) -> list:
     return backends
 
 
-def test_training_with_captured_steps_matches_eager_training(table, tmp_path, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("backend", [EagerGraphs, TapeGraphs])
+def test_training_with_captured_steps_matches_eager_training(backend, table, tmp_path, monkeypatch):  # noqa: F811
     """The whole run (static loaders, captured steps and evaluation, checkpoints) on the CPU
     with the stand-in graphs, against the same run without capture."""
     eager_out, cap_out = tmp_path / "eager", tmp_path / "captured"
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
     assert cli.main(_train_args(table, tmp_path / "data", eager_out, *args)) == 0
-    backends = stand_in_capture(monkeypatch)
+    backends = stand_in_capture(monkeypatch, backend)
     assert cli.main(_train_args(table, tmp_path / "data", cap_out, *args)) == 0
     assert backends and backends[0].captured >= 1 and backends[0].replayed >= 1
     a = json.loads((eager_out / "metrics.json").read_text())

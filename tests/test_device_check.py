@@ -157,21 +157,20 @@ def test_the_smoke_check_is_bounded_by_sizes_not_seconds(tmp_path, monkeypatch):
 
 
 def _load_fidelity():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from _device_check import fidelity
-
-        return fidelity
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return _check_module("fidelity")
 
 
 def test_failures_are_written_as_they_happen(tmp_path):
-    """The correctness section's plugin: a failed test's traceback is in the file before
-    pytest's run ends (a run stopped at the section's budget prints no summary)."""
+    """The correctness section's plugin: a failed test's traceback, then what it printed and
+    logged, is in the file before pytest's run ends (a run stopped at the section's budget
+    prints no summary); the tests named in DEVICE_CHECK_FIRST run first."""
     (tmp_path / "test_two.py").write_text(
-        "import os, time\n"
-        "def test_fails():\n    assert 1 + 1 == 3, 'arithmetic'\n"
+        "import logging, os\n"
+        "def test_early():\n    pass\n"
+        "def test_fails():\n"
+        "    print('printed before')\n"
+        "    logging.getLogger('x').warning('logged before')\n"
+        "    assert 1 + 1 == 3, 'arithmetic'\n"
         "def test_later():\n"
         "    path = os.environ['DEVICE_CHECK_FAILURES']\n"
         "    assert 'arithmetic' in open(path).read()\n"
@@ -181,10 +180,30 @@ def test_failures_are_written_as_they_happen(tmp_path):
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]),
         "DEVICE_CHECK_FAILURES": str(report),
+        "DEVICE_CHECK_FIRST": "test_fails",
     }
     cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "_device_check.failures"]
-    cmd += ["-p", "no:cacheprovider", "-q", "test_two.py"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]  # test_later saw it
-    text = report.read_text()
-    assert "test_two.py::test_fails (call)" in text and "test_later" not in text
+    cmd += ["-p", "no:cacheprovider", "-v", "test_two.py"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "1 failed, 2 passed" in proc.stdout, proc.stdout[-2000:]  # test_later saw it
+    out = proc.stdout
+    assert out.index("test_two.py::test_fails") < out.index("test_two.py::test_early")
+    failures = _check_module("failures").read_failures(report)
+    assert list(failures) == ["test_two.py::test_fails (call)"]
+    text = failures["test_two.py::test_fails (call)"]
+    traceback, printed = (
+        text.index("AssertionError: arithmetic"),
+        text.index("stdout call\nprinted"),
+    )
+    assert traceback < printed < text.index("log call\nWARNING  x:test_two.py:6 logged before")
+
+
+def _check_module(name: str):
+    """``scripts/_device_check/<name>.py``, imported."""
+    import importlib
+
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        return importlib.import_module(f"_device_check.{name}")
+    finally:
+        sys.path.remove(str(SCRIPTS))

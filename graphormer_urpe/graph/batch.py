@@ -22,8 +22,10 @@ like any other (masked keys, ``node_mask`` ``False``).
 ``static=StaticShapes(...)`` gives the batch one of a few fixed shapes (see
 :mod:`~graphormer_urpe.graph.shapes`): ``B`` graphs (empty ones added), ``n + 1`` and the
 path-hop rows rounded up to buckets, ``D`` fixed. Such a batch also carries the hop index of
-every path row (:attr:`GraphormerBatch.path_hop`), so that the model computes nothing whose
-size depends on the data: what a captured GPU step needs.
+every path row (:attr:`GraphormerBatch.path_hop`) and the ``T`` token positions its encoder
+runs on (:attr:`GraphormerBatch.token_slots`: the real tokens and enough padding positions to
+reach a bucketed count), so that the model computes nothing whose size depends on the data:
+what a captured GPU step needs.
 """
 
 from __future__ import annotations
@@ -155,7 +157,10 @@ class GraphormerBatch:
         path_hop: ``[M]`` long, the hop index (``0..D-1``) of every row of :attr:`path_input`
             (rows past the real hops: feature 0 at hop 0), in static batches; ``None``: the
             model derives it from ``spatial_pos``.
-        static_shape: ``(B, n, M)`` of a static batch (see :class:`~graphormer_urpe.graph.
+        token_slots: ``[B, n + 1]`` bool, in static batches: the ``T`` token positions the
+            encoder computes, the real tokens (every graph token, the real nodes) and the
+            first padding positions (row-major) up to ``T``; ``None``: the real tokens.
+        static_shape: ``(B, n, M, T)`` of a static batch (see :class:`~graphormer_urpe.graph.
             shapes.StaticShapes`), whose first :attr:`num_graphs` graphs are real and the rest
             empty; ``None`` for a batch sized to its graphs.
         real_graphs: the real graphs of a static batch (``None``: all ``B``).
@@ -174,7 +179,8 @@ class GraphormerBatch:
     mol_features: Tensor | None = None
     total_nodes: int | None = None
     path_hop: Tensor | None = None
-    static_shape: tuple[int, int, int] | None = None
+    token_slots: Tensor | None = None
+    static_shape: tuple[int, int, int, int] | None = None
     real_graphs: int | None = None
 
     @property
@@ -421,8 +427,18 @@ def _pad(
         batch.y = F.pad(y, (0, 0, 0, b - real), value=float("nan"))
     if mol_x is not None:
         batch.mol_features = F.pad(mol_x, (0, 0, 0, b - real))
-    batch.static_shape, batch.real_graphs = (b, n, rows), real
+    tokens = static.token_rows(int(sizes.sum()) + b, b * (n + 1))
+    batch.token_slots = _token_slots(batch.token_mask, tokens)
+    batch.static_shape, batch.real_graphs = (b, n, rows, tokens), real
     return batch
+
+
+def _token_slots(real: Tensor, tokens: int) -> Tensor:
+    """``[B, n + 1]`` bool: the real tokens ``real`` and the first padding positions (in
+    row-major order) up to ``tokens`` in all."""
+    pad = ~real.reshape(-1)  # [B * (n + 1)]
+    fill = pad & (torch.cumsum(pad, 0) <= tokens - int(real.sum()))
+    return real | fill.view(real.shape)
 
 
 def attention_length(

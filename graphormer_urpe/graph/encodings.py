@@ -49,6 +49,11 @@ class GraphTokens:
     Tokens are ordered graph by graph (graph token first, then the nodes in their order), so
     the nodes among them are in PyG's flat order.
 
+    A static batch fixes ``T`` (:attr:`~graphormer_urpe.graph.batch.GraphormerBatch.
+    token_slots`): its tokens are the real ones and some padding positions, which act as nodes
+    of their graph without features (zero embeddings). Their keys are masked, so they change
+    nothing at the real tokens and receive no gradient; every size is then the batch shape's.
+
     Args:
         batch: the dense batch (``n`` nodes per graph, ``n + 1`` tokens with the graph token).
 
@@ -56,22 +61,26 @@ class GraphTokens:
         layout: the :class:`~graphormer_urpe.attention.TokenLayout` of the ``[B, n + 1]``
             token grid.
         graph_index: ``[B]`` long, position of every graph token among the ``T`` tokens.
-        node_index: ``[num_nodes]`` long, position of every real node among the ``T`` tokens.
-        node_flat: ``[num_nodes]`` long, position of every real node in ``[B * n]``.
+        node_index: ``[T - B]`` long, position of every node (the real nodes, and a static
+            batch's padding tokens) among the ``T`` tokens.
+        node_flat: ``[T - B]`` long, position of every node in ``[B * n]``.
         source: ``[T]`` long, row of each token in ``cat([graph tokens [B], nodes])``.
     """
 
     @compiler_disable  # data-dependent sizes: built eagerly, used by compiled code
     def __init__(self, batch: GraphormerBatch) -> None:
         b, n = batch.node_mask.shape
-        real = torch.cat([batch.node_mask.new_ones(b, 1), batch.node_mask], dim=1)  # [B, n+1]
         # sizes known on the host (from the collate function) spare reading them back
-        total = batch.total_nodes
-        self.layout = TokenLayout(real, None if total is None else total + b, first_real=True)
+        if batch.token_slots is not None and batch.static_shape is not None:
+            real, count = batch.token_slots, batch.static_shape[3]  # [B, n+1]
+        else:
+            real = batch.token_mask  # [B, n+1]
+            count = None if batch.total_nodes is None else batch.total_nodes + b
+        self.layout = TokenLayout(real, count, first_real=True)
         pos = self.layout.index  # [T] in [B * (n + 1)]
         is_graph = pos % (n + 1) == 0  # [T]
-        self.graph_index = true_positions(is_graph, None if total is None else b)  # [B]
-        self.node_index = true_positions(~is_graph, total)  # [num_nodes]
+        self.graph_index = true_positions(is_graph, None if count is None else b)  # [B]
+        self.node_index = true_positions(~is_graph, None if count is None else count - b)
         node_pos = pos.index_select(0, self.node_index)
         self.node_flat = node_pos - node_pos // (n + 1) - 1  # (g, i + 1) -> g * n + i
         rank_graph = torch.cumsum(is_graph, 0) - 1

@@ -20,7 +20,8 @@ input embeddings (``embedding_norm``), no final LayerNorm (``final_norm=False``)
 The encoder runs on the real tokens only (graph tokens and nodes, ``[T, d]``, see
 :class:`~graphormer_urpe.graph.encodings.GraphTokens`): padding is skipped by every per-token
 operation and only the attention product sees the padded ``[B, H, n + 1, n + 1]`` grid. The
-values equal those of the padded computation.
+values equal those of the padded computation. A static batch (captured GPU steps) fixes ``T``
+by adding a few padding positions to its real tokens.
 
 Initialisation follows Graphormer v1: every ``Linear`` ~ N(0, 0.02/√L) with zero bias, every
 embedding ~ N(0, 0.02) with the padding row zeroed (so padded path hops contribute nothing
@@ -212,19 +213,22 @@ class GraphormerEncoder(nn.Module):
         return h, tokens
 
     def forward_padded(self, batch: GraphormerBatch, graph_tokens_only: bool = False) -> Tensor:
-        """The encoder on the whole padded grid: every position is a token, padding included.
+        """:meth:`forward_tokens` laid out on the padded ``[B, n + 1]`` grid.
 
-        Nothing in it is sized by the data (unlike the real-token index of
-        :meth:`forward_tokens`), so for a static batch (see
-        :class:`~graphormer_urpe.graph.shapes.StaticShapes`) the same operations run on
-        tensors of the same shapes for every batch: a captured GPU step replays it. Padded
-        keys are masked, so the values at real positions equal :meth:`forward_tokens`'.
+        For a static batch (see :class:`~graphormer_urpe.graph.shapes.StaticShapes`) the
+        encoder runs on the batch's fixed number of tokens (its real ones and padding positions
+        up to the bucket, :attr:`~graphormer_urpe.graph.batch.GraphormerBatch.token_slots`):
+        nothing in it is sized by the data, so the same operations run on tensors of the same
+        shapes for every batch of a shape, and a captured GPU step replays them. Padded keys
+        are masked, so the values at real positions equal those of the batch sized to its
+        graphs.
 
         Returns:
             ``[B, n + 1, d]`` (any values on padding), or ``[B, d]`` with
             ``graph_tokens_only``.
         """
-        return self.forward_embedded(batch, self.node_embedding(batch), graph_tokens_only)
+        h, tokens = self.forward_tokens(batch, graph_tokens_only)
+        return h if graph_tokens_only else tokens.layout.pad(h)
 
     def forward_embedded(
         self, batch: GraphormerBatch, embeddings: Tensor, graph_tokens_only: bool = False
@@ -252,11 +256,8 @@ class GraphormerEncoder(nn.Module):
         )
 
     def forward_graphs(self, batch: GraphormerBatch) -> Tensor:
-        """Graph-token representations ``[B, d]``: through :meth:`forward_padded` for a
-        static batch (all its ``B`` graphs, the empty ones included), else through
-        :meth:`forward_tokens`."""
-        if batch.static_shape is not None:
-            return self.forward_padded(batch, graph_tokens_only=True)
+        """Graph-token representations ``[B, d]`` (for a static batch all its ``B`` graphs,
+        the empty ones included)."""
         return self.forward_tokens(batch, graph_tokens_only=True)[0]
 
     def _inputs(self, h: Tensor) -> Tensor:

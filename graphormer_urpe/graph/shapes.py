@@ -15,9 +15,16 @@ captured with. :class:`StaticShapes` maps every batch to one of a few shapes:
   in multiples of ``hop_multiple``; the extra rows are bond feature 0 (none) at hop 0, which
   reads a zero row of the edge tables;
 * ``D``, path hops kept per pair: the model's ``multi_hop_max_dist``, whatever the batch holds.
+* ``T``, the tokens that the encoder's per-token operations (LayerNorms, projections, the
+  feed-forward block) run on: the batch's real tokens (graph tokens and nodes) rounded up on a
+  finer grid of ``token_steps_per_doubling`` values per power of two (at most ``B (n + 1)``);
+  the extra tokens are padding positions, which only the padded attention product sees
+  otherwise. So a static step does the per-token work of the real tokens, not of the whole
+  ``[B, n + 1]`` grid.
 
-Each rounding pads by at most ``1 / steps_per_doubling`` of the size, so a training run sees a
-handful of shapes; the values on real graphs are those of the unpadded batch.
+Each rounding pads by at most ``1 / steps_per_doubling`` of the size (``T`` by
+``1 / token_steps_per_doubling``), so a training run sees a handful of shapes; the values on
+real graphs are those of the unpadded batch.
 """
 
 from __future__ import annotations
@@ -54,8 +61,10 @@ class StaticShapes:
         steps_per_doubling: grid values per power of two.
         multiple: the attention length ``n + 1`` is a multiple of this (8 suits tensor cores).
         hop_multiple: granularity of the path-hop count ``M``.
-        max_tokens: a token budget ``T``: ``B = T // (n + 1)`` for the bucketed attention
-            length ``n + 1`` (:meth:`graphs_for`), so that ``B (n + 1) <= T``.
+        max_tokens: a token budget: ``B = max_tokens // (n + 1)`` for the bucketed attention
+            length ``n + 1`` (:meth:`graphs_for`), so that ``B (n + 1) <= max_tokens``.
+        token_steps_per_doubling: grid values per power of two of the token count ``T``
+            (:meth:`token_rows`).
     """
 
     batch_size: int
@@ -64,6 +73,7 @@ class StaticShapes:
     multiple: int = 8
     hop_multiple: int = 256
     max_tokens: int | None = None
+    token_steps_per_doubling: int = 16
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.max_hops < 0:
@@ -89,6 +99,11 @@ class StaticShapes:
         """The bucketed row count of ``path_input`` for ``hops`` path hops (at least one row,
         so that the hop sum always has a bag to fill)."""
         return round_up_geometric(max(hops, 1), self.steps_per_doubling, self.hop_multiple)
+
+    def token_rows(self, tokens: int, grid: int) -> int:
+        """The bucketed token count ``T`` for ``tokens`` real tokens on a ``grid = B (n + 1)``
+        token grid: rounded up in multiples of ``multiple``, never past the grid."""
+        return min(grid, round_up_geometric(tokens, self.token_steps_per_doubling, self.multiple))
 
 
 def token_length(atoms: int) -> int:

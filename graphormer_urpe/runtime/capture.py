@@ -14,8 +14,9 @@ totals), :class:`CapturedForward` for the forward pass of evaluation and predict
   that lazily initialised state (optimizer moments, kernel compilation, library handles)
   exists before the capture; the next batch of that shape is captured, then replayed;
 * nothing in the step reads a value back to the host or sizes a tensor by the data (the
-  static batch and :meth:`~graphormer_urpe.graph.model.GraphormerEncoder.forward_padded`
-  see to that); the step counter used by the loss totals lives on the device;
+  static batch, whose token count is fixed too, and
+  :class:`~graphormer_urpe.graph.encodings.GraphTokens` see to that); the step counter used
+  by the loss totals lives on the device;
 * the learning rate lives in a device tensor that the scheduler fills between steps
   (``capturable`` fused AdamW), so a replay uses the current rate;
 * gradients are zeroed in place, never freed, so every graph reads and writes the same
@@ -226,6 +227,7 @@ class _Captured:
         if self.backend is None or self.failed is not None:
             return
         _FAILED[self.backend] = f"{type(exc).__name__}: {exc}"
+        log.debug("the capture's error", exc_info=exc)  # where it came from
         log.warning(
             "capturing the step as a CUDA graph failed, continuing eagerly (%s); --no-capture "
             "runs eagerly from the start",
