@@ -26,7 +26,7 @@ Methods (``--methods``):
 
 Each run keeps its test predictions and ``result.json`` (test Pearson r, Spearman, MAE, R², the
 validation Pearson r, wall time), so an interrupted benchmark resumes. ``--collect`` writes the
-JSON report (mean ± std over seeds) and a Markdown table with the published figures::
+JSON report (mean ± std over seeds) and prints a Markdown table with the published figures::
 
     python scripts/bench_admet.py --chemprop ENV/bin/chemprop --seeds 0 1 2 3 4 --parallel 2
     python scripts/bench_admet.py --collect --out docs/results/admet.json
@@ -479,13 +479,14 @@ def main(argv: list[str] | None = None) -> None:
         run_all(a)
     report = collect(Path(a.work), a.endpoints)
     text = markdown(report)
-    payload = {"benchmark": "admet", "date": time.strftime("%Y-%m-%d"), "args": vars(a)}
+    paths = ("work", "data_dir", "chemprop", "out")  # where things are on this machine
+    args = {k: v for k, v in vars(a).items() if k not in paths}
+    payload = {"benchmark": "admet", "date": time.strftime("%Y-%m-%d"), "args": args}
     payload["endpoints"] = report
     print(text, file=sys.stderr)
     print(json.dumps(payload, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(payload, indent=1) + "\n")
-        Path(a.out).with_suffix(".md").write_text(text)
 
 
 if __name__ == "__main__":
