@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +46,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from bench_small_data import Task, run_chemprop
+from bench_small_data import Task, in_own_process, run_chemprop
+from bench_small_data import _call as call
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "admet-biogen"
@@ -302,15 +302,6 @@ def run_hybrid(split: Path, endpoint: str, seed: int, a: argparse.Namespace) -> 
 # --------------------------------------------------------------------------------------
 
 
-def call(cmd: list[str], log: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    with log.open("w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False)
-    if proc.returncode != 0:
-        tail = log.read_text()[-3000:]
-        raise RuntimeError(f"{' '.join(cmd[:5])} ... failed ({proc.returncode}):\n{tail}")
-
-
 def result_of(split: Path, method: str, endpoint: str, seed: int, a: argparse.Namespace) -> dict:
     """One (endpoint, seed, method) run, kept in ``result.json`` (reused when present)."""
     out = split / method
@@ -363,12 +354,8 @@ def run_all(a: argparse.Namespace) -> None:
 
 
 def worker(a: argparse.Namespace, endpoint: str, seed: int, method: str) -> dict:
-    cmd = [sys.executable, __file__, "--one", endpoint, str(seed), method, *passed(a)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        return {"endpoint": endpoint, "seed": seed, "method": method, "error": proc.stderr[-2000:]}
-    return json.loads(proc.stdout)
+    key = {"endpoint": endpoint, "seed": seed, "method": method}
+    return in_own_process(__file__, [endpoint, str(seed), method, *passed(a)], key)
 
 
 def passed(a: argparse.Namespace) -> list[str]:

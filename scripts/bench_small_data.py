@@ -292,12 +292,18 @@ def run_all(a: argparse.Namespace) -> list[dict]:
 
 
 def _worker(a: argparse.Namespace, name: str, seed: int, model: str) -> dict:
-    """Each run in its own process, so that one thread each is all they use."""
-    cmd = [sys.executable, __file__, "--one", name, str(seed), model, *_passed(a)]
+    key = {"set": name, "seed": seed, "model": model}
+    return in_own_process(__file__, [name, str(seed), model, *_passed(a)], key)
+
+
+def in_own_process(script: str, args: list[str], key: dict) -> dict:
+    """``script --one ARGS`` in its own process, so that one thread each is all the runs use;
+    the JSON it prints, or ``key`` with the error."""
+    cmd = [sys.executable, script, "--one", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
-        return {"set": name, "seed": seed, "model": model, "error": proc.stderr[-2000:]}
+        return key | {"error": proc.stderr[-2000:]}
     return json.loads(proc.stdout)
 
 
