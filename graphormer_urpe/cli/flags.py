@@ -186,6 +186,14 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         "(rdkit2d) with --init-from pretrained, else none",
     )
     d.add_argument(
+        "--trees",
+        choices=["auto", "on", "off"],
+        help="CSV / SDF: on fits gradient-boosted trees (LightGBM) on each molecule's RDKit "
+        "descriptors, Morgan counts and the starting model's graph token beside the network, "
+        "and blends the two with a weight chosen on the validation split (predict, serve, "
+        "evaluate and the intervals give the blend); default auto: on with --init-from",
+    )
+    d.add_argument(
         "--task",
         choices=["regression", "classification"],
         help="CSV: classification reads the targets as binary labels 0/1 (BCE, one logit per "

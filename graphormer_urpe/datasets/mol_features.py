@@ -137,10 +137,11 @@ class MolFeatureMaker:
         if self.morgan is not None and not cache.has_smiles:
             raise ValueError(f"{cache.cache_dir}: Morgan features need the store's SMILES")
 
-    def of_smiles(self, smiles: Sequence[str]) -> np.ndarray:
-        """``[N, K]`` float32 features of ``smiles``."""
+    def of_smiles(self, smiles: Sequence[str], raw: np.ndarray | None = None) -> np.ndarray:
+        """``[N, K]`` float32 features of ``smiles`` (``raw``: their raw descriptors
+        ``[N, 202]`` where already computed)."""
         counts = self._morgan(smiles) if self.morgan is not None else None
-        return self._join(lambda: compute_descriptors(smiles), counts)
+        return self._join(lambda: compute_descriptors(smiles) if raw is None else raw, counts)
 
     def of_store(self, cache: MoleculeCache, positions: Sequence[int]) -> np.ndarray:
         """``[n, K]`` float32 features of the graphs at store ``positions``."""
@@ -208,7 +209,10 @@ def with_mol_features(
     return replace(splits, **sets, mol_features=maker.record())
 
 
-def mol_features_of_smiles(smiles: Sequence[str], record: dict[str, Any]) -> np.ndarray:
+def mol_features_of_smiles(
+    smiles: Sequence[str], record: dict[str, Any], raw: np.ndarray | None = None
+) -> np.ndarray:
     """``[N, K]`` float32 molecule features of ``smiles`` as a run recorded them (``record``:
-    :attr:`DatasetSplits.mol_features`), with its training split's normalisation."""
-    return MolFeatureMaker.from_record(record).of_smiles(smiles)
+    :attr:`DatasetSplits.mol_features`), with its training split's normalisation (``raw``:
+    their raw descriptors ``[N, 202]`` where already computed)."""
+    return MolFeatureMaker.from_record(record).of_smiles(smiles, raw)

@@ -18,6 +18,9 @@ array               shape                     content
 ``y``               ``[B, T]`` float32        targets, or ``None``
 ``mol_x``           ``[B, K]`` float32        per-molecule features (e.g. normalised
                                               descriptors), or ``None``
+``tree_x``          ``[B, F]`` float32        per-molecule inputs of a model beside the
+                                              network (raw descriptors and Morgan counts
+                                              of a trees head), or ``None``
 ==================  ========================  ==========================================
 
 So the graphs ``a..b`` are one contiguous slice of every array (:meth:`FlatGraphs.slice`),
@@ -52,6 +55,7 @@ class FlatGraphs:
     edge_input: np.ndarray
     y: np.ndarray | None = None
     mol_x: np.ndarray | None = None
+    tree_x: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.num_nodes.size)
@@ -85,6 +89,7 @@ class FlatGraphs:
             self.edge_input[r0:r1],
             _rows(self.y, slice(start, stop)),
             _rows(self.mol_x, slice(start, stop)),
+            _rows(self.tree_x, slice(start, stop)),
         )
 
     def take(self, indices: np.ndarray) -> FlatGraphs:
@@ -102,6 +107,7 @@ class FlatGraphs:
             np.take(self.edge_input, rows, axis=0),
             _rows(self.y, g),
             _rows(self.mol_x, g),
+            _rows(self.tree_x, g),
         )
 
     @classmethod
@@ -121,6 +127,7 @@ class FlatGraphs:
             np.concatenate(edges),
             _joined([p.y for p in parts]),
             _joined([p.mol_x for p in parts]),
+            _joined([p.tree_x for p in parts]),
         )
 
     @classmethod

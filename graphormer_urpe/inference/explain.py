@@ -11,6 +11,13 @@ gradients, exactly for Shapley values). An ensemble gives the mean of its member
 contributions, predictions and baselines (so completeness holds for the mean too). Binary
 tasks are explained on the logit.
 
+A model with a trees head (:mod:`~graphormer_urpe.inference.trees`) predicts the blend
+``w net + (1 - w) trees``; its explanation is the same blend of the network's and the trees'
+(:meth:`~graphormer_urpe.inference.trees.Trees.attribution`, exact): the atoms get their
+share of the network's and of the Morgan bits they set, the ``descriptors`` term holds the
+network's descriptor term and the trees' descriptors, graph token and absent bits, and the
+baseline is the blend of the network's baseline and the trees' mean output.
+
 Example::
 
     from graphormer_urpe.inference.explain import Explainer
@@ -35,6 +42,7 @@ from ..datasets.featurize import InvalidMoleculeError, featurize_smiles, parse_s
 from ..graph.model import Graphormer
 from .integrated import Attribution, integrated_gradients
 from .shapley import shapley_values
+from .trees import Trees
 
 __all__ = ["METHODS", "Explainer", "MoleculeExplanation", "TrainedModel"]
 
@@ -50,6 +58,8 @@ class TrainedModel(Protocol):
     target_names: list[str]
     task_type: str
     mol_features: dict | None
+    trees: Trees | None
+    embedder: Graphormer | None
 
 
 @dataclass
@@ -109,6 +119,22 @@ def _mean(attributions: Sequence[Attribution]) -> Attribution:
     )
 
 
+def _blend(a: Attribution, trees: Trees, smiles: str, x: np.ndarray) -> Attribution:
+    """The network's attribution ``a`` blended with the trees' on the molecule ``smiles``
+    (``x``: its trees' input row ``[1, F]``), each part weighted as the prediction is."""
+    atoms, rest, expected = trees.attribution(smiles, x)
+    w = np.array(trees.net_weight)
+    w = np.where([b is None for b in trees.boosters], 1.0, w)  # no trees: the network alone
+    output = np.nan_to_num(trees.predict(x)[0].astype(np.float64))
+    return Attribution(
+        atoms=w * a.atoms + (1 - w) * atoms,
+        descriptors=(1 - w) * rest + (0 if a.descriptors is None else w * a.descriptors),
+        prediction=w * a.prediction + (1 - w) * output,
+        baseline=w * a.baseline + (1 - w) * expected,
+        steps=a.steps,
+    )
+
+
 @dataclass
 class Explainer:
     """Explains predictions of one model or the members of an ensemble.
@@ -131,6 +157,8 @@ class Explainer:
             baseline|``).
         baseline: ``mean`` (each atom's embedding replaced by the molecule's mean atom
             embedding) or ``zero``; see :mod:`~graphormer_urpe.inference.integrated`.
+        trees: each member's trees head (``None``: the networks alone).
+        embedders: each member's trees' embedder (``None`` entries: no graph token).
     """
 
     models: list[Graphormer]
@@ -145,6 +173,8 @@ class Explainer:
     max_steps: int = 4096
     rtol: float = 0.01
     baseline: str = "mean"
+    trees: list[Trees] | None = None
+    embedders: list[Graphormer | None] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -160,6 +190,8 @@ class Explainer:
             target_names=list(first.target_names),
             task_type=first.task_type,
             mol_features=first.mol_features,
+            trees=None if first.trees is None else [lm.trees for lm in loaded],  # type: ignore[misc]
+            embedders=[lm.embedder for lm in loaded],
             **options,
         )
 
@@ -183,7 +215,7 @@ class Explainer:
             data, elements = self.graph(smiles)
         except InvalidMoleculeError as exc:
             return self._failed(index, smiles, str(exc))
-        a = self._attribution(data)
+        a = self._attribution(data, smiles)
         return MoleculeExplanation(
             index=index,
             smiles=smiles,
@@ -195,17 +227,21 @@ class Explainer:
             steps=a.steps,
         )
 
-    def _attribution(self, data: Data) -> Attribution:
-        """The members' mean attribution. Shapley values share the orderings, so the mean is
-        exactly complete; integrated gradients are complete within ``rtol`` of the *mean*'s
-        ``prediction - baseline`` (members whose differences cancel are integrated to a
-        tighter tolerance)."""
+    def _attribution(self, data: Data, smiles: str) -> Attribution:
+        """The members' mean attribution (each blended with its trees where it has them).
+        Shapley values share the orderings, so the mean is exactly complete; integrated
+        gradients are complete within ``rtol`` of the *mean*'s ``prediction - baseline``
+        (members whose differences cancel are integrated to a tighter tolerance)."""
         if self.method == "shapley":
             return _mean(
-                [
-                    shapley_values(m, data, self.permutations, self.seed, self.baseline)
-                    for m in self.models
-                ]
+                self._with_trees(
+                    [
+                        shapley_values(m, data, self.permutations, self.seed, self.baseline)
+                        for m in self.models
+                    ],
+                    data,
+                    smiles,
+                )
             )
         rtol = self.rtol
         for _ in range(4):
@@ -215,12 +251,31 @@ class Explainer:
                 )
                 for m in self.models
             ]
-            a = _mean(parts)
+            a = _mean(self._with_trees(parts, data, smiles))
             delta = np.abs(a.prediction - a.baseline)
             if len(parts) == 1 or np.all(np.abs(a.gap) <= self.rtol * delta + 1e-5):
                 break
             rtol /= 4
         return a
+
+    def _with_trees(self, parts: list[Attribution], data: Data, smiles: str) -> list[Attribution]:
+        """Each member's attribution blended with its trees' (``parts`` as they are without
+        trees)."""
+        if self.trees is None:
+            return parts
+        from .trees import tree_chunk_inputs
+
+        counts, _ = tree_chunk_inputs([smiles])  # [1, 202 + bits]
+        embedders = self.embedders or [None] * len(parts)
+        out = []
+        for a, trees, embedder in zip(parts, self.trees, embedders, strict=True):
+            x = counts
+            if embedder is not None:
+                with torch.no_grad():
+                    _, h = embedder.forward_with_head_input([data])
+                x = np.hstack([counts, h[:, : embedder.config.hidden_dim].float().numpy()])
+            out.append(_blend(a, trees, smiles, x))
+        return out
 
     def _failed(self, index: int, smiles: str, reason: str) -> MoleculeExplanation:
         t = len(self.target_names)

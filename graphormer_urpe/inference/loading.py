@@ -19,6 +19,7 @@ from ..runtime.inputs import load_splits, resolve_device
 from ..runtime.precision import Precision
 from .calibration import calibration_report, load_calibration
 from .prediction import predict_dataset
+from .trees import Trees, dataset_inputs, load_embedder, load_trees, trees_folder
 
 if TYPE_CHECKING:
     from ..datasets.domain import DomainRecord
@@ -51,17 +52,26 @@ class LoadedModel:
     domain: DomainRecord | None = None
     """What the training molecules are made of, which new molecules are compared with
     (:mod:`~graphormer_urpe.datasets.domain`); ``None``: an older checkpoint without it."""
+    trees: Trees | None = None
+    """The trees head blended with the network (:mod:`~graphormer_urpe.inference.trees`);
+    ``None``: the network alone."""
+    embedder: Graphormer | None = None
+    """The model whose graph token the trees read (``None``: none)."""
 
     def predict_dataset(
         self, dataset, batch_size: int | None = None, progress: bool = False, desc: str = ""
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Predictions ``[N, T]`` and targets (or ``None``) of a whole dataset, in order
         (:func:`~graphormer_urpe.inference.prediction.predict_dataset`, with the run's batch size
-        and precision by default)."""
+        and precision by default), blended with the trees head's where there is one."""
         cfg = self.config
         precision = Precision(cfg.precision, self.device)
         size = batch_size or cfg.batch_size
-        return predict_dataset(self.model, dataset, size, self.device, precision, progress, desc)
+        pred, y = predict_dataset(self.model, dataset, size, self.device, precision, progress, desc)
+        if self.trees is not None:
+            x = dataset_inputs(dataset, self.embedder, size, self.device, precision)
+            pred = self.trees.blend(pred[None], self.trees.predict(x))[0]
+        return pred, y
 
 
 def checkpoint_task_type(ckpt: dict) -> str:
@@ -85,6 +95,8 @@ def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
         from ..datasets.domain import DomainRecord
 
         domain = DomainRecord.from_dict(ckpt["domain"])
+    trees = load_trees(path)
+    embedder = None if trees is None else load_embedder(trees_folder(path), dev)
     return LoadedModel(
         model=model.to(dev).eval(),
         config=config,
@@ -95,6 +107,8 @@ def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
         task_type=checkpoint_task_type(ckpt),
         mol_features=ckpt.get("mol_features"),
         domain=domain,
+        trees=trees,
+        embedder=embedder,
     )
 
 

@@ -55,10 +55,14 @@ def predict_dataset(
     precision: Precision,
     progress: bool = False,
     desc: str = "predict",
+    net: nn.Module | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`predict` over ``dataset`` in order; on one CUDA GPU through static batches and
     forward passes captured per batch shape (:class:`~graphormer_urpe.runtime.capture.
-    CapturedForward`)."""
+    CapturedForward`). ``net``: a module around ``model`` to run instead (for example
+    :class:`~graphormer_urpe.inference.embeddings.WithHeadInput`); batches as ``model``
+    reads them."""
+    net = model if net is None else net
     backend = default_backend(device)
     loader = DataLoader(
         dataset,
@@ -69,8 +73,8 @@ def predict_dataset(
     )
     forward = None
     if backend is not None:
-        forward = CapturedForward(model, lambda: precision.autocast(False), device, backend)
-    return predict(model, loader, device, precision, progress, desc, forward)
+        forward = CapturedForward(net, lambda: precision.autocast(False), device, backend)
+    return predict(net, loader, device, precision, progress, desc, forward)
 
 
 def _evaluate(

@@ -63,6 +63,7 @@ from .predict_io import (
     write_predictions_csv,
 )
 from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+from .trees import TreesBeside
 from .workers import featurising_pool
 
 if TYPE_CHECKING:
@@ -136,10 +137,13 @@ def _featurize_part(
     hops: int,
     mol_features: dict | None = None,
     domain: DomainRecord | None = None,
+    trees: bool = False,
 ) -> _Chunk:
     """One chunk's graphs with their Graphormer features (runs in a worker process), and
     their molecule features where the model was trained with them (``mol_features``: the
-    checkpoint's record), compared with the training record ``domain`` where there is one."""
+    checkpoint's record), compared with the training record ``domain`` where there is one;
+    with ``trees``, the trees head's descriptors and counts too (``tree_x``, computed with
+    the molecule features from one pass of the descriptors)."""
     from ..datasets.mol_features import mol_features_of_smiles
     from ..datasets.store import featurize_chunk, flat_graphs, with_pointers
 
@@ -154,9 +158,14 @@ def _featurize_part(
     if valid:
         flat, _ = flat_graphs(with_pointers(arrays), range(valid), hops)
         flat.y = None
+        kept = [s for i, s in enumerate(part, start=first) if i not in errors]
+        raw = None
+        if trees:
+            from .trees import tree_chunk_inputs
+
+            flat.tree_x, raw = tree_chunk_inputs(kept)  # [valid, F], [valid, 202]
         if mol_features is not None:
-            kept = [s for i, s in enumerate(part, start=first) if i not in errors]
-            flat.mol_x = mol_features_of_smiles(kept, mol_features)  # [valid, K]
+            flat.mol_x = mol_features_of_smiles(kept, mol_features, raw)  # [valid, K]
     return _Chunk(first, part, flat, errors, checked)
 
 
@@ -175,6 +184,7 @@ def _featurized(
     chunk_size: int,
     mol_features: dict | None = None,
     domain: DomainRecord | None = None,
+    trees: bool = False,
 ) -> Iterator[_Chunk]:
     """Every chunk of the input with its graphs, in input order.
 
@@ -187,12 +197,12 @@ def _featurized(
     chunks = chain(head, chunks)
     if workers == 0 or len(head) < 2:  # a single chunk is featurised here, without a pool
         for first, part in chunks:
-            yield _featurize_part(part, first, featurizer, hops, mol_features, domain)
+            yield _featurize_part(part, first, featurizer, hops, mol_features, domain, trees)
         return
     with featurising_pool(workers) as pool:
         pending: deque = deque()
         for first, part in chunks:
-            task = (part, first, featurizer, hops, mol_features, domain)
+            task = (part, first, featurizer, hops, mol_features, domain, trees)
             pending.append(pool.apply_async(_featurize_part, task))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
@@ -297,17 +307,22 @@ def _predict_window(
     batch_size: int,
     trim_heap: _HeapTrimmer,
     targets: int | None = None,
+    trees: TreesBeside | None = None,
 ) -> Iterator[Prediction]:
     """One window's predictions; with ``targets`` (the models output ``[B, T + D]``,
     :class:`~graphormer_urpe.inference.embeddings.WithHeadInput`) the last ``D`` values of
-    each member are the row's ``embedding``, joined across members."""
+    each member are the row's ``embedding``, joined across members; with ``trees``, each
+    member's predictions blended with its trees head's."""
     out = None  # [K, W, T] (or [K, W, T + D] with targets), in window order
     if graphs is not None:
         for take in size_order(graphs.num_nodes, batch_size):
-            batch = collator(graphs.take(take))
+            taken = graphs.take(take)
+            batch = collator(taken)
             if forwards[0].cycle.backend is None:  # eager: one copy for every member
                 batch = batch.to(forwards[0].cycle.device, non_blocking=True)
             part = torch.stack([forward(batch).cpu() for forward in forwards])
+            if trees is not None:
+                part = trees(batch, taken.tree_x, part)
             if out is None:
                 out = part.new_empty(part.shape[0], len(graphs), part.shape[2])
             out[:, torch.from_numpy(take)] = part
@@ -332,13 +347,15 @@ def _predict_window(
 
 class Featurizing(NamedTuple):
     """What featurising SMILES for a model takes: its featuriser, its hops of path
-    features, its molecule features' record and its training-domain record. Picklable, so
-    that a process of its own (a worker, a Ray task) can featurise for the model."""
+    features, its molecule features' record, its training-domain record and whether it has
+    a trees head. Picklable, so that a process of its own (a worker, a Ray task) can
+    featurise for the model."""
 
     featurizer: str
     hops: int
     mol_features: dict | None = None
     domain: DomainRecord | None = None
+    trees: bool = False
 
     @classmethod
     def of(cls, model: LoadedModel, similarity: bool = True) -> Featurizing:
@@ -348,7 +365,7 @@ class Featurizing(NamedTuple):
         if domain is not None and not similarity:
             domain = replace(domain, fingerprints=None)
         hops = model.model.config.multi_hop_max_dist
-        return cls(model.featurizer, hops, model.mol_features, domain)
+        return cls(model.featurizer, hops, model.mol_features, domain, model.trees is not None)
 
     def __call__(self, part: list[str], first: int = 0) -> _Chunk:
         """The chunk ``part`` (rows ``first``, ``first + 1``, ...) featurised (see
@@ -401,6 +418,15 @@ class StreamModel:
         autocast = lambda: precision.autocast(backend is None)  # noqa: E731
         nets = [WithHeadInput(m.model) if embeddings else m.model for m in models]
         self.forwards = [CapturedForward(net, autocast, lm.device, backend) for net in nets]
+        self.trees = None  # the members' trees heads, where they have them
+        if any(m.trees is not None for m in models):
+            if not all(m.trees is not None for m in models):
+                raise ValueError("some of the ensemble's members have a trees head, some not")
+            self.trees = TreesBeside(
+                [m.trees for m in models],  # type: ignore[misc]
+                [m.embedder for m in models],
+                lambda net: CapturedForward(net, autocast, lm.device, backend),
+            )
         self.targets = cfg.num_targets if embeddings else None
         self.batch_size = batch_size
         # an ensemble's members read the same and record the same training split
@@ -416,7 +442,7 @@ class StreamModel:
         """Every chunk of ``smiles`` featurised, in input order, by ``workers`` processes."""
         f = self.featurizing
         return _featurized(
-            smiles, f.featurizer, f.hops, workers, chunk_size, f.mol_features, f.domain
+            smiles, f.featurizer, f.hops, workers, chunk_size, f.mol_features, f.domain, f.trees
         )
 
     def predict(
@@ -434,6 +460,7 @@ class StreamModel:
                 self.batch_size,
                 self.trim_heap,
                 self.targets,
+                self.trees,
             )
             if done is not None:
                 done(len(rows))

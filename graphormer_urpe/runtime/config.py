@@ -22,6 +22,7 @@ __all__ = [
     "TrainConfig",
     "PRETRAINED_MOL_FEATURES",
     "resolve_mol_features",
+    "resolve_trees",
     "TRAIN_PRESETS",
     "make_config",
     "override_config",
@@ -140,6 +141,12 @@ class TrainConfig:
     fine-tuning recipe's (:data:`PRETRAINED_MOL_FEATURES`) for ``init_from="pretrained"`` on
     a ``csv:`` set, else ``none`` (:func:`resolve_mol_features`; ``config.json`` records the
     kind used)."""
+    trees: Literal["auto", "on", "off"] = "auto"
+    """Tables of SMILES: ``on`` fits the trees head beside the network (LightGBM on the
+    descriptors, Morgan counts and the starting model's graph token) and blends the two with
+    weights chosen on the validation split (:mod:`~graphormer_urpe.inference.trees`).
+    ``auto``: on with ``init_from`` on a ``csv:`` or ``sdf:`` table, else off
+    (:func:`resolve_trees`; ``config.json`` records the choice)."""
     split: Literal["random", "scaffold"] = "random"
     split_seed: int = 0
     """Seed of the random split (kept apart from ``seed`` so the split stays fixed)."""
@@ -251,6 +258,20 @@ def resolve_mol_features(config: TrainConfig) -> TrainConfig:
         return config
     recipe = config.init_from == "pretrained" and config.dataset.startswith(TABLE_PREFIXES)
     return replace(config, mol_features=PRETRAINED_MOL_FEATURES if recipe else "none")
+
+
+def resolve_trees(config: TrainConfig, distributed: bool = False) -> TrainConfig:
+    """``config`` with ``trees="auto"`` replaced by ``on`` (``init_from`` on a table of
+    SMILES, one process) or ``off``; ``ValueError`` for ``on`` where the trees cannot be
+    fitted (not a table, a pretraining set, several processes)."""
+    table = config.dataset.startswith(TABLE_PREFIXES)
+    if config.trees == "on" and (not table or distributed):
+        why = "several processes" if table else f"{config.dataset}, not a csv: or sdf: table"
+        raise ValueError(f"--trees on: the trees head is fitted on tables of SMILES ({why})")
+    if config.trees != "auto":
+        return config
+    on = table and config.init_from is not None and not distributed
+    return replace(config, trees="on" if on else "off")
 
 
 def make_config(

@@ -51,7 +51,7 @@ from ..inference.prediction import _evaluate as _evaluate
 from ..inference.prediction import predict, predict_dataset
 from ..io.checkpoint import CheckpointKeeper, TrainingInterrupted, stop_requests, write_atomic
 from ..runtime.capture import CapturedForward
-from ..runtime.config import TrainConfig, plan_steps, resolve_mol_features
+from ..runtime.config import TrainConfig, plan_steps, resolve_mol_features, resolve_trees
 from ..runtime.distributed import DistContext, init_distributed
 from ..runtime.inputs import _default_loss as _default_loss
 from ..runtime.inputs import (
@@ -201,6 +201,7 @@ class _Run(RunSetup, RunBudget, RunPlan, RunCheckpoints, RunEpochs, RunReport):
         self.keeper = CheckpointKeeper(self.out, config.keep_checkpoints)
         config, ckpt, ckpt_path = self._resumed_config(config, resume)
         config = resolve_mol_features(config)  # config.json records the kind used
+        config = resolve_trees(config, ctx.enabled)
         if config.init_from and ckpt is None:  # before any data is loaded or folder made
             from .pretrained import check_init_source
 
@@ -217,6 +218,7 @@ class _Run(RunSetup, RunBudget, RunPlan, RunCheckpoints, RunEpochs, RunReport):
             self.made = first_missing(self.out)
             self.out.mkdir(parents=True, exist_ok=True)
         self.model, self.init_report = self._build_model(config, ckpt)
+        self.trees = self._fit_trees(config, ckpt is None) if config.trees == "on" else None
         loss = config.loss or _default_loss(self.splits)
         self.config = replace(config, model=self.model.config, loss=loss)  # config.json: both
         self.n_params = sum(p.numel() for p in self.model.parameters())

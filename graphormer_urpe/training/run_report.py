@@ -19,6 +19,7 @@ from ..inference.prediction import _evaluate
 from ..io.checkpoint import load_checkpoint, write_atomic
 from .budget import MIN_USEFUL_EPOCHS
 from .run_state import RunState, log
+from .run_trees import blend_run_trees
 
 __all__ = ["RunReport", "write_test_predictions"]
 
@@ -36,15 +37,19 @@ class RunReport(RunState):
         self.ctx.broadcast_state(self.model)
         test: dict[str, float] = {}
         y = self.targets["test"]  # [n_test, T]
-        if self.test_labelled:
-            loader, index = self.eval_loaders["test"]
-            n, t = len(self.splits.test), self.splits.num_targets
-            p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
-            test = self.splits.evaluate(p, y)
+        p = self._outputs("test") if self.test_labelled else None
+        valid = self._outputs("valid") if self.splits.pretrain is None else None
+        if self.trees is not None:  # the network's outputs blended with the trees'
+            test.update(self._blend_trees(valid, p))
+            valid = self.trees.trees.blend(valid[None], self.trees.outputs["valid"])[0]
+            if p is not None:
+                p = self.trees.trees.blend(p[None], self.trees.outputs["test"])[0]
+        if p is not None:
+            test.update(self.splits.evaluate(p, y))
             if main and self.splits.pretrain is None:  # not hundreds of descriptor columns
                 write_test_predictions(out / "test_predictions.csv", self.splits, y, p)
-        if self.splits.pretrain is None:
-            test.update(self._calibrate(p if self.test_labelled else None))
+        if valid is not None:
+            test.update(self._calibrate(valid, p))
         metrics = self._metrics(test)
         if main:
             write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
@@ -68,21 +73,55 @@ class RunReport(RunState):
         )
         return metrics
 
-    def _calibrate(self, test_pred: Tensor | None) -> dict[str, float]:
-        """Fit the calibrator on the validation split's predictions and keep it
-        (``calibration.json``, with ``valid_predictions.csv``, which an ensemble's calibrator
-        reads); its test coverage and width (regression) or ECE (binary)."""
-        loader, index = self.eval_loaders["valid"]
-        n, t = len(self.splits.valid), self.splits.num_targets
-        p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
+    def _outputs(self, split: str) -> Tensor:
+        """The model's outputs ``[n, T]`` on ``split`` (``valid`` or ``test``)."""
+        loader, index = self.eval_loaders[split]
+        n, t = len(getattr(self.splits, split)), self.splits.num_targets
+        return _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
+
+    def _blend_trees(self, valid: Tensor, test: Tensor | None) -> dict[str, float]:
+        """Choose the trees' blend on the validation outputs ``valid`` ``[n, T]`` (kept in
+        ``trees_record`` for ``metrics.json``); the network's own test metric on its test
+        outputs ``test`` (``None``: no test labels)."""
+        assert self.trees is not None
+        record = blend_run_trees(
+            self.trees,
+            valid,
+            self.targets["valid"],
+            self.splits.task_type,
+            self.metric,
+            self.higher,
+        )
+        log.info(
+            "trees head: network weight %s in the blend (validation %s: network %s, trees %s, "
+            "blend %s)",
+            ", ".join(f"{w:.1f}" for w in record["net_weight"]),
+            self.metric,
+            *(
+                ", ".join(f"{v[k]:.4f}" for v in record["valid"] if v) or "n/a"
+                for k in ("network", "trees", "blend")
+            ),
+        )
+        self.trees_record = record
+        if test is None:
+            return {}
+        network = self.splits.evaluate(test, self.targets["test"])[self.metric]
+        return {f"{self.metric}_network": network}
+
+    def _calibrate(self, valid: Tensor, test_pred: Tensor | None) -> dict[str, float]:
+        """Fit the calibrator on the validation split's predictions ``valid`` ``[n, T]`` and
+        keep it (``calibration.json``, with ``valid_predictions.csv``, which an ensemble's
+        calibrator reads); its test coverage and width (regression) or ECE (binary)."""
         y = self.targets["valid"]
         if not bool(torch.isfinite(y).any()):
             return {}
         names = list(self.splits.target_names)
-        cal = fit_calibration(p[None], y, self.splits.task_type, names, chose_checkpoint=True)
+        cal = fit_calibration(valid[None], y, self.splits.task_type, names, chose_checkpoint=True)
         if self.main:
             cal.save(self.out / CALIBRATION_FILE)
-            write_test_predictions(self.out / "valid_predictions.csv", self.splits, y, p, "valid")
+            write_test_predictions(
+                self.out / "valid_predictions.csv", self.splits, y, valid, "valid"
+            )
         if test_pred is None:
             return {}
         return calibration_report(cal, test_pred[None], self.targets["test"])
@@ -155,6 +194,7 @@ class RunReport(RunState):
             "device": str(self.device),
             "precision": self.precision.kind,
             "seed": config.seed,
+            "trees": getattr(self, "trees_record", None),  # set by the blend
             "measured_costs": None if self.costs is None else self.costs.to_dict(),
             "pace": None if self.pacer is None else round(self.pacer.slowdown, 3),
         }

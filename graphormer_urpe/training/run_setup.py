@@ -26,6 +26,7 @@ from ..runtime.precision import Precision
 from ..runtime.sampler import EpochBatchSampler
 from .budget import Schedule
 from .run_state import RunState, log
+from .run_trees import RunTrees, fit_run_trees
 from .steps import StepTotals, make_optimizer, parameter_groups, step_body
 
 __all__ = ["RunSetup", "first_missing"]
@@ -123,6 +124,25 @@ class RunSetup(RunState):
         if ckpt is None:  # a resumed run keeps the scaling it started with (in its config)
             model.set_target_scaling(*self._target_scaling(config))
         return model.to(self.device), report
+
+    def _fit_trees(self, config: TrainConfig, fresh: bool) -> RunTrees:
+        """The run's trees head, fitted before the first step (:mod:`.run_trees`)."""
+        starting = fresh and config.init_from is not None
+        trees = fit_run_trees(
+            self.splits,
+            self.model,
+            self.out,
+            config.seed,
+            starting,
+            config.batch_size,
+            self.precision,
+        )
+        graph_token = f", the starting model's graph token [{trees.trees.embedding_dim}]"
+        self._after_plan.append(
+            f"trees head ({trees.seconds:.1f} s): LightGBM on descriptors, Morgan counts"
+            f"{graph_token if trees.trees.embedding_dim else ''}; blended on the validation split"
+        )
+        return trees
 
     def _target_scaling(self, config: TrainConfig) -> tuple[list[float] | None, ...]:
         """The training targets' mean and standard deviation ``[T]`` each when the run

@@ -38,6 +38,7 @@ from .steps import StepTotals
 
 if TYPE_CHECKING:
     from ..datasets import DatasetSplits
+    from .run_trees import RunTrees
 
 __all__ = ["RunState", "log"]
 
@@ -68,6 +69,8 @@ class RunState:
     model: Graphormer
     net: nn.Module  # the model as trained (DDP, compiled)
     init_report: Any  # --init-from's report, or None
+    trees: RunTrees | None  # the trees head (config.trees == "on")
+    trees_record: dict[str, Any]  # what metrics.json records of the trees' blend
     n_params: int
     backend: CaptureBackend | None  # None: steps run eagerly
     forward: CapturedForward | None  # captured evaluation passes

@@ -44,27 +44,30 @@ def ran(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(SURPLUS_ATTR)]
 
 
-def best_config(study: optuna.Study, out: Path) -> TrainConfig | None:
-    """The best completed trial's run, to be repeated into ``out / "best"`` (``None``: no
-    trial completed)."""
+def best_config(study: optuna.Study, out: Path, trees: str = "auto") -> TrainConfig | None:
+    """The best completed trial's run, to be repeated into ``out / "best"`` with the trees
+    head ``trees`` (:attr:`~graphormer_urpe.runtime.config.TrainConfig.trees`, which the
+    trials leave off); ``None``: no trial completed."""
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done or CONFIG_ATTR not in study.best_trial.user_attrs:
         return None
     cfg = TrainConfig.from_dict(study.best_trial.user_attrs[CONFIG_ATTR])
-    return replace(cfg, out=str(out / "best"), time_limit=None, fill_time_limit=False)
+    return replace(cfg, out=str(out / "best"), time_limit=None, fill_time_limit=False, trees=trees)
 
 
-def write_report(study: optuna.Study, problem: Problem, out: Path) -> dict[str, Any]:
-    """Write the report files into ``out``; a summary of the study for the command's
-    output."""
+def write_report(
+    study: optuna.Study, problem: Problem, out: Path, trees: str = "auto"
+) -> dict[str, Any]:
+    """Write the report files into ``out`` (the best configuration with the trees head
+    ``trees``); a summary of the study for the command's output."""
     import optuna
 
     trials = ran(study)
     files = {"trials": str(out / "trials.csv")}
     _write_trials(trials, out / "trials.csv")
-    cfg = best_config(study, out)
+    cfg = best_config(study, out, trees)
     if cfg is not None:
         write_atomic(out / "config.json", cfg.to_json())
         files["config"] = str(out / "config.json")

@@ -98,13 +98,13 @@ def tune(
     try:
         _trials(study, config, problem, budget, progress)
     except KeyboardInterrupt:
-        write_report(study, problem, out)
+        write_report(study, problem, out, config.base.trees)
         done = _finished(study)
         raise KeyboardInterrupt(
             f"interrupted: the study {name!r} keeps its {done} finished trials ({url}); run "
             "the same command again to continue it"
         ) from None
-    summary = write_report(study, problem, out)
+    summary = write_report(study, problem, out, config.base.trees)
     summary["storage"] = url
     if config.final_ensemble:
         summary["ensemble"] = _final_ensemble(study, config, out, budget)
@@ -236,7 +236,7 @@ def _final_ensemble(
     from ..training.ensemble import train_ensemble
     from ..training.loop import train
 
-    cfg = best_config(study, out)
+    cfg = best_config(study, out, config.base.trees)
     if cfg is None:
         log.warning("no completed trial: no final ensemble")
         return None

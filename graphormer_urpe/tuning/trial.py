@@ -44,12 +44,14 @@ def trial_config(
 ) -> TrainConfig:
     """The training run of ``trial``: ``config.base`` with the sampled fields, its own
     folder, and a time limit of ``seconds`` (filled by planned steps unless
-    ``config.epochs`` fixes the epochs)."""
+    ``config.epochs`` fixes the epochs). Trials compare networks: none fits a trees head
+    (the best configuration's repeat and final ensemble get the one asked for)."""
     train_fields, model_fields = suggest(trial, config.space, problem)
     out = Path(config.out) / "trials" / f"trial-{trial.number:04d}"
     cfg = override_config(
         config.base, model_fields, **train_fields, out=str(out), time_limit=seconds / 60
     )
+    cfg = replace(cfg, trees="off")
     if config.epochs is not None:
         return replace(cfg, epochs=config.epochs, max_steps=None, fill_time_limit=False)
     return replace(cfg, epochs=None, max_steps=None, fill_time_limit=True)
