@@ -29,7 +29,7 @@ embedder; :func:`load_trees` reads it, so that ``predict``, ``evaluate``, ``serv
 
 Example::
 
-    trees = fit_trees(inputs, y, "regression", ["logS"], seed=0)   # inputs: {"train": [N, F], ...}
+    trees = fit_trees(inputs, y, "regression", ["logS"], seed=0, embedding_dim=64)  # inputs: [N, F]
     trees.choose_weights(net_valid, inputs["valid"], y["valid"], rmse, higher=False)
     members = trees.blend(members, trees.predict(x))                # [K, N, T]
 """
@@ -83,7 +83,7 @@ PARAMS: dict[str, Any] = {
     "bagging_freq": 1,
     "feature_fraction": 0.3,
     "lambda_l2": 1.0,
-    "num_threads": 1,
+    "deterministic": True,
     "verbosity": -1,
 }
 """LightGBM's settings (those of the ADMET benchmark's trees); up to :data:`ROUNDS` rounds,
@@ -273,6 +273,7 @@ def fit_trees(
     target_names: Sequence[str],
     seed: int,
     embedding_dim: int,
+    threads: int = 1,
 ) -> Trees:
     """One LightGBM model per target on the training rows, stopped early on the validation
     rows (network weights still 1: :meth:`Trees.choose_weights` sets them).
@@ -284,6 +285,7 @@ def fit_trees(
         target_names: the ``T`` targets' names.
         seed: the trees' random seed.
         embedding_dim: ``d`` of the graph token among the inputs (0: none).
+        threads: LightGBM's threads.
     """
     import lightgbm as lgb
 
@@ -298,7 +300,7 @@ def fit_trees(
             boosters.append(None)
             continue
         objective = "binary" if task_type == "binary" else "regression"
-        params = {**PARAMS, "objective": objective, "seed": seed}
+        params = {**PARAMS, "objective": objective, "seed": seed, "num_threads": threads}
         train = lgb.Dataset(x["train"][rows["train"]], yt["train"], free_raw_data=False)
         if rows["valid"].any():
             valid = lgb.Dataset(x["valid"][rows["valid"]], yt["valid"], reference=train)

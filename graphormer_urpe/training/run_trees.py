@@ -81,7 +81,8 @@ def fit_run_trees(
     if "train" in parts:
         y = {p: dataset_targets(getattr(splits, p)) for p in ("train", "valid")}
         dim = 0 if embedder is None else embedder.config.hidden_dim
-        trees = fit_trees(x, y, splits.task_type, splits.target_names, seed, dim)
+        threads = torch.get_num_threads()  # the run's (--threads)
+        trees = fit_trees(x, y, splits.task_type, splits.target_names, seed, dim, threads)
         trees.save(folder)
     else:
         trees = Trees.load(folder)
