@@ -198,6 +198,7 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, star
     assert ensemble["test_rmse"] == pytest.approx(
         float(np.sqrt(((mean - member_tables[0]["true_heavy_atoms"]) ** 2).mean())), rel=1e-4
     )
+    _served_blend(out, smiles, got.to_numpy())
     explained = tmp_path / "explain"
     args = ["explain", "--checkpoint", str(out), "--smiles", smiles[0], "--out", str(explained)]
     assert cli.main([*args, "--no-progress", "--no-pictures"]) == 0
@@ -206,6 +207,26 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, star
     assert row["heavy_atoms"] == pytest.approx(got[0], rel=1e-4, abs=1e-4)
     total = row["heavy_atoms_baseline"] + row["heavy_atoms_descriptors"] + atoms
     assert total == pytest.approx(row["heavy_atoms"], abs=1e-3)
+
+
+def _served_blend(checkpoint, smiles: list[str], expected: np.ndarray) -> None:
+    """``serve`` answers the blend too, and describes the trees."""
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    pytest.importorskip("httpx", reason="the test client needs httpx")
+    from fastapi.testclient import TestClient
+
+    from graphormer_urpe.serve import ModelService, create_app
+
+    service = ModelService.load(checkpoint, workers=0)
+    try:
+        with TestClient(create_app(service)) as client:
+            rows = client.post("/predict", json={"smiles": smiles}).json()["rows"]
+            served = [r["heavy_atoms"] for r in rows]
+            np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-4)
+            weights = client.get("/model").json()["trees"]["net_weight"]
+            assert len(weights) == 2 and all(w[0] in WEIGHTS for w in weights)
+    finally:
+        service.close()
 
 
 def test_trees_on_needs_a_table(tmp_path):

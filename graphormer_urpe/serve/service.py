@@ -366,7 +366,8 @@ class ModelService:
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /model`` answers: the targets (with units where known), the task,
-        the training data's size, the run's metrics and the calibration."""
+        the training data's size, the run's metrics, the calibration and, with a trees head,
+        each member's network weights in the blend."""
         lm = self.models[0]
         metrics = _run_metrics(self.checkpoint)
         train = metrics.get("train_graphs")
@@ -400,6 +401,9 @@ class ModelService:
                 if k.startswith(metric_keys) and isinstance(v, (int, float))
             },
             "calibration": calibration,
+            "trees": None
+            if lm.trees is None
+            else {"net_weight": [m.trees.net_weight for m in self.models if m.trees]},
             "intervals": cal is not None and cal.task_type == "regression",
             "domain": None if lm.domain is None else lm.domain.summary(),
             "limits": {
