@@ -9,7 +9,7 @@
 #   packed again with xz: the wheel's 31.8 MB become about 16 MB;
 # * data/: the pretraining molecules as xz shards (scripts/pretrain_v2.py pack). Default
 #   SMILES_FILE: MOSES's training set minus every molecule of the evaluation data, written by
-#   scripts/pretrain_data.py (run it first; it needs ../shared/data).
+#   scripts/pretrain_data.py (run it first: it reads the evaluation data).
 #
 # The state of the calls goes to .device/pretrain/state/ (copy there what a call brought back).
 # Prints the sizes: the working tree and .device/pretrain must stay under 64 MiB together.

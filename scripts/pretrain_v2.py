@@ -26,7 +26,7 @@ order of the batches is not reproduced across calls (it follows the shards' read
 state is. ``export`` turns the state into a checkpoint that ``train --init-from`` and
 ``scripts/ship_pretrained.py`` read. Commands (docs/guides/pretraining.md, "Pretrained v2")::
 
-    python scripts/pretrain_v2.py pack --source moses_minus_shared.smi --out DATA
+    python scripts/pretrain_v2.py pack --source moses_train_minus_shared.smi --out DATA
     python scripts/pretrain_v2.py run --data DATA --state STATE --out OUT --time-limit 540
     python scripts/pretrain_v2.py export --state STATE --out best.pt
 
@@ -171,6 +171,7 @@ def featurize(data: Path, work: Path, order: Sequence[str], workers: int) -> Non
     from graphormer_urpe.datasets.source import store_dir
     from graphormer_urpe.datasets.store import MoleculeCache
     from graphormer_urpe.datasets.store_build import build_molecule_cache
+    from graphormer_urpe.datasets.store_format import cache_is_complete
     from graphormer_urpe.io.files import write_atomic
 
     manifest = json.loads((data / "manifest.json").read_text())
@@ -181,6 +182,7 @@ def featurize(data: Path, work: Path, order: Sequence[str], workers: int) -> Non
         identity = {"sha256": entry["sha256"], "descriptors": descriptor_set_id()}
         folder = store_dir("pretrain_v2", name, identity, work / "stores")
         t0 = time.perf_counter()
+        reused = cache_is_complete(folder)  # built by an earlier call on this machine
         text = lzma.decompress((data / entry["file"]).read_bytes()).decode()
         smiles = text.splitlines()
         chunk = max(256, math.ceil(len(smiles) / (2 * workers)))  # every worker busy
@@ -202,6 +204,7 @@ def featurize(data: Path, work: Path, order: Sequence[str], workers: int) -> Non
             "molecules": len(cache),
             "unreadable": len(cache.failures),
             "seconds": round(time.perf_counter() - t0, 2),
+            "reused": reused,
         }
         write_atomic(ready_file, json.dumps(ready, indent=1))
 
@@ -607,6 +610,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "valid": metrics,
         "shards_ready": sum(n != VALID for n in ready),
         "molecules_ready": sum(e["molecules"] for n, e in ready.items() if n != VALID),
+        "shards_reused": sum(bool(e.get("reused")) for e in ready.values()),
         "featurised_per_second": _featurise_rate(ready),
         "passes_started": sampler.passes,
         "seconds": {
@@ -651,8 +655,10 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def _featurise_rate(ready: dict[str, Any]) -> float:
-    seconds = sum(e["seconds"] for e in ready.values())
-    molecules = sum(e["molecules"] for e in ready.values())
+    """Molecules per second over the stores built in this call (not those reused)."""
+    built = [e for e in ready.values() if not e.get("reused")]
+    seconds = sum(e["seconds"] for e in built)
+    molecules = sum(e["molecules"] for e in built)
     return round(molecules / seconds, 1) if seconds else 0.0
 
 
