@@ -5,8 +5,8 @@
 #   bash scripts/pretrain_v2.sh OUT [TIME_LIMIT_SECONDS] [scripts/pretrain_v2.py run flags]
 #
 # Needs .device/pretrain/ from `bash scripts/fetch_pretrain_deps.sh` (carried with the working
-# tree), and, to continue a run, the files an earlier call wrote to its OUT copied into
-# .device/pretrain/state/. Unpacks the carried RDKit into a private folder (DEVICE_SITE,
+# tree); to continue a run, .device/pretrain/state/ holds what the call before wrote to its OUT
+# (`bash scripts/fetch_pretrain_deps.sh --state-from DIR` puts it there and keeps a copy). Unpacks the carried RDKit into a private folder (DEVICE_SITE,
 # default /tmp/site-pretrain) put first on PYTHONPATH with the project, then runs one call
 # that ends within TIME_LIMIT_SECONDS (default 540) of this script's start. OUT receives the
 # state in parts of at most 15 MiB, progress.json and log.txt (at most 8 files); the call's
