@@ -471,7 +471,10 @@ def _wait_for(ready: Path, names: Sequence[str], featurizer: subprocess.Popen, d
         if featurizer.poll() is not None:
             raise RuntimeError(f"the featurising process ended ({featurizer.returncode}) early")
         if time.perf_counter() > deadline:
-            raise TimeoutError(f"{', '.join(names)} not featurised in time")
+            raise TimeoutError(
+                f"{', '.join(names)} not featurised within the time limit: nothing was trained "
+                "and the state is unchanged (give more --featurize-workers or a longer limit)"
+            )
         time.sleep(0.2)
 
 
