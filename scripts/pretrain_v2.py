@@ -739,7 +739,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-size", type=int, default=256)
     r.add_argument("--lr", type=float, default=2e-4)
     r.add_argument("--warmup", type=int, default=2000)
-    r.add_argument("--total-steps", type=int, default=100_000, help="end of the lr decay")
+    r.add_argument("--total-steps", type=int, default=40_000, help="end of the lr decay")
     r.add_argument("--replan", action="store_true", help="move a resumed run's decay end")
     r.add_argument("--layers", type=int, default=MODEL["num_layers"])
     r.add_argument("--width", type=int, default=MODEL["hidden_dim"])
