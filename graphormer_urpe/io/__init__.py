@@ -1,5 +1,5 @@
-"""Files the library writes and reads: atomic writes (:mod:`.files`) and checkpoints
-(:mod:`.checkpoint`).
+"""Files the library writes and reads: atomic writes (:mod:`.files`), checkpoints
+(:mod:`.checkpoint`) and checkpoints split into parts of bounded size (:mod:`.parts`).
 
 The lowest layer: it imports nothing from the rest of the library, and everything above it
 (``attention``, ``encoder``, ``graph``, ``datasets``, ``training``, ``sequence``, ``cli``) may
