@@ -229,6 +229,30 @@ def _served_blend(checkpoint, smiles: list[str], expected: np.ndarray) -> None:
         service.close()
 
 
+def test_the_trees_leave_the_network_as_it_trains_without_them(table, start, tmp_path):  # noqa: F811
+    from graphormer_urpe.io.checkpoint import load_checkpoint
+
+    states = {}
+    for trees in ("on", "off"):
+        out = tmp_path / trees
+        args = _train_args(
+            table, tmp_path / "data", out, "--trees", trees, "--init-from", str(start)
+        )
+        assert cli.main(args) == 0
+        states[trees] = load_checkpoint(out / "best.pt")["model"]
+    assert (tmp_path / "on" / "trees" / "embedder.pt").exists()  # its passes ran
+    assert not (tmp_path / "off" / "trees").exists()
+    for name, value in states["off"].items():
+        assert torch.equal(states["on"][name], value), name
+
+
+def test_trees_without_a_starting_model_read_no_graph_token(table, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    assert cli.main(_train_args(table, tmp_path / "data", out, "--trees", "on")) == 0
+    kept = json.loads((out / "trees" / "trees.json").read_text())
+    assert kept["embedding_dim"] == 0 and not (out / "trees" / "embedder.pt").exists()
+
+
 def test_trees_on_needs_a_table(tmp_path):
     from graphormer_urpe.runtime.config import make_config, resolve_trees
 

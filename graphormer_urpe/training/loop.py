@@ -218,7 +218,10 @@ class _Run(RunSetup, RunBudget, RunPlan, RunCheckpoints, RunEpochs, RunReport):
             self.made = first_missing(self.out)
             self.out.mkdir(parents=True, exist_ok=True)
         self.model, self.init_report = self._build_model(config, ckpt)
-        self.trees = self._fit_trees(config, ckpt is None) if config.trees == "on" else None
+        self.trees = None
+        if config.trees == "on":  # its passes draw nothing the network's training then lacks
+            with torch.random.fork_rng(devices=[]):
+                self.trees = self._fit_trees(config, ckpt is None)
         loss = config.loss or _default_loss(self.splits)
         self.config = replace(config, model=self.model.config, loss=loss)  # config.json: both
         self.n_params = sum(p.numel() for p in self.model.parameters())
