@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,73 @@ def test_concurrent_requests_share_one_batch_and_keep_their_rows(service):
             assert a.error == b.error
             if a.values is not None:
                 assert torch.allclose(a.values, b.values, atol=1e-5)
+
+
+class _Counted:
+    """A stream whose forward passes are counted (molecules of each) and whose first one waits
+    for ``release``; ``featurized`` is set after each batch is featurised."""
+
+    def __init__(self, stream: StreamModel) -> None:
+        self.stream = stream
+        self.passes: list[int] = []
+        self.release = threading.Event()
+        self.featurized = threading.Semaphore(0)
+        self.inner_predict, self.inner_featurize = stream.predict, stream.featurize
+        stream.predict, stream.featurize = self.predict, self.featurize
+
+    def predict(self, chunks, done=None):
+        chunks = list(chunks)
+        self.passes.append(sum(len(c.smiles) for c in chunks))
+        if len(self.passes) == 1:
+            assert self.release.wait(60)
+        return self.inner_predict(chunks, done)
+
+    def featurize(self, part, first=0):
+        chunk = self.inner_featurize(part, first)
+        self.featurized.release()
+        return chunk
+
+
+def test_requests_queued_while_the_model_is_busy_go_into_one_forward_pass(service):
+    """One batch gathered ahead of the model at most: while the model holds the first batch
+    and the second is featurised, the requests that come in all wait for the third."""
+    counted = _Counted(StreamModel(service.models, batch_size=64))
+    batcher = Batcher(counted.stream, workers=0, wait=0)
+    requests = [MIXED[i : i + 3] for i in range(0, 18, 3)]
+    futures = [batcher.submit(requests[0])]
+    assert counted.featurized.acquire(timeout=60)
+    futures.append(batcher.submit(requests[1]))  # gathered while the model is busy
+    assert counted.featurized.acquire(timeout=60)
+    for r in requests[2:]:  # they wait: a batch is already ahead of the model
+        futures.append(batcher.submit(r))
+        time.sleep(0.02)  # time for a gatherer that did not wait to take each on its own
+    counted.release.set()
+    rows = [f.result(timeout=60) for f in futures]
+    batcher.close()
+    assert counted.passes == [3, 3, 12] and batcher.batches == 3
+    for got, req in zip(rows, requests, strict=True):
+        assert [p.smiles for p in got] == req and [p.index for p in got] == list(range(3))
+
+
+def test_busy_model_gathers_company_and_a_lone_request_does_not_wait(service):
+    """While the model is busy the gatherer waits for more requests (up to max_molecules);
+    when it is idle, a request goes through at once, however long the wait allowed."""
+    counted = _Counted(StreamModel(service.models, batch_size=64))
+    batcher = Batcher(counted.stream, workers=0, max_molecules=9, wait=3600)
+    first = batcher.submit(MIXED[:3])
+    assert counted.featurized.acquire(timeout=60)  # the model now holds it
+    later = []
+    for i in (3, 6, 9):
+        later.append(batcher.submit(MIXED[i : i + 3]))
+        time.sleep(0.02)  # they come one by one: the gatherer waits for them
+    assert counted.featurized.acquire(timeout=60)  # three requests: max_molecules reached
+    counted.release.set()
+    for f in [first, *later]:
+        f.result(timeout=60)
+    assert counted.passes == [3, 9]
+    assert len(batcher.submit(MIXED[:2]).result(timeout=60)) == 2  # idle: no wait for company
+    assert counted.passes == [3, 9, 2]
+    batcher.close()
 
 
 def test_upload_csv_smi_and_sdf(client, tmp_path):
