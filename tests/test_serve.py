@@ -4,6 +4,7 @@ limit, every error; rows checked against ``predict``'s own CSV on the same molec
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
 import threading
@@ -24,7 +25,7 @@ from graphormer_urpe.serve import LimitExceeded, ModelService, ServeLimits, crea
 from graphormer_urpe.serve.app import COOKIE  # noqa: E402
 from graphormer_urpe.serve.batcher import Batcher  # noqa: E402
 from graphormer_urpe.serve.limits import too_many_atoms  # noqa: E402
-from graphormer_urpe.serve.server import check_host  # noqa: E402
+from graphormer_urpe.serve.server import check_host, freeze_start_up  # noqa: E402
 from graphormer_urpe.serve.uploads import read_upload  # noqa: E402
 from tests.test_calibration import tiny_run  # noqa: E402,F401  (a module fixture)
 from tests.test_predict_stream import MIXED, _checkpoint  # noqa: E402
@@ -173,6 +174,15 @@ def test_busy_model_gathers_company_and_a_lone_request_does_not_wait(service):
     assert len(batcher.submit(MIXED[:2]).result(timeout=60)) == 2  # idle: no wait for company
     assert counted.passes == [3, 9, 2]
     batcher.close()
+
+
+def test_start_up_objects_are_left_out_of_garbage_collection():
+    gc.unfreeze()
+    try:
+        freeze_start_up()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_upload_csv_smi_and_sdf(client, tmp_path):
