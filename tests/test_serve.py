@@ -118,6 +118,7 @@ class _Counted:
         self.passes: list[int] = []
         self.release = threading.Event()
         self.featurized = threading.Semaphore(0)
+        self.featurized_here = 0  # batches featurised in the calling process
         self.inner_predict, self.inner_featurize = stream.predict, stream.featurize
         stream.predict, stream.featurize = self.predict, self.featurize
 
@@ -130,6 +131,7 @@ class _Counted:
 
     def featurize(self, part, first=0):
         chunk = self.inner_featurize(part, first)
+        self.featurized_here += 1
         self.featurized.release()
         return chunk
 
@@ -174,6 +176,23 @@ def test_busy_model_gathers_company_and_a_lone_request_does_not_wait(service):
     assert len(batcher.submit(MIXED[:2]).result(timeout=60)) == 2  # idle: no wait for company
     assert counted.passes == [3, 9, 2]
     batcher.close()
+
+
+def test_a_busy_model_leaves_even_small_batches_to_the_workers(service):
+    """A few molecules for an idle model are featurised in the server's process (sooner);
+    while the model is busy, in the worker (the model keeps its process)."""
+    counted = _Counted(StreamModel(service.models, batch_size=64))
+    batcher = Batcher(counted.stream, workers=1, wait=0)
+    first = batcher.submit(MIXED[:3])
+    assert counted.featurized.acquire(timeout=60)  # here: the model was idle
+    second = batcher.submit(MIXED[3:6])
+    deadline = time.monotonic() + 60
+    while not second.running() and time.monotonic() < deadline:  # until it is gathered
+        time.sleep(0.01)
+    counted.release.set()
+    assert [len(f.result(timeout=60)) for f in (first, second)] == [3, 3]
+    batcher.close()
+    assert counted.passes == [3, 3] and counted.featurized_here == 1
 
 
 def test_start_up_objects_are_left_out_of_garbage_collection():

@@ -43,8 +43,9 @@ __all__ = ["Batcher"]
 log = logging.getLogger(__name__)
 
 POOL_FROM = 16
-"""Batches of fewer molecules are featurised in the gatherer's thread: sending them to a
-worker process costs more than it saves."""
+"""Batches of fewer molecules are featurised in the gatherer's thread while the model is idle:
+sending them to a worker process costs more time than it saves. While the model is busy they
+go to the workers too, which leave the model's process to the model."""
 
 WAIT = 0.005
 """Seconds the gatherer waits for more requests while the model is busy (its batch could not
@@ -198,9 +199,10 @@ class Batcher:
         self._featurized.put(None)
 
     def _featurize(self, smiles: list[str]) -> list:
-        """The batch's chunks (consecutive rows from 0): featurised here, or parts of it in
-        flight in the worker processes (their ``AsyncResult``\\ s)."""
-        if self._pool is None or len(smiles) < POOL_FROM:
+        """The batch's chunks (consecutive rows from 0): featurised here (no workers, or a
+        few molecules for an idle model), or parts of it in flight in the worker processes
+        (their ``AsyncResult``\\ s)."""
+        if self._pool is None or (len(smiles) < POOL_FROM and not self._busy.is_set()):
             return [self.stream.featurize(smiles, 0)]
         size = -(-len(smiles) // self.workers)
         return [
