@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gc
+import importlib.util
 import io
 import json
 import threading
@@ -417,3 +418,51 @@ def test_limit_helpers():
     assert err.value.status == 422 and "no molecules" in err.value.detail
     with pytest.raises(ValueError):
         ServeLimits(max_molecules=0)
+
+
+def _bench_run(ratio: float, serve_cpu: float, failed: int = 0) -> dict:
+    """A repeat of scripts/bench_serve.py, as its report holds it (the figures merge reads)."""
+    return {
+        "predict": {"molecules_per_s": 100.0, "cpu_ms_per_molecule": 1.5},
+        "serve": {
+            "molecules_per_s": 100.0 * ratio,
+            "p50_ms": 10.0,
+            "p99_ms": 20.0,
+            "failed_requests": failed,
+            "rss_mib": [600.0, 601.0, 602.0, 603.0],
+            "server_cpu_ms_per_molecule": serve_cpu,
+        },
+        "single": {"p50_ms": 5.0, "p99_ms": 9.0, "failed_requests": 0},
+        "server_rss_mib": {"after_warm_up": 590.0, "after_load": 600.0},
+        "faults": {"still_serving": True},
+        "throughput_ratio": ratio,
+    }
+
+
+def test_serve_benchmark_merges_repeats_run_one_at_a_time(tmp_path):
+    """Repeats run as separate invocations make one report: their runs in order, the medians
+    over all of them, the failures summed."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_serve", Path(__file__).resolve().parents[1] / "scripts" / "bench_serve.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    paths = []
+    for i, runs in enumerate(
+        [[_bench_run(0.7, 2.0)], [_bench_run(0.9, 1.8, 1), _bench_run(0.8, 2.2)]]
+    ):
+        path = tmp_path / f"r{i}.json"
+        path.write_text(
+            json.dumps({"benchmark": "serve", "config": {"repeats": len(runs)}, "runs": runs})
+        )
+        paths.append(str(path))
+    report = bench.merge(paths)
+    assert [r["throughput_ratio"] for r in report["runs"]] == [0.7, 0.9, 0.8]
+    assert report["config"] == {"repeats": 3, "merged_from": 2}
+    summary = report["summary"]
+    assert summary["throughput_ratio"] == 0.8 and summary["serve_cpu_ms_per_molecule"] == 2.0
+    assert summary["serve_molecules_per_s"] == 80.0 and summary["failed_requests"] == 1
+    assert (
+        summary["targets"]["throughput_ratio >= 0.8"]
+        and not summary["targets"]["no failed request"]
+    )
