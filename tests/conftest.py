@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def random_graph(
@@ -124,3 +126,14 @@ def store_cache(tmp_path_factory, monkeypatch) -> Path:
     folder = tmp_path_factory.mktemp("store-cache")
     monkeypatch.setenv("GRAPHORMER_URPE_CACHE", str(folder))
     return folder
+
+
+@pytest.fixture(autouse=True, scope="session")
+def subprocesses_import_this_checkout():
+    """The scripts and commands the tests start in other processes import the package of this
+    checkout (first on ``PYTHONPATH``), not whichever checkout an installed copy points at."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(
+            "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        )
+        yield

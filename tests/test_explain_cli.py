@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from graphormer_urpe import cli
-from graphormer_urpe.inference.draw import MAX_DRAW_ATOMS
+from graphormer_urpe.inference import draw, explain_io
 from graphormer_urpe.inference.explain import METHODS
 from tests.test_cli import SMILES, TINY_MODEL
 
-LONG = "C" * (MAX_DRAW_ATOMS + 5)  # a chain too large to draw
+DRAW_ATOMS = 12
+"""The largest molecule drawn in this module's tests (the library's limit, lowered)."""
+LONG = "C" * (DRAW_ATOMS + 5)  # a chain too large to draw
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +39,22 @@ def _read(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def test_explain_writes_csvs_pictures_and_reports_bad_rows(run, tmp_path, capsys):
+@pytest.fixture
+def draw_atoms(monkeypatch) -> None:
+    """Molecules of more than :data:`DRAW_ATOMS` heavy atoms are not drawn: a chain just over
+    the limit is explained in far fewer forward passes than one over the library's 100."""
+    assert draw.MAX_DRAW_ATOMS > DRAW_ATOMS
+    for module in (draw, explain_io):
+        monkeypatch.setattr(module, "MAX_DRAW_ATOMS", DRAW_ATOMS)
+
+
+def test_explain_writes_csvs_pictures_and_reports_bad_rows(run, tmp_path, capsys, draw_atoms):
     inp = tmp_path / "in.csv"
     inp.write_text(f"smiles\nCCO\nnot_a_smiles((\nc1ccccc1O\n{LONG}\n")
     out = tmp_path / "out"
     args = ["explain", "--checkpoint", str(run / "best.pt"), "--input", str(inp)]
     # two orderings: the files are under test here (Shapley values themselves: test_shapley.py),
-    # and the 105-atom chain costs one forward pass per atom and ordering
+    # and the chain costs one forward pass per atom and ordering
     assert cli.main([*args, "--out", str(out), "--no-progress", "--permutations", "2"]) == 0
     err = capsys.readouterr().err
     assert f"row 3: not drawn: {len(LONG)} heavy atoms" in err

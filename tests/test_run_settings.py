@@ -189,7 +189,8 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     frozen = types.SimpleNamespace(perf_counter=lambda: 1000.0)
     monkeypatch.setattr(loop, "time", frozen)
     monkeypatch.setattr(cli, "time", frozen)  # the command's start, read by cli.main
-    step_s, batch_s, save_s = 0.5, 0.25, 0.125
+    # stubbed times large enough that the budget holds a few epochs of steps (each one runs)
+    step_s, batch_s, save_s = 2.0, 1.0, 0.5
     # every batch one unit of padded size: the measured seconds per unit are per batch
     monkeypatch.setattr(run_budget, "_work", lambda sizes, index: 1.0)
     monkeypatch.setattr(loop._Run, "_seconds_per_step", lambda self, sizes: (step_s, save_s))

@@ -289,7 +289,8 @@ def test_masked_loss_ignores_unscored_positions() -> None:
 def test_short_training_urpe_learns_pi_and_no_pe_cannot(tmp_path, one_thread) -> None:
     """URPE learns PI far beyond chance; no PE stays at what a position-blind model can do."""
     torch.manual_seed(0)
-    common = dict(vocab=50, max_len=16, width=32, layers=2, heads=4, ffn=64, steps=600)
+    # 400 steps: URPE is at 0.93 after 300 and at 1.0 after 400 (seed 0, one thread)
+    common = dict(vocab=50, max_len=16, width=32, layers=2, heads=4, ffn=64, steps=400)
     common.update(batch_size=16, lr=3e-3, valid_size=64, eval_every=100, seed=0)
     res = {}
     for pe in ("urpe", "none"):
@@ -301,10 +302,10 @@ def test_short_training_urpe_learns_pi_and_no_pe_cannot(tmp_path, one_thread) ->
     # Output files: metrics, a curve row per update, and the B/C plot for URPE only.
     metrics = json.loads((tmp_path / "urpe" / "metrics.json").read_text())
     assert metrics["valid_accuracy"] == pytest.approx(res["urpe"]["valid_accuracy"])
-    assert metrics["config"]["model"]["pe"] == "urpe" and metrics["steps"] == 600
+    assert metrics["config"]["model"]["pe"] == "urpe" and metrics["steps"] == 400
     with open(tmp_path / "urpe" / "curve.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 600 and rows[-1]["valid_accuracy"] != ""
+    assert len(rows) == 400 and rows[-1]["valid_accuracy"] != ""
     assert (tmp_path / "urpe" / "pe_tables.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (tmp_path / "none" / "pe_tables.png").exists()
     assert not list(tmp_path.glob("*/*.tmp"))

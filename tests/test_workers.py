@@ -93,16 +93,33 @@ def long_input(tmp_path_factory) -> tuple[Path, Path]:
     return ckpt, folder / "in.smi"
 
 
-def _start(ckpt: Path, smi: Path, out: Path, chunk: int = 2000) -> subprocess.Popen:
-    """``predict`` with 2 workers, once it has written rows and its workers run; ``chunk``
-    SMILES per task (2,000 of these: about 0.2 s of featurising)."""
+def _cpu_ticks(pid: int) -> int:
+    """Clock ticks of CPU process ``pid`` has used (user + system; 0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def _start(
+    ckpt: Path, smi: Path, out: Path, chunk: int = 2000, rows: bool = True
+) -> subprocess.Popen:
+    """``predict`` with 2 workers, once its workers run and (``rows``) it has written rows, or
+    else once each worker has spent 0.2 s of CPU on its first chunk; ``chunk`` SMILES per task
+    (2,000 of these: about 0.2 s of featurising)."""
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint", str(ckpt)]
     cmd += ["--input", str(smi), "--output", str(out), "--no-progress", "--workers", "2"]
     cmd += ["--chunk-size", str(chunk), "--batch-size", "64", "--threads", "1"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if out.exists() and out.stat().st_size > 2000 and len(_children(proc.pid)) >= 2:
+        pool = _children(proc.pid)
+        if len(pool) >= 2 and (
+            out.exists() and out.stat().st_size > 2000
+            if rows
+            else all(_cpu_ticks(pid) >= 0.2 * os.sysconf("SC_CLK_TCK") for pid in pool)
+        ):
             return proc
         time.sleep(0.05)
     proc.kill()
@@ -157,8 +174,8 @@ def test_a_stopped_predict_says_how_many_rows_it_wrote_and_its_workers_end(
 def test_workers_end_when_predict_is_killed(long_input, tmp_path):
     ckpt, smi = long_input
     # chunks of 50,000: without the parent-death signal, orphaned workers finish the ones they
-    # hold (measured: 5.5 s)
-    proc = _start(ckpt, smi, tmp_path / "out.csv", chunk=50_000)
+    # hold (measured: 5.5 s); killed while both are busy with their first one
+    proc = _start(ckpt, smi, tmp_path / "out.csv", chunk=50_000, rows=False)
     pool = _children(proc.pid)
     proc.kill()  # SIGKILL: no handler runs, the kernel ends the workers
     proc.wait(timeout=60)
