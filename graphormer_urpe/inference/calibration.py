@@ -11,8 +11,8 @@ any level is read at prediction time: with ``n`` scores, ``q`` is the
 :math:`\lceil (n + 1) \cdot \text{level} \rceil`-th smallest, and the interval is
 :math:`\hat y \pm q` (one model) or :math:`\hat y \pm q (\sigma + \beta)` (an ensemble, wider
 where its members disagree). On exchangeable molecules it holds the true value with
-probability at least ``level`` (split conformal prediction; the quantile is taken by
-`crepes <https://github.com/henrikbostrom/crepes>`_' ``ConformalRegressor``).
+probability at least ``level`` (split conformal prediction, as crepes' ``ConformalRegressor``
+computes it).
 
 Binary tasks. One temperature ``T`` per task, fitted by minimising the log loss of
 :math:`\frac1K \sum_k \text{sigmoid}(z_k / T)` over the calibration molecules (``z_k``: member
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,18 +181,11 @@ class Calibration:
 
 
 def _quantile(scores: np.ndarray, level: float) -> float:
-    """The ``⌈(n + 1) level⌉``-th smallest of ``scores`` (crepes' conformal regressor)."""
-    from crepes import ConformalRegressor
-
-    if not len(scores):
-        return math.inf
-    cr = ConformalRegressor().fit(scores)
-    with warnings.catch_warnings():  # too few scores for the level: an infinite interval
-        warnings.simplefilter("ignore")
-        # crepes takes int((1 - level) * (n + 1)); 1e-12 keeps 1 - 0.9 = 0.0999... off the
-        # integer below
-        low, _ = cr.predict_int(np.zeros(1), confidence=level - 1e-12)[0]
-    return float(-low)
+    """The ``⌈(n + 1) level⌉``-th smallest of the ``n`` ``scores`` (``inf`` where ``n`` is
+    too small for ``level``: fewer than ``1 / (1 - level) - 1``)."""
+    n = len(scores)
+    k = math.ceil(round((n + 1) * level, 9))  # round: (n + 1) * 0.9 may land a hair above
+    return math.inf if k > n else float(np.sort(scores)[k - 1])
 
 
 def expected_calibration_error(prob: np.ndarray, y: np.ndarray, bins: int = ECE_BINS) -> float:
