@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from bench_small_data import Task, in_own_process, run_chemprop
+from bench_small_data import Task, in_own_process, kept, run_chemprop
 from bench_small_data import _call as call
 
 REPO = Path(__file__).resolve().parents[1]
@@ -268,35 +268,31 @@ def run_urpe(
 def result_of(split: Path, method: str, endpoint: str, seed: int, a: argparse.Namespace) -> dict:
     """One (endpoint, seed, method) run, kept in ``result.json`` (reused when present)."""
     out = split / method
-    done = out / "result.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    if method == "gbt":
-        pred = run_gbt(split, endpoint, seed)
-    elif method == "minimol":
-        pred = run_minimol(split, endpoint, seed)
-    elif method.startswith("urpe"):
-        members = a.ensemble if method == "urpe-ensemble" else 1
-        extra = ["--trees", "off"] if method == "urpe-network" else []
-        pred = run_urpe(split, endpoint, seed, out, members, a, extra)
-    else:
-        task = Task("test.csv", (ENDPOINTS[endpoint],), False)
-        test = run_chemprop(task, split, out, seed, a.chemprop, method == "chemprop-rdkit2d")
-        pred = {"test": test[:, 0]}
-    wall = time.perf_counter() - start
-    y_test = targets(split, "test", endpoint)
-    result = {"endpoint": endpoint, "seed": seed, "method": method, "wall_s": round(wall, 1)}
-    result |= {"test": metrics(y_test, np.asarray(pred["test"]))}
-    if "valid" in pred:
-        valid = metrics(targets(split, "valid", endpoint), np.asarray(pred["valid"]))
-        result["valid_pearson"] = valid["pearson"]
-        result["pred_valid"] = np.asarray(pred["valid"]).round(5).tolist()
-    result["pred_test"] = np.asarray(pred["test"]).round(5).tolist()
-    result |= pred.get("extra", {})
-    done.write_text(json.dumps(result))
-    return result
+
+    def run() -> dict:
+        if method == "gbt":
+            pred = run_gbt(split, endpoint, seed)
+        elif method == "minimol":
+            pred = run_minimol(split, endpoint, seed)
+        elif method.startswith("urpe"):
+            members = a.ensemble if method == "urpe-ensemble" else 1
+            extra = ["--trees", "off"] if method == "urpe-network" else []
+            pred = run_urpe(split, endpoint, seed, out, members, a, extra)
+        else:
+            task = Task("test.csv", (ENDPOINTS[endpoint],), False)
+            test = run_chemprop(task, split, out, seed, a.chemprop, method == "chemprop-rdkit2d")
+            pred = {"test": test[:, 0]}
+        y_test = targets(split, "test", endpoint)
+        result = {"endpoint": endpoint, "seed": seed, "method": method}
+        result |= {"test": metrics(y_test, np.asarray(pred["test"]))}
+        if "valid" in pred:
+            valid = metrics(targets(split, "valid", endpoint), np.asarray(pred["valid"]))
+            result["valid_pearson"] = valid["pearson"]
+            result["pred_valid"] = np.asarray(pred["valid"]).round(5).tolist()
+        result["pred_test"] = np.asarray(pred["test"]).round(5).tolist()
+        return result | pred.get("extra", {})
+
+    return kept(out, run)
 
 
 def run_all(a: argparse.Namespace) -> None:

@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,33 +225,45 @@ def _call(cmd: list[str], log: Path) -> None:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{tail}")
 
 
-def run_one(a: argparse.Namespace, name: str, seed: int, model: str) -> dict:
-    """One (set, seed, model) run, kept in ``result.json`` (reused when present)."""
-    task = SETS[name]
-    split = write_splits(name, seed, Path(a.data_dir), Path(a.work), a.limit)
-    out = split / model
+def kept(out: Path, run: Callable[[], dict]) -> dict:
+    """``run()``'s result, kept in ``out/result.json``: run once (``out`` made first, its wall
+    time added as ``wall_s``), read back after (an interrupted benchmark resumes)."""
     done = out / "result.json"
     if done.exists():
         return json.loads(done.read_text())
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    if model == "rf":
-        pred = run_rf(task, split, out, seed, a.trees)
-    elif model in CHEMPROP:
-        pred = run_chemprop(task, split, out, seed, a.chemprop, model == "chemprop-rdkit2d")
-    else:
-        base = model.removesuffix("-rdkit2d")
-        init = {"urpe-scratch": None, "urpe-pretrained": a.init_from}.get(base, a.graphormer_init)
-        extra = ["--attention", "graphormer"] if base == "graphormer-pretrained" else []
-        if model.endswith("-rdkit2d"):
-            extra += ["--mol-features", "rdkit2d"]
-        pred = run_ours(task, split, out, seed, budget(split, a), init, extra + a.train_args)
-    wall = time.perf_counter() - start
-    truth = pd.read_csv(split / "test.csv")
-    result = {"set": name, "seed": seed, "model": model, "metric": task.metric}
-    result |= {"value": score(task, truth, pred), "wall_s": round(wall, 1), "n_test": len(truth)}
+    result = run()
+    result["wall_s"] = round(time.perf_counter() - start, 1)
     done.write_text(json.dumps(result, indent=1))
     return result
+
+
+def run_one(a: argparse.Namespace, name: str, seed: int, model: str) -> dict:
+    """One (set, seed, model) run, kept in ``result.json`` (reused when present)."""
+    task = SETS[name]
+    split = write_splits(name, seed, Path(a.data_dir), Path(a.work), a.limit)
+    out = split / model
+
+    def run() -> dict:
+        if model == "rf":
+            pred = run_rf(task, split, out, seed, a.trees)
+        elif model in CHEMPROP:
+            pred = run_chemprop(task, split, out, seed, a.chemprop, model == "chemprop-rdkit2d")
+        else:
+            base = model.removesuffix("-rdkit2d")
+            init = {"urpe-scratch": None, "urpe-pretrained": a.init_from}.get(
+                base, a.graphormer_init
+            )
+            extra = ["--attention", "graphormer"] if base == "graphormer-pretrained" else []
+            if model.endswith("-rdkit2d"):
+                extra += ["--mol-features", "rdkit2d"]
+            pred = run_ours(task, split, out, seed, budget(split, a), init, extra + a.train_args)
+        truth = pd.read_csv(split / "test.csv")
+        result = {"set": name, "seed": seed, "model": model, "metric": task.metric}
+        return result | {"value": score(task, truth, pred), "n_test": len(truth)}
+
+    return kept(out, run)
 
 
 def budget(split: Path, a: argparse.Namespace) -> float:
