@@ -3,9 +3,11 @@ noise, against plain references; temperature scaling and ECE; the CLI end to end
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -82,6 +84,55 @@ def test_ensemble_intervals_adapt_to_heteroscedastic_noise():
     # the scores are the residuals over std + beta, sorted
     ref = np.abs(y[:half] - members[:, :half].mean(0)) / (members[:, :half].std(0) + cal.beta[0])
     np.testing.assert_allclose(cal.scores[0], np.sort(ref))
+
+
+def test_distance_intervals_widen_with_distance_and_hold_under_shift():
+    """Errors that grow with the distance to the training set: intervals scaled by the
+    distance keep their coverage on molecules farther away than the calibration ones (as new
+    scaffolds are), where one half-width for all under-covers them."""
+    gen = np.random.default_rng(3)
+    n = 6000
+    d_cal = gen.uniform(0.05, 0.95, n)  # the calibration molecules' distances
+    d_new = gen.uniform(0.75, 0.95, n)  # new molecules: farther on average
+    # the model says 0; its error grows with the distance (beta: a tenth of the median, 0.05)
+    y_cal, y_new = gen.normal(size=n) * (d_cal + 0.05), gen.normal(size=n) * (d_new + 0.05)
+    z, target = torch.zeros(1, n, 1, dtype=torch.float64), torch.from_numpy(y_cal)[:, None]
+    cal = fit_calibration(z, target, "regression", ["y"], similarity=1 - d_cal)
+    plain = fit_calibration(z, target, "regression", ["y"], difficulty="absolute")
+    assert cal.difficulty == "distance" and cal.needs_similarity and not plain.needs_similarity
+    beta = 0.1 * np.median(d_cal)
+    assert cal.beta == [pytest.approx(beta)]
+    np.testing.assert_allclose(cal.scores[0], np.sort(np.abs(y_cal) / (d_cal + beta)))
+    zeros = np.zeros((n, 1))
+    low, high = cal.interval(zeros, None, 0.9, 1 - d_new)
+    np.testing.assert_allclose(high[:, 0], cal.quantiles(0.9)[0] * (d_new + beta))
+    assert abs(((low[:, 0] <= y_new) & (y_new <= high[:, 0])).mean() - 0.9) < 0.02
+    low_abs, high_abs = plain.interval(zeros, None, 0.9)
+    assert ((low_abs[:, 0] <= y_new) & (y_new <= high_abs[:, 0])).mean() < 0.8
+    # one molecule at a time (predict's rows): one similarity, [T] values
+    one_low, one_high = cal.interval(np.zeros(1), None, 0.9, float(1 - d_new[0]))
+    assert one_high[0] == pytest.approx(cal.quantiles(0.9)[0] * (d_new[0] + beta))
+    assert one_low[0] == pytest.approx(-one_high[0])
+    report = calibration_report(cal, z, target, similarity=1 - d_cal)
+    rho = np.corrcoef(np.argsort(np.argsort(np.abs(y_cal))), np.argsort(np.argsort(d_cal)))[0, 1]
+    assert report["spearman_error_distance"] == pytest.approx(rho, abs=1e-6)
+    with pytest.raises(ValueError, match="nearest training similarity"):
+        cal.interval(zeros, None, 0.9)
+
+
+def test_default_difficulty_and_older_calibrators():
+    from graphormer_urpe.inference.calibration import default_difficulty
+
+    known = np.array([0.5, np.nan])
+    assert default_difficulty(1, known) == default_difficulty(5, known) == "distance"
+    assert default_difficulty(5, None) == default_difficulty(5, np.full(2, np.nan)) == "std"
+    assert default_difficulty(1, None) == "absolute"
+    # a calibrator written before difficulties were named reads as it was fitted
+    old = {"task_type": "regression", "target_names": ["y"], "scores": [[0.5, 1.0]]}
+    assert Calibration.from_dict({**old, "method": "normalized", "beta": [0.1]}).difficulty == "std"
+    assert Calibration.from_dict({**old, "method": "absolute", "beta": None}).difficulty == (
+        "absolute"
+    )
 
 
 def test_missing_targets_and_round_trip(tmp_path):
@@ -183,10 +234,19 @@ def test_train_keeps_calibration_and_predict_writes_intervals(tiny_run, capsys):
     t = "heavy_atoms"
     assert list(table.columns)[:4] == ["smiles", t, f"{t}_low", f"{t}_high"]
     q = cal.quantiles(0.9)[0]
-    assert math.isfinite(q)
-    assert table[f"{t}_high"][0] - table[t][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
-    assert table[t][0] - table[f"{t}_low"][0] == pytest.approx(q, rel=1e-4, abs=1e-4)
+    assert math.isfinite(q) and cal.difficulty == "distance"
+    # the half-width is q (1 - nearest training similarity + beta), the similarity as a plain
+    # RDKit search of the training molecules finds it
+    sim = _nearest_training_similarity(["CCO"], pd.read_csv(root / "data.csv")["smiles"])[0]
+    assert table["nearest_similarity"][0] == pytest.approx(sim, abs=5e-4)
+    half = q * (1 - sim + cal.beta[0])
+    assert table[f"{t}_high"][0] - table[t][0] == pytest.approx(half, rel=1e-4, abs=1e-4)
+    assert table[t][0] - table[f"{t}_low"][0] == pytest.approx(half, rel=1e-4, abs=1e-4)
     assert pd.isna(table[f"{t}_low"][1]) and isinstance(table["error"][1], str)
+    # --no-similarity: an interval scaled by the distance still searches
+    assert cli.main([*args, "--interval", "0.9", "--no-similarity", "--smiles", "CCO"]) == 0
+    again = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert again[f"{t}_high"][0] == pytest.approx(table[f"{t}_high"][0])
     # out of the training domain: a prediction, no interval (the documented policy)
     assert cli.main([*args, "--interval", "0.9", "--smiles", "CCO", "[Na+].[Cl-]"]) == 0
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
@@ -227,7 +287,7 @@ def test_uncalibrated_checkpoint_says_how_and_calibrate_builds_it(tiny_run, caps
     assert "heavy_atoms_low" in capsys.readouterr().out
 
 
-def test_ensemble_calibrator_is_normalised_by_member_std(tiny_run, tmp_path, capsys):
+def test_ensemble_calibrator_is_scaled_by_the_distance(tiny_run, tmp_path, capsys, monkeypatch):
     from graphormer_urpe import cli
 
     from .test_cli import _train_args
@@ -237,7 +297,7 @@ def test_ensemble_calibrator_is_normalised_by_member_std(tiny_run, tmp_path, cap
     args = _train_args(root / "data.csv", root / "store", out, "--ensemble", "2", "--epochs", "2")
     assert cli.main(args) == 0
     cal = load_calibration(out)
-    assert cal is not None and cal.normalized and cal.checkpoint is None
+    assert cal is not None and cal.difficulty == "distance" and cal.checkpoint is None
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0.0 <= metrics["test_coverage_90"] <= 1.0 and metrics["test_width_90"] > 0
     capsys.readouterr()
@@ -247,27 +307,61 @@ def test_ensemble_calibrator_is_normalised_by_member_std(tiny_run, tmp_path, cap
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
     t = "heavy_atoms"
     assert list(table.columns)[:5] == ["smiles", t, f"{t}_std", f"{t}_low", f"{t}_high"]
-    # the half-width is q (std + beta): wider where the members disagree
+    # the half-width is q (1 - similarity + beta): wider far from the training molecules
     half = (table[f"{t}_high"] - table[f"{t}_low"]) / 2
-    want = cal.quantiles(0.8)[0] * (table[f"{t}_std"] + cal.beta[0])
+    sim = _nearest_training_similarity(
+        smiles, _training_smiles(out / "member-0", root / "data.csv")
+    )
+    want = cal.quantiles(0.8)[0] * (1 - sim + cal.beta[0])
     inside = table["domain"] == "in"  # the 16-carbon chain is longer than any: no interval
     assert inside.tolist() == [True, True, False] and half[~inside].isna().all()
     np.testing.assert_allclose(half[inside], want[inside], rtol=1e-3, atol=1e-4)
-    # does the spread track the error? Spearman on validation and test, as the benchmark of
-    # difficulty scores computes it from the members' prediction files
-    bench = _difficulty_script().evaluate(out)
-    assert metrics["valid_spearman_error_std"] == pytest.approx(
-        bench["valid"]["spearman_error_std"], abs=0.02
-    )
-    assert metrics["test_spearman_error_std"] == pytest.approx(
-        bench["test"]["spearman_error_std"], abs=0.02
-    )
-    n = metrics["test_graphs"]
-    assert bench["intervals"]["std"]["coverage_90"] == pytest.approx(
-        metrics["test_coverage_90"], abs=1.01 / n
-    )
-    assert set(bench["intervals"]) == {"none", "std", "distance"}
-    assert -1 <= bench["valid"]["spearman_error_distance"] <= 1
+    # which difficulty tracks the error? Spearman on validation and test, against a plain
+    # reference from the members' prediction files and an RDKit similarity search
+    from scipy.stats import spearmanr
+
+    train_smiles = _training_smiles(out / "member-0", root / "data.csv")
+    for part in ("valid", "test"):
+        tables = [pd.read_csv(out / f"member-{i}" / f"{part}_predictions.csv") for i in (0, 1)]
+        pred = np.stack([x[f"pred_{t}"].to_numpy() for x in tables])
+        error = np.abs(tables[0][f"true_{t}"].to_numpy() - pred.mean(0))
+        distance = 1 - _nearest_training_similarity(tables[0]["smiles"], train_smiles)
+        want_std, want_distance = spearmanr(error, pred.std(0))[0], spearmanr(error, distance)[0]
+        assert metrics[f"{part}_spearman_error_std"] == pytest.approx(want_std, abs=0.02)
+        assert metrics[f"{part}_spearman_error_distance"] == pytest.approx(want_distance, abs=0.02)
+    # the benchmark of calibrators, from the same prediction files, finds the run's figures
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    bench = importlib.import_module("bench_intervals").evaluate(out, 2)
+    assert bench["distance"]["coverage"] == pytest.approx(metrics["test_coverage_90"])
+    assert bench["distance"]["width"] == pytest.approx(metrics["test_width_90"], rel=1e-3)
+    assert set(bench) == {"valid_spearman", "test_spearman", "absolute", "std", "distance"}
+    for part in ("valid", "test"):
+        for score in ("std", "distance"):
+            want = metrics[f"{part}_spearman_error_{score}"]
+            assert bench[f"{part}_spearman"][f"spearman_error_{score}"] == pytest.approx(want)
+
+
+def _nearest_training_similarity(smiles, train_smiles) -> np.ndarray:
+    """Tanimoto similarity of each molecule's nearest training molecule, RDKit written plainly
+    (Morgan radius 2, 2048 bits)."""
+    from rdkit import Chem, DataStructs
+    from rdkit.Chem import rdFingerprintGenerator
+
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+    train = [gen.GetFingerprint(Chem.MolFromSmiles(s)) for s in train_smiles]
+    return np.array(
+        [max(DataStructs.BulkTanimotoSimilarity(gen.GetFingerprint(Chem.MolFromSmiles(s)), train))
+         for s in smiles]
+    )  # fmt: skip
+
+
+def _training_smiles(run, table) -> list[str]:
+    """The training split's SMILES: the table's rows in neither prediction file."""
+    held = set()
+    for part in ("valid", "test"):
+        held |= set(pd.read_csv(run / f"{part}_predictions.csv")["source_row"])
+    smiles = pd.read_csv(table)["smiles"]
+    return [s for i, s in enumerate(smiles) if i not in held]
 
 
 def test_train_closing_lines_state_test_coverage_and_warn_when_far_from_the_level():
@@ -300,14 +394,3 @@ def test_train_prints_its_test_coverage(tmp_path, capsys):
     want = f"90% intervals: test coverage {metrics['test_coverage_90']:.3f}"
     assert want in err
     assert err.strip().splitlines()[-1].startswith("graphormer-urpe: the best checkpoint")
-
-
-def _difficulty_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_difficulty.py"
-    spec = importlib.util.spec_from_file_location("bench_difficulty", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -115,7 +115,7 @@ def run_predict(args: argparse.Namespace) -> int:
         workers=args.workers,
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
-        similarity=not args.no_similarity,
+        similarity=not args.no_similarity or bool(calibration and calibration.needs_similarity),
         embeddings=bool(args.embeddings),
     )
     results = with_names(predictions) if with_names else predictions
@@ -234,7 +234,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "--no-similarity",
         action="store_true",
         help="leave the nearest_similarity column empty: skip the search of each molecule's "
-        "nearest training fingerprint (the domain column's checks still run)",
+        "nearest training fingerprint (the domain column's checks still run; an --interval "
+        "scaled by the distance to the training set still searches)",
     )
     p.add_argument(
         "--embeddings",

@@ -363,6 +363,32 @@ class DomainRecord:
             raise ValueError("the record has no fingerprints")
         return nearest_index(self.digest, self.fingerprints, self.bits).similarities(query)
 
+    def smiles_similarity(self, smiles: Sequence[str]) -> np.ndarray:
+        """``[N]`` float64 Tanimoto similarity of each SMILES's nearest recorded fingerprint
+        (``NaN`` where RDKit cannot read it), as :meth:`check` gives it for a chunk."""
+        mols = _parse(smiles, keep_failures=True)
+        ok = [i for i, m in enumerate(mols) if m is not None]
+        out = np.full(len(mols), np.nan)
+        if ok:
+            bits = morgan_bits([mols[i] for i in ok], self.radius, self.bits)
+            out[ok] = self.nearest_similarity(bits)
+        return out
+
+
+def split_similarity(
+    record: DomainRecord | dict[str, Any] | None, dataset: Any
+) -> np.ndarray | None:
+    """``[n]`` the nearest training similarity of each molecule of a stored split (in its
+    order), ``None`` where the record (or its checkpoint form) has no fingerprints or the store
+    keeps no SMILES."""
+    if isinstance(record, dict):
+        record = DomainRecord.from_dict(record)
+    if record is None or record.fingerprints is None:
+        return None
+    if not getattr(dataset.cache, "has_smiles", False):
+        return None
+    return record.smiles_similarity(dataset.smiles())
+
 
 def _symbol(atomic_number: int) -> str:
     if atomic_number == 0:
@@ -472,13 +498,14 @@ def _sample(n: int, cap: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n, cap, replace=False))
 
 
-def _parse(smiles: Sequence[str]) -> list[Chem.Mol]:
-    """The RDKit molecules of SMILES that parse (a store's all do)."""
+def _parse(smiles: Sequence[str], keep_failures: bool = False) -> list[Chem.Mol]:
+    """The RDKit molecules of SMILES that parse (a store's all do); with ``keep_failures``,
+    one per SMILES, ``None`` where it does not parse."""
     from rdkit import Chem, rdBase
 
     with rdBase.BlockLogs():
-        mols = [Chem.MolFromSmiles(s.strip()) for s in smiles]
-    return [m for m in mols if m is not None]
+        mols = [Chem.MolFromSmiles(str(s).strip()) for s in smiles]
+    return mols if keep_failures else [m for m in mols if m is not None]
 
 
 def _add_fingerprints(

@@ -4,6 +4,7 @@ molecules. The CSV's molecules must not be ones the model trained on."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,15 @@ def calibrate_from_csv(
     if missing:
         raise ValueError(f"{source} has no column {', '.join(missing)}")
     y_all = table[target_columns].to_numpy(dtype=np.float64)  # [N, T]
-    outputs, rows = [], []
+    outputs, rows, similarity = [], [], []
     smiles = table[smiles_column].astype(str).tolist()
     preds = iter_predictions(models, smiles, batch_size=batch_size, workers=workers)
     for p in preds:
         if p.values is not None:
             outputs.append(p.values[None] if p.members is None else p.members)  # [K, T]
             rows.append(p.index)
+            found = None if p.domain is None else p.domain.nearest_similarity
+            similarity.append(math.nan if found is None else found)
     if not rows:
         raise ValueError(f"{source}: no molecule could be read")
     members = torch.stack(outputs, dim=1)  # [K, N, T]
@@ -69,13 +72,16 @@ def calibrate_from_csv(
         raise ValueError(f"{source}: no target values in {', '.join(target_columns)}")
     ensemble = len(models) > 1
     name = None if ensemble else Path(checkpoint).name
+    sim = np.asarray(similarity) if np.isfinite(similarity).any() else None
     cal = fit_calibration(
-        members, y, lm.task_type, lm.target_names, source=Path(source).name, checkpoint=name
-    )
+        members, y, lm.task_type, lm.target_names, source=Path(source).name, checkpoint=name,
+        similarity=sim,
+    )  # fmt: skip
     out = calibration_path(checkpoint)
     cal.save(out)
     known = int(torch.isfinite(y).any(dim=1).sum())
-    return {"calibration": str(out), "molecules": known, **calibration_report(cal, members, y)}
+    report = calibration_report(cal, members, y, similarity=sim)
+    return {"calibration": str(out), "molecules": known, **report}
 
 
 def check_interval_request(

@@ -2,17 +2,23 @@ r"""How sure: split-conformal intervals for regression, temperature-scaled proba
 binary tasks, both fitted on molecules the model did not train on (the validation split, or a
 CSV with targets).
 
-Regression. Each calibration molecule gives a nonconformity score per target: the absolute
-residual :math:`|y - \hat y|` for one model, or for an ensemble the residual over the members'
-spread, :math:`|y - \hat y| / (\sigma + \beta)` (``σ``: the members' standard deviation,
-``β``: a tenth of its median on the calibration set, so that a molecule on which the
-members agree does not get an empty interval). The sorted scores are kept, so an interval at
-any level is read at prediction time: with ``n`` scores, ``q`` is the
+Regression. Each calibration molecule gives a nonconformity score per target: its absolute
+residual over its *difficulty* plus ``β``, :math:`|y - \hat y| / (d + \beta)`. The difficulty
+(:data:`DIFFICULTIES`) is, by default (:func:`default_difficulty`), the molecule's distance
+to the training set, :math:`d = 1 - s` with ``s`` the Tanimoto similarity of its nearest
+training fingerprint (``predict``'s ``nearest_similarity``); without fingerprints (a store of
+graphs without SMILES) it is an ensemble's spread (the members' standard deviation ``σ``),
+and for one model nothing (``absolute``: the score is the residual). ``β`` is a tenth of the
+difficulty's median on the calibration set, so that a molecule of no difficulty does not get
+an empty interval. The sorted scores are kept, so an interval at any level is read at
+prediction time: with ``n`` scores, ``q`` is the
 :math:`\lceil (n + 1) \cdot \text{level} \rceil`-th smallest, and the interval is
-:math:`\hat y \pm q` (one model) or :math:`\hat y \pm q (\sigma + \beta)` (an ensemble, wider
-where its members disagree). On exchangeable molecules it holds the true value with
-probability at least ``level`` (split conformal prediction, as crepes' ``ConformalRegressor``
-computes it).
+:math:`\hat y \pm q (d + \beta)`: wider for a molecule unlike anything trained on. On
+molecules exchangeable with the calibration ones it holds the true value with probability at
+least ``level`` (split conformal prediction). Scaled by a difficulty that tracks the error, it
+also keeps its coverage on molecules that are farther from the training set than the
+calibration molecules were, as new scaffolds often are (which difficulty tracks the error,
+measured: docs/results/calibration.md).
 
 Binary tasks. One temperature ``T`` per task, fitted by minimising the log loss of
 :math:`\frac1K \sum_k \text{sigmoid}(z_k / T)` over the calibration molecules (``z_k``: member
@@ -31,8 +37,9 @@ checkpoint that has none.
 
 Example::
 
-    cal = fit_calibration(members, y, "regression", ["logS"])  # members: [K, N, T]
-    low, high = cal.interval(pred, std, 0.9)                   # [N, T] each
+    sim = record.smiles_similarity(smiles)                  # [N] nearest training similarity
+    cal = fit_calibration(members, y, "regression", ["logS"], similarity=sim)  # members: [K, N, T]
+    low, high = cal.interval(pred, std, 0.9, new_sim)       # [N, T] each
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from ..io.checkpoint import write_atomic
 
 __all__ = [
     "CALIBRATION_FILE",
+    "DIFFICULTIES",
     "LEVELS",
     "REPORT_LEVEL",
     "Calibration",
@@ -58,6 +66,9 @@ __all__ = [
     "calibration_report",
     "coverage_lines",
     "coverage_tolerance",
+    "default_difficulty",
+    "difficulty_of",
+    "difficulty_spearman",
     "error_spearman",
     "expected_calibration_error",
     "fit_calibration",
@@ -77,7 +88,12 @@ REPORT_LEVEL = 0.9
 coverage ``train``'s closing lines state."""
 
 BETA_FRACTION = 0.1
-"""``β`` of a normalised score over the median of the members' std on the calibration set."""
+"""``β`` of a scaled score over the median of its difficulty on the calibration set."""
+
+DIFFICULTIES = ("absolute", "std", "distance")
+"""What a regression calibrator can scale its scores by: nothing (one half-width for every
+molecule), the ensemble members' std, or the distance to the training set (``1 -`` the
+Tanimoto similarity of the molecule's nearest training fingerprint)."""
 
 ECE_BINS = 10
 """Equal-width probability bins of :func:`expected_calibration_error`."""
@@ -91,8 +107,8 @@ class Calibration:
         task_type: ``regression`` or ``binary``.
         target_names: the model's targets, in output order.
         scores: regression: per target, its nonconformity scores sorted ascending.
-        beta: an ensemble's per-target ``β`` (scores normalised by ``σ + β``); ``None``:
-            absolute residuals.
+        difficulty: regression: what the scores are scaled by (:data:`DIFFICULTIES`).
+        beta: per target, the ``β`` added to the difficulty (``None``: ``absolute``).
         temperature: binary: per task, its temperature.
         ece: binary: per task, ``{"before": ..., "after": ...}`` on the calibration set.
         source: what it was fitted on (``valid split``, a CSV's name).
@@ -102,6 +118,7 @@ class Calibration:
     task_type: str
     target_names: list[str]
     scores: list[np.ndarray] = field(default_factory=list)
+    difficulty: str = "absolute"
     beta: list[float] | None = None
     temperature: list[float] | None = None
     ece: list[dict[str, float]] | None = None
@@ -111,8 +128,23 @@ class Calibration:
 
     @property
     def normalized(self) -> bool:
-        """Scores are residuals over the members' spread (an ensemble's calibrator)."""
-        return self.beta is not None
+        """Scores are residuals over a difficulty (the members' spread, the distance)."""
+        return self.difficulty != "absolute"
+
+    @property
+    def needs_similarity(self) -> bool:
+        """Its intervals are scaled by each molecule's distance to the training set, so the
+        nearest-similarity search must run wherever they are given."""
+        return self.difficulty == "distance"
+
+    def scale(
+        self, std: np.ndarray | Tensor | None, similarity: np.ndarray | None, shape: tuple
+    ) -> np.ndarray:
+        """``[N, T]`` (``shape``) what each molecule's score is scaled by: 1, or its
+        difficulty (:func:`difficulty_of`) plus ``β``."""
+        if not self.normalized:
+            return np.ones(shape)
+        return difficulty_of(self.difficulty, std, similarity, shape) + np.asarray(self.beta)
 
     def quantiles(self, level: float) -> np.ndarray:
         """``[T]`` the score quantile ``q`` of each target at ``level`` (``inf`` where there are
@@ -126,17 +158,19 @@ class Calibration:
         return self._quantiles[level]
 
     def interval(
-        self, values: np.ndarray | Tensor, std: np.ndarray | Tensor | None, level: float
+        self,
+        values: np.ndarray | Tensor,
+        std: np.ndarray | Tensor | None,
+        level: float,
+        similarity: np.ndarray | float | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(low, high)``, each shaped like ``values`` (``[..., T]``, the prediction or an
-        ensemble's mean); ``std`` (same shape) is the members' spread, needed by a
-        normalised calibrator and ignored otherwise."""
+        """``(low, high)``, each shaped like ``values`` (``[N, T]`` or ``[T]``, the prediction
+        or an ensemble's mean); ``std`` (same shape) is the members' spread and
+        ``similarity`` (``[N]`` or one number) each molecule's nearest training similarity,
+        each needed by the calibrator that scales by it (:attr:`difficulty`) and ignored
+        otherwise."""
         values = np.asarray(values, dtype=np.float64)
-        half = np.broadcast_to(self.quantiles(level), values.shape)
-        if self.normalized:
-            if std is None:
-                raise ValueError("this calibrator needs the ensemble members' std")
-            half = half * (np.asarray(std, dtype=np.float64) + np.asarray(self.beta))
+        half = self.quantiles(level) * self.scale(std, similarity, values.shape)
         return values - half, values + half
 
     def probabilities(self, logits: Tensor) -> Tensor:
@@ -152,7 +186,7 @@ class Calibration:
         return {
             "task_type": self.task_type,
             "target_names": self.target_names,
-            "method": "normalized" if self.normalized else "absolute",
+            "difficulty": self.difficulty,
             "scores": [s.tolist() for s in self.scores],
             "beta": self.beta,
             "temperature": self.temperature,
@@ -168,6 +202,7 @@ class Calibration:
             task_type=d["task_type"],
             target_names=list(d["target_names"]),
             scores=[np.asarray(s, dtype=np.float64) for s in d.get("scores") or []],
+            difficulty=d.get("difficulty") or ("std" if d.get("beta") else "absolute"),
             beta=d.get("beta"),
             temperature=d.get("temperature"),
             ece=d.get("ece"),
@@ -225,13 +260,13 @@ def fit_calibration(
     source: str = "valid split",
     checkpoint: str | None = "best.pt",
     chose_checkpoint: bool = False,
+    difficulty: str | None = None,
+    similarity: np.ndarray | None = None,
 ) -> Calibration:
     """Fit a calibrator on molecules the model did not train on.
 
     Args:
-        members: ``[K, N, T]`` raw outputs (logits for binary tasks) of each of ``K`` models
-            (``K = 1``: one model, absolute residuals; ``K > 1``: scores normalised by the
-            members' std).
+        members: ``[K, N, T]`` raw outputs (logits for binary tasks) of each of ``K`` models.
         y: ``[N, T]`` targets, ``NaN`` where missing.
         task_type: ``regression`` or ``binary``.
         target_names: the ``T`` targets' names.
@@ -239,49 +274,99 @@ def fit_calibration(
         checkpoint: the checkpoint file it belongs to; ``None`` for an ensemble folder.
         chose_checkpoint: the molecules also chose the checkpoint (a validation split):
             binary temperatures are kept at 1 or above (soften, never sharpen).
+        difficulty: what the regression scores are scaled by (:data:`DIFFICULTIES`);
+            ``None``: :func:`default_difficulty`.
+        similarity: ``[N]`` each molecule's nearest training similarity (``distance``).
     """
     z, y_np = members.double().numpy(), y.double().numpy()
     cal = Calibration(task_type, list(target_names), source=source, checkpoint=checkpoint)
-    known = np.isfinite(y_np)
     if task_type == "binary":
-        cal.temperature, cal.ece = [], []
-        for t in range(y_np.shape[1]):
-            zt, yt = z[:, known[:, t], t], y_np[known[:, t], t]
-            lowest = 1.0 if chose_checkpoint else 0.05
-            temp = fit_temperature(zt, yt, lowest) if len(yt) else 1.0
-            before = (1.0 / (1.0 + np.exp(-zt))).mean(axis=0)
-            after = (1.0 / (1.0 + np.exp(-zt / temp))).mean(axis=0)
-            cal.temperature.append(temp)
-            cal.ece.append(
-                {
-                    "before": expected_calibration_error(before, yt),
-                    "after": expected_calibration_error(after, yt),
-                }
-            )
+        _fit_temperatures(cal, z, y_np, lowest=1.0 if chose_checkpoint else 0.05)
         return cal
+    cal.difficulty = difficulty or default_difficulty(len(z), similarity)
+    if cal.difficulty not in DIFFICULTIES:
+        raise ValueError(f"difficulty must be one of {', '.join(DIFFICULTIES)}")
     mean, std = z.mean(axis=0), z.std(axis=0)  # [N, T] each
-    residual = np.abs(y_np - mean)
-    if len(z) > 1:
-        cal.beta = [
-            BETA_FRACTION * float(np.median(std[known[:, t], t])) if known[:, t].any() else 1.0
-            for t in range(y_np.shape[1])
-        ]
-        cal.beta = [b if b > 0 else 1e-6 for b in cal.beta]
-        residual = residual / (std + np.asarray(cal.beta))
+    known = np.isfinite(y_np)
+    if cal.normalized:
+        d = difficulty_of(cal.difficulty, std, similarity, y_np.shape)
+        known &= np.isfinite(d)
+        cal.beta = [_beta(d[known[:, t], t]) for t in range(y_np.shape[1])]
+    residual = np.abs(y_np - mean) / cal.scale(std, similarity, y_np.shape)
     cal.scores = [np.sort(residual[known[:, t], t]) for t in range(y_np.shape[1])]
     return cal
 
 
+def difficulty_of(
+    kind: str, std: np.ndarray | Tensor | None, similarity: np.ndarray | None, shape: tuple
+) -> np.ndarray:
+    """``[N, T]`` (``shape``) each molecule's difficulty of ``kind`` (:data:`DIFFICULTIES`,
+    not ``absolute``): the members' ``std`` (``[N, T]``) or the distance to the training set,
+    ``1 - similarity`` (``similarity``: ``[N]``, or one number for one molecule)."""
+    if kind == "std":
+        if std is None:
+            raise ValueError("this calibrator needs the ensemble members' std")
+        return np.broadcast_to(np.asarray(std, dtype=np.float64), shape)
+    if similarity is None:
+        raise ValueError(
+            "this calibrator scales its intervals by the distance to the training set: it "
+            "needs each molecule's nearest training similarity"
+        )
+    d = 1.0 - np.asarray(similarity, dtype=np.float64)
+    return np.broadcast_to(d.reshape(d.shape + (1,) * (len(shape) - d.ndim)), shape)
+
+
+def default_difficulty(members: int, similarity: np.ndarray | None) -> str:
+    """The difficulty a regression calibrator scales by unless told: the distance to the
+    training set where the similarities are known, else the members' spread for an ensemble,
+    else none (see the module's text)."""
+    if similarity is not None and np.isfinite(similarity).any():
+        return "distance"
+    return "std" if members > 1 else "absolute"
+
+
+def _beta(d: np.ndarray) -> float:
+    """``β`` of a scaled score: :data:`BETA_FRACTION` of the median difficulty ``d`` (so that a
+    molecule of no difficulty does not get an empty interval), 1 where there is none."""
+    if not len(d):
+        return 1.0
+    return BETA_FRACTION * float(np.median(d)) or 1e-6
+
+
+def _fit_temperatures(cal: Calibration, z: np.ndarray, y: np.ndarray, lowest: float) -> None:
+    """A binary calibrator's temperature per task, with its ECE before and after."""
+    known = np.isfinite(y)
+    cal.temperature, cal.ece = [], []
+    for t in range(y.shape[1]):
+        zt, yt = z[:, known[:, t], t], y[known[:, t], t]
+        temp = fit_temperature(zt, yt, lowest) if len(yt) else 1.0
+        before = (1.0 / (1.0 + np.exp(-zt))).mean(axis=0)
+        after = (1.0 / (1.0 + np.exp(-zt / temp))).mean(axis=0)
+        cal.temperature.append(temp)
+        cal.ece.append(
+            {
+                "before": expected_calibration_error(before, yt),
+                "after": expected_calibration_error(after, yt),
+            }
+        )
+
+
 def calibration_report(
-    cal: Calibration, members: Tensor, y: Tensor, levels: tuple[float, ...] = LEVELS
+    cal: Calibration,
+    members: Tensor,
+    y: Tensor,
+    levels: tuple[float, ...] = LEVELS,
+    similarity: np.ndarray | None = None,
 ) -> dict[str, float]:
     """How the calibrator does on other molecules (``members`` ``[K, N, T]``, ``y``
-    ``[N, T]``): regression: per level (``90`` for 0.9) the share of known targets inside
-    their interval (``coverage_90``) and the intervals' mean width (``width_90``), over every
-    target, and for an ensemble (``K > 1``) the Spearman correlation of the absolute error
-    with the members' std (``spearman_error_std``, :func:`error_spearman`); binary: the
-    expected calibration error of the raw (``ece``) and calibrated (``ece_calibrated``)
-    probabilities, averaged over tasks."""
+    ``[N, T]``, ``similarity`` ``[N]`` their nearest training similarity, needed by a
+    ``distance`` calibrator): regression: per level (``90`` for 0.9) the share of known
+    targets inside their interval (``coverage_90``) and the intervals' mean width
+    (``width_90``), over every target, and the Spearman correlation of the absolute error with
+    each difficulty known (:func:`error_spearman`): the members' std for an ensemble
+    (``spearman_error_std``), the distance to the training set (``spearman_error_distance``);
+    binary: the expected calibration error of the raw (``ece``) and calibrated
+    (``ece_calibrated``) probabilities, averaged over tasks."""
     z, y_np = members.double(), y.double().numpy()
     known = np.isfinite(y_np)
     if not known.any():
@@ -296,16 +381,29 @@ def calibration_report(
         ]
         return {"ece": float(np.mean(ece)), "ece_calibrated": float(np.mean(after))}
     mean, std = z.mean(dim=0).numpy(), z.std(dim=0, unbiased=False).numpy()
-    report: dict[str, float] = {}
-    if len(z) > 1:  # does the members' spread track the error? (rank correlation)
-        report["spearman_error_std"] = error_spearman(np.abs(y_np - mean), std)
+    report = difficulty_spearman(np.abs(y_np - mean), std if len(z) > 1 else None, similarity)
     for level in levels:
-        low, high = cal.interval(mean, std, level)
+        low, high = cal.interval(mean, std, level, similarity)
         inside = (low <= y_np) & (y_np <= high)
         name = f"{round(level * 100):d}"
         report[f"coverage_{name}"] = float(inside[known].mean())
         report[f"width_{name}"] = float((high - low)[known].mean())
     return report
+
+
+def difficulty_spearman(
+    error: np.ndarray, std: np.ndarray | None, similarity: np.ndarray | None
+) -> dict[str, float]:
+    """Does a difficulty track the error? The Spearman correlation of ``|error|`` ``[N, T]``
+    with the members' ``std`` (``spearman_error_std``) and with the distance to the training
+    set, ``1 - similarity`` (``[N]``; ``spearman_error_distance``), for those given."""
+    out = {}
+    if std is not None:
+        out["spearman_error_std"] = error_spearman(error, std)
+    if similarity is not None:
+        distance = np.broadcast_to(1.0 - np.asarray(similarity, float)[:, None], error.shape)
+        out["spearman_error_distance"] = error_spearman(error, distance)
+    return out
 
 
 COVERAGE_SLACK = 0.05

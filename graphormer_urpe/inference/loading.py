@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..datasets.domain import split_similarity
 from ..graph.model import Graphormer
 from ..io.checkpoint import incompatible_checkpoint, load_checkpoint
 from ..runtime.config import TrainConfig
@@ -147,5 +148,6 @@ def evaluate_checkpoint(
     result = splits.evaluate(pred, y)
     calibration = load_calibration(path)
     if calibration is not None:
-        result.update(calibration_report(calibration, pred[None], y))
+        similarity = split_similarity(lm.domain, dataset)
+        result.update(calibration_report(calibration, pred[None], y, similarity=similarity))
     return {"dataset": splits.name, "split": split, "graphs": len(dataset), **result}

@@ -619,7 +619,8 @@ def _interval_numbers(
     if p.domain is not None and not p.domain.in_domain:
         return [math.nan] * (2 * len(p.values))
     spread = None if p.members is None else mean_and_std(p.members)[1]
-    low, high = calibration.interval(p.values, spread, level)
+    similarity = None if p.domain is None else p.domain.nearest_similarity
+    low, high = calibration.interval(p.values, spread, level, similarity)
     return [v for pair in zip(low.tolist(), high.tolist(), strict=True) for v in pair]
 
 

@@ -167,6 +167,8 @@ class Predictor:
             calibration = check_interval_request(model, interval, lm.task_type, lm.target_names)
         elif interval is not None and calibration is None:
             raise ValueError("an interval needs the run's calibrator (calibration=...)")
+        if interval is not None and calibration is not None and calibration.needs_similarity:
+            similarity = True  # its intervals are scaled by the distance to the training set
         dev = resolve_device(device)
         models = [
             m if m.device == dev else replace(m, model=m.model.to(dev), device=dev) for m in models

@@ -379,8 +379,9 @@ class ModelService:
         cal = self.calibration
         calibration: dict[str, Any] | None = None
         if cal is not None:
-            calibration = {"source": cal.source, "method": cal.to_dict()["method"]}
+            calibration = {"source": cal.source}
             if cal.task_type == "regression":
+                calibration["difficulty"] = cal.difficulty
                 calibration["molecules"] = [len(s) for s in cal.scores]
                 calibration["levels"] = list(LEVELS)
             else:

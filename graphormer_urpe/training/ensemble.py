@@ -167,9 +167,10 @@ def _ensemble_metrics(
         members = _member_outputs(out, len(runs), splits, "test")  # [K, n_test, T]
         y = _split_targets(splits, "test")
         test = splits.evaluate(members.mean(dim=0).float(), y)
-        report, cal = _ensemble_calibration(out, len(runs), splits, members, y)
+        similarity = _split_similarities(out, splits)
+        report, cal = _ensemble_calibration(out, len(runs), splits, members, y, similarity)
         test.update(report)
-        _write_ensemble_predictions(out, splits, members, y, cal)
+        _write_ensemble_predictions(out, splits, members, y, cal, similarity["test"])
     values = [r[f"test_{metric}"] for r in runs if f"test_{metric}" in r]
     # one split for every member: the mean predictor's metric is theirs
     baseline = {
@@ -213,8 +214,23 @@ def _split_targets(splits: Any, split: str) -> torch.Tensor:
     return torch.cat([d.y.reshape(1, -1) for d in getattr(splits, split)]).float()
 
 
+def _split_similarities(out: Path, splits: Any) -> dict[str, np.ndarray | None]:
+    """The nearest training similarity ``[n]`` of each validation and test molecule, by the
+    first member's domain record (every member trained on the same split)."""
+    from ..datasets.domain import split_similarity
+    from ..io.checkpoint import load_checkpoint
+
+    record = load_checkpoint(out / "member-0" / "best.pt").get("domain")
+    return {s: split_similarity(record, getattr(splits, s)) for s in ("valid", "test")}
+
+
 def _write_ensemble_predictions(
-    out: Path, splits: Any, members: torch.Tensor, y: torch.Tensor, cal: Any
+    out: Path,
+    splits: Any,
+    members: torch.Tensor,
+    y: torch.Tensor,
+    cal: Any,
+    similarity: np.ndarray | None,
 ) -> None:
     """``out/test_predictions.csv``: per test molecule the true value, the members' mean,
     their std and (a regression with a calibrator) the interval at
@@ -226,22 +242,31 @@ def _write_ensemble_predictions(
     spread = shown.std(dim=0, unbiased=False)  # [n_test, T], on the scale of pred_
     interval = None
     if cal is not None and splits.task_type == "regression":
-        interval = cal.interval(members.mean(dim=0).numpy(), spread.numpy(), REPORT_LEVEL)
+        mean = members.mean(dim=0).numpy()
+        interval = cal.interval(mean, spread.numpy(), REPORT_LEVEL, similarity)
     mean = members.mean(dim=0)
     write_test_predictions(out / "test_predictions.csv", splits, y, mean, "test", spread, interval)
 
 
 def _ensemble_calibration(
-    out: Path, members: int, splits: Any, test: torch.Tensor, y: torch.Tensor
+    out: Path,
+    members: int,
+    splits: Any,
+    test: torch.Tensor,
+    y: torch.Tensor,
+    similarity: dict[str, np.ndarray | None],
 ) -> tuple[dict[str, float], Any]:
-    """Fit the ensemble's calibrator on its members' validation outputs (scores normalised by
-    their std), keep it in ``out/calibration.json``; its coverage and width (or ECE) on the
-    test outputs ``test`` ``[K, n_test, T]``, and the calibrator. Nothing (``({}, None)``)
-    where a member kept no validation predictions (a run from before calibration)."""
+    """Fit the ensemble's calibrator on its members' validation outputs (scores scaled by
+    the difficulty :func:`~graphormer_urpe.inference.calibration.default_difficulty` picks),
+    keep it in ``out/calibration.json``; its coverage and width (or ECE) on the test outputs
+    ``test`` ``[K, n_test, T]``, with the Spearman of the error with each difficulty on the
+    validation split, and the calibrator. Nothing (``({}, None)``) where a member kept no
+    validation predictions (a run from before calibration). ``similarity``: the validation
+    and test molecules' nearest training similarity."""
     from ..inference.calibration import (
         CALIBRATION_FILE,
         calibration_report,
-        error_spearman,
+        difficulty_spearman,
         fit_calibration,
     )
 
@@ -251,12 +276,14 @@ def _ensemble_calibration(
     names = list(splits.target_names)
     y_valid = _split_targets(splits, "valid")
     cal = fit_calibration(
-        valid, y_valid, splits.task_type, names, checkpoint=None, chose_checkpoint=True
-    )
+        valid, y_valid, splits.task_type, names, checkpoint=None, chose_checkpoint=True,
+        similarity=similarity["valid"],
+    )  # fmt: skip
     cal.save(out / CALIBRATION_FILE)
-    report = calibration_report(cal, test, y)
-    if splits.task_type == "regression":  # does the spread track the error on validation?
+    report = calibration_report(cal, test, y, similarity=similarity["test"])
+    if splits.task_type == "regression":  # which difficulty tracks the error on validation?
         spread = valid.std(dim=0, unbiased=False).numpy()
         error = np.abs(y_valid.double().numpy() - valid.mean(dim=0).numpy())
-        report["valid_spearman_error_std"] = error_spearman(error, spread)
+        rho = difficulty_spearman(error, spread, similarity["valid"])
+        report |= {f"valid_{k}": v for k, v in rho.items()}
     return report, cal

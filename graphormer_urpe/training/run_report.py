@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..datasets.domain import split_similarity
 from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
 from ..inference.prediction import _evaluate
 from ..io.checkpoint import load_checkpoint, write_atomic
@@ -116,7 +117,13 @@ class RunReport(RunState):
         if not bool(torch.isfinite(y).any()):
             return {}
         names = list(self.splits.target_names)
-        cal = fit_calibration(valid[None], y, self.splits.task_type, names, chose_checkpoint=True)
+        similarity = {
+            s: split_similarity(self.domain, getattr(self.splits, s)) for s in ("valid", "test")
+        }
+        cal = fit_calibration(
+            valid[None], y, self.splits.task_type, names, chose_checkpoint=True,
+            similarity=similarity["valid"],
+        )  # fmt: skip
         if self.main:
             cal.save(self.out / CALIBRATION_FILE)
             write_test_predictions(
@@ -124,7 +131,9 @@ class RunReport(RunState):
             )
         if test_pred is None:
             return {}
-        return calibration_report(cal, test_pred[None], self.targets["test"])
+        return calibration_report(
+            cal, test_pred[None], self.targets["test"], similarity=similarity["test"]
+        )
 
     def _short_note(self) -> str:
         """What the final line says of a run shorter than a few epochs (else ``""``)."""
