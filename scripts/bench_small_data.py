@@ -92,8 +92,6 @@ SETS = {
 def write_splits(name: str, seed: int, data_dir: Path, work: Path, limit: int | None) -> Path:
     """``work/name/seed<k>/{train,valid,test}.csv`` (``smiles`` + targets) and ``split.json``
     (sizes, rows left out); written once."""
-    from rdkit import Chem, RDLogger
-
     from graphormer_urpe.datasets import balanced_scaffold_split
 
     folder = work / name / f"seed{seed}"
@@ -103,17 +101,28 @@ def write_splits(name: str, seed: int, data_dir: Path, work: Path, limit: int | 
     table = pd.read_csv(data_dir / task.file)
     if limit is not None:
         table = table.head(limit)
+    save_split(
+        table[["smiles", *task.targets]], balanced_scaffold_split, seed, folder, {"set": name}
+    )
+    return folder
+
+
+def save_split(table: pd.DataFrame, split: Callable, seed: int, folder: Path, info: dict) -> None:
+    """``table``'s rows that RDKit reads, split 80/10/10 by ``split(smiles, fractions, seed)``
+    into ``folder/{train,valid,test}.csv``, and ``folder/split.json`` (``info`` with the seed,
+    the sizes and the count of unreadable rows left out)."""
+    from rdkit import Chem, RDLogger
+
     RDLogger.DisableLog("rdApp.*")
     ok = [Chem.MolFromSmiles(str(s)) is not None for s in table["smiles"]]
-    table = table.loc[ok, ["smiles", *task.targets]].reset_index(drop=True)
-    parts = balanced_scaffold_split(table["smiles"].tolist(), (0.8, 0.1, 0.1), seed)
+    table = table.loc[ok].reset_index(drop=True)
+    parts = split(table["smiles"].tolist(), (0.8, 0.1, 0.1), seed)
     folder.mkdir(parents=True, exist_ok=True)
     for part, index in parts.items():
         table.iloc[index].to_csv(folder / f"{part}.csv", index=False)
     sizes = {part: len(index) for part, index in parts.items()}
-    info = {"set": name, "seed": seed, "sizes": sizes, "unparsable": len(ok) - sum(ok)}
+    info = info | {"seed": seed, "sizes": sizes, "unparsable": len(ok) - sum(ok)}
     (folder / "split.json").write_text(json.dumps(info, indent=1))
-    return folder
 
 
 # --------------------------------------------------------------------------------------
