@@ -114,12 +114,7 @@ def evaluate(run: Path, members: int) -> dict:
     difficulty."""
     import torch
 
-    from graphormer_urpe.inference.calibration import (
-        DIFFICULTIES,
-        calibration_report,
-        difficulty_spearman,
-        fit_calibration,
-    )
+    from graphormer_urpe.inference.calibration import DIFFICULTIES, difficulty_spearman
     from graphormer_urpe.inference.loading import load_model
 
     domain = load_model(member_folders(run, 1)[0] / "best.pt", "cpu").domain
@@ -132,13 +127,50 @@ def evaluate(run: Path, members: int) -> dict:
         data[part] = (torch.tensor(outputs), torch.tensor(y), sim, rho)
     (zv, yv, sv, rho_v), (zt, yt, st, rho_t) = data["valid"], data["test"]
     found: dict = {"valid_spearman": rho_v, "test_spearman": rho_t}
+    folds = scaffold_halves(predictions(run, "valid", 1)[0])
     for difficulty in DIFFICULTIES:
         if difficulty == "std" and members == 1:
             continue
-        cal = fit_calibration(zv, yv, "regression", ["y"], difficulty=difficulty, similarity=sv)
-        report = calibration_report(cal, zt, yt, (LEVEL,), similarity=st)
-        found[difficulty] = {"coverage": report["coverage_90"], "width": report["width_90"]}
+
+        valid = (zv, yv, sv)
+        report = intervals(difficulty, valid, np.arange(len(sv)), (zt, yt, st), np.arange(len(st)))
+        cross = [intervals(difficulty, valid, a, valid, b) for a, b in (folds, folds[::-1])]
+        found[difficulty] = {
+            "coverage": report["coverage_90"],
+            "width": report["width_90"],
+            "valid_cross_coverage": float(np.mean([c["coverage_90"] for c in cross])),
+            "valid_cross_width": float(np.mean([c["width_90"] for c in cross])),
+        }
     return found
+
+
+def intervals(difficulty: str, fit: tuple, fit_rows: np.ndarray, on: tuple, rows: np.ndarray):
+    """The coverage and width at :data:`LEVEL` on ``on``'s ``rows`` of a calibrator of
+    ``difficulty`` fitted on ``fit``'s ``fit_rows`` (each: outputs ``[K, N, 1]``, targets
+    ``[N, 1]``, similarities ``[N]``)."""
+    from graphormer_urpe.inference.calibration import calibration_report, fit_calibration
+
+    (z, y, sim), (z_on, y_on, sim_on) = fit, on
+    cal = fit_calibration(
+        z[:, fit_rows], y[fit_rows], "regression", ["y"], difficulty=difficulty,
+        similarity=sim[fit_rows],
+    )  # fmt: skip
+    return calibration_report(cal, z_on[:, rows], y_on[rows], (LEVEL,), similarity=sim_on[rows])
+
+
+def scaffold_halves(smiles: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The validation molecules in two halves that share no scaffold (families in a seeded
+    random order, each to the smaller half): calibrated on one and read on the other, a
+    calibrator's coverage on new scaffolds is estimated from validation molecules alone."""
+    from graphormer_urpe.datasets.splitting import murcko_scaffold
+
+    families: dict[str, list[int]] = {}
+    for i, s in enumerate(smiles):
+        families.setdefault(murcko_scaffold(s), []).append(i)
+    halves: tuple[list[int], list[int]] = ([], [])
+    for k in np.random.default_rng(0).permutation(len(families)):
+        min(halves, key=len).extend(list(families.values())[k])
+    return np.sort(halves[0]), np.sort(halves[1])
 
 
 def result_of(name: str, rule: str, seed: int, a: argparse.Namespace) -> dict:
@@ -200,6 +232,12 @@ def collect(work: Path) -> dict:
                     "coverage": statistics.mean(f[difficulty]["coverage"] for f in found),
                     "lowest": min(f[difficulty]["coverage"] for f in found),
                     "width": statistics.mean(f[difficulty]["width"] for f in found),
+                    "valid_cross_coverage": statistics.mean(
+                        f[difficulty]["valid_cross_coverage"] for f in found
+                    ),
+                    "valid_cross_width": statistics.mean(
+                        f[difficulty]["valid_cross_width"] for f in found
+                    ),
                 }
             summary.setdefault(f"{key}/spearman", {})[name] = {
                 f"{part}_{score}": _mean(

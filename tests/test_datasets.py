@@ -555,6 +555,39 @@ def test_balanced_scaffold_split_matches_the_plain_rule_and_varies_with_the_seed
     assert len(tests) > 1
 
 
+def test_scaffold_split_keeps_the_moleculenet_train_and_deals_held_families_alike():
+    """Train: the largest families while they fit (the MoleculeNet / OGB rule, whatever the
+    seed); the families held out: dealt in a seeded order to valid while it fits, else test,
+    so that valid and test hold new scaffolds of the same kind (plain reference below)."""
+    from rdkit import Chem
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    rings = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCNCC1", "c1ccoc1", "C1CCOC1", "c1ccsc1"]
+    smiles = [f"{r}{'C' * k}" for k in range(1, 4) for r in rings] + ["CCO", "CCN", "CCCl"]
+    smiles += [f"c1ccc2ccccc2c1{'O' * k}" for k in range(1, 9)]  # one big scaffold family
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(smiles):
+        groups.setdefault(
+            MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []
+        ).append(i)
+    n_train, n_valid = int(0.8 * len(smiles) + 1e-9), int(0.1 * len(smiles) + 1e-9)
+    train, held = [], []
+    for g in sorted(groups.values(), key=lambda g: (-len(g), g[0])):
+        if len(train) + len(g) <= n_train:
+            train += g
+        else:
+            held.append(g)
+    seen = set()
+    for seed in range(4):
+        valid, test = [], []
+        for k in np.random.default_rng(seed).permutation(len(held)):
+            (valid if len(valid) + len(held[k]) <= n_valid else test).extend(held[k])
+        parts = {k: v.tolist() for k, v in scaffold_split(smiles, (0.8, 0.1, 0.1), seed).items()}
+        assert parts == {"train": sorted(train), "valid": sorted(valid), "test": sorted(test)}
+        seen.add(tuple(parts["test"]))
+    assert len(seen) > 1  # the seed deals the held-out families, never the training ones
+
+
 def test_csv_gzip_separate_files_and_store_keys(tmp_path, featurize_calls):
     rows = [{"smiles": s, "y": float(i)} for i, s in enumerate(CSV_SMILES)]
     gz = _write_csv(tmp_path / "mols.csv.gz", rows, compress=True)

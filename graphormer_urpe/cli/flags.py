@@ -203,9 +203,15 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     d.add_argument(
         "--split",
         choices=["random", "scaffold"],
-        help="CSV without split column: seeded random or scaffold split 80/10/10",
+        help="CSV without split column: seeded random or scaffold split 80/10/10 (scaffold: "
+        "the largest scaffold families train, the others are dealt alike to valid and test)",
     )
-    d.add_argument("--split-seed", type=int, help="seed of the random split (0)")
+    d.add_argument(
+        "--split-seed",
+        type=int,
+        help="seed of the random split, or of how a scaffold split deals its held-out "
+        "families to valid and test (0)",
+    )
     d.add_argument(
         "--featurizer",
         choices=["zinc", "ogb"],

@@ -106,27 +106,41 @@ def murcko_scaffold(smiles: str) -> str:
 def scaffold_split(
     smiles: Sequence[str], fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
 ) -> dict[str, np.ndarray]:
-    """Deterministic Bemis–Murcko scaffold split (the MoleculeNet / OGB rule).
+    """Bemis–Murcko scaffold split: the training molecules of the MoleculeNet / OGB rule, the
+    scaffold families it holds out dealt alike to validation and test.
 
     Molecules are grouped by scaffold; groups are taken largest first (ties: first
-    appearance) and each goes to train while it fits in the train fraction, then to valid
-    while train + valid fit, else to test. Molecules sharing a scaffold never straddle splits.
+    appearance), each going to train while it fits in the train fraction, as in the
+    MoleculeNet / OGB rule. The groups left, the rarer scaffolds, are then dealt in a seeded
+    random order: to valid while it fits, else to test. Validation and test molecules are so
+    new scaffolds of the same kind, and what the validation split measures (the checkpoint's
+    error, the intervals' calibration) carries over to the test split; under the MoleculeNet
+    rule valid took the larger held-out families and test the rarest, the hardest.
+    Molecules sharing a scaffold never straddle splits; the training split does not depend
+    on ``seed``.
 
     Args:
         smiles: the molecules.
         fractions: train / valid / test fractions (sum to 1).
-        seed: unused (the rule is deterministic); accepted so every split rule has the same
-            signature.
+        seed: seed of the order in which held-out families are dealt to valid and test.
 
     Returns:
         ``{"train", "valid", "test"}`` → sorted ``int64`` index arrays covering every
         molecule exactly once.
     """
-    del seed
-    groups = _scaffold_groups(smiles)
-    ordered = sorted(groups, key=lambda g: (-len(g), g[0]))
+    groups = sorted(_scaffold_groups(smiles), key=lambda g: (-len(g), g[0]))
     n_train, n_valid = _sizes(len(smiles), fractions)
-    return _fill(ordered, n_train, n_valid, cumulative=True)
+    train: list[int] = []
+    held: list[list[int]] = []
+    for group in groups:
+        if len(train) + len(group) <= n_train:
+            train += group
+        else:
+            held.append(group)
+    order = np.random.default_rng(seed).permutation(len(held))
+    parts = _fill([held[i] for i in order], 0, n_valid)
+    parts["train"] = np.sort(np.asarray(train, dtype=np.int64))
+    return parts
 
 
 def balanced_scaffold_split(
@@ -156,7 +170,7 @@ def balanced_scaffold_split(
     big = [g for g in groups if len(g) > half]
     small = [g for g in groups if len(g) <= half]
     ordered = [part[i] for part in (big, small) for i in rng.permutation(len(part))]
-    return _fill(ordered, n_train, n_valid, cumulative=False)
+    return _fill(ordered, n_train, n_valid)
 
 
 def _scaffold_groups(smiles: Sequence[str]) -> list[list[int]]:
@@ -167,18 +181,15 @@ def _scaffold_groups(smiles: Sequence[str]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _fill(
-    ordered: Sequence[list[int]], n_train: int, n_valid: int, cumulative: bool
-) -> dict[str, np.ndarray]:
-    """Groups to train while it fits, then to valid while it fits (with ``cumulative``: while
-    train + valid fit ``n_train + n_valid``), else to test."""
+def _fill(ordered: Sequence[list[int]], n_train: int, n_valid: int) -> dict[str, np.ndarray]:
+    """Groups to train while it fits, then to valid while it fits, else to test."""
     train: list[int] = []
     valid: list[int] = []
     test: list[int] = []
     for group in ordered:
         if len(train) + len(group) <= n_train:
             train += group
-        elif len(valid) + len(group) <= n_valid + (n_train - len(train) if cumulative else 0):
+        elif len(valid) + len(group) <= n_valid:
             valid += group
         else:
             test += group
