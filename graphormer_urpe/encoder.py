@@ -13,10 +13,10 @@ and a post-LN layer (RoBERTa, used by the paper's synthetic tasks) computes
 :math:`\operatorname{FFN} = W_2\,\operatorname{Drop}_{act}(\operatorname{GELU}(W_1 x))`.
 
 Every layer takes either a dense padded batch ``x`` ``[B, N, d]`` or, with a
-:class:`~graphormer_urpe.attention.TokenLayout`, only its ``T`` real tokens ``[T, d]``: then
-the LayerNorms, projections, feed-forward block and dropouts skip the padding, and only the
-attention product itself sees the padded ``[B, H, N, N]`` layout. Both give the same values
-on the real tokens.
+:class:`~graphormer_urpe.attention.token_layout.TokenLayout`, only its ``T`` real tokens
+``[T, d]``: then the LayerNorms, projections, feed-forward block and dropouts skip the padding,
+and only the attention product itself sees the padded ``[B, H, N, N]`` layout. Both give the
+same values on the real tokens.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from typing import Protocol
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import PreparedBias, URPEAttention, prepare_bias
-from .dropout import Dropout, dropout_add
-from .token_layout import TokenLayout
+from .attention.core import PreparedBias, prepare_bias
+from .attention.dropout import Dropout, dropout_add
+from .attention.multihead import URPEAttention
+from .attention.token_layout import TokenLayout
 
 __all__ = ["EncoderLayer", "Encoder", "LayerScales"]
 
@@ -43,7 +44,7 @@ class LayerScales(Protocol):
 
 
 class EncoderLayer(nn.Module):
-    """One transformer layer around :class:`~graphormer_urpe.attention.URPEAttention`.
+    """One transformer layer around :class:`~graphormer_urpe.attention.multihead.URPEAttention`.
 
     Args:
         embed_dim: width ``d``.
@@ -55,7 +56,7 @@ class EncoderLayer(nn.Module):
         pre_ln: pre-LN (``True``, Graphormer v1) or post-LN (``False``, RoBERTa).
         attention_cls: the attention module, built as ``attention_cls(embed_dim, num_heads,
             dropout=attention_dropout)`` and called like
-            :class:`~graphormer_urpe.attention.URPEAttention` (a subclass such as
+            :class:`~graphormer_urpe.attention.multihead.URPEAttention` (a subclass such as
             Transformer-XL's relative attention may take its own ``attn_bias``).
 
     Shapes:
@@ -63,7 +64,7 @@ class EncoderLayer(nn.Module):
         ``[T, d]``; ``attn_bias`` / ``attn_scale`` broadcastable to ``[B, H, N, N]``;
         ``key_padding_mask`` ``[B, N]``. With ``layout`` and no ``key_padding_mask`` the
         layout's padding mask is used, unless ``attn_bias`` is a
-        :class:`~graphormer_urpe.attention.PreparedBias` (which must then forbid padded keys).
+        :class:`~graphormer_urpe.attention.core.PreparedBias` (which must then forbid padded keys).
         With ``first_token_only`` only the first token of each sequence is updated (it
         attends to all tokens) and the output is ``[B, d]``: the last layer of a model that
         reads out a ``[CLS]``-like token needs no more. ``memory`` ``[B, M, d]`` (dense
@@ -142,14 +143,14 @@ class Encoder(nn.Module):
 
     ``attn_scale`` is ``None`` (no URPE), one tensor shared by every layer, or a sequence
     (e.g. a lazy :class:`LayerScales`) whose item ``i`` is the ``C`` of layer ``i``.
-    ``attn_bias`` may be a :class:`~graphormer_urpe.attention.PreparedBias` already holding the
+    ``attn_bias`` may be a :class:`~graphormer_urpe.attention.core.PreparedBias` already holding the
     padding mask (then ``key_padding_mask`` must be ``None``).
 
     Shapes:
         ``x`` ``[B, N, d]`` → ``[B, N, d]``, or with ``layout`` (a
-        :class:`~graphormer_urpe.attention.TokenLayout` of the ``[B, N]`` batch) the real
-        tokens ``[T, d]`` → ``[T, d]``. With ``first_token_only`` the output is the first
-        token of each sequence, ``[B, d]`` (the last layer then computes nothing else).
+        :class:`~graphormer_urpe.attention.token_layout.TokenLayout` of the ``[B, N]`` batch)
+        the real tokens ``[T, d]`` → ``[T, d]``. With ``first_token_only`` the output is the
+        first token of each sequence, ``[B, d]`` (the last layer then computes nothing else).
     """
 
     def __init__(self, num_layers: int, final_norm: bool = True, **layer_kwargs) -> None:

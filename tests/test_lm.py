@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphormer_urpe.attention import URPEAttention
+from graphormer_urpe.attention.multihead import URPEAttention
 from graphormer_urpe.sequence import (
     CorpusUnavailableError,
     TransformerXL,

@@ -59,7 +59,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import Dropout, PreparedBias, URPEAttention, prepare_bias
+from ..attention.core import PreparedBias, prepare_bias
+from ..attention.dropout import Dropout
+from ..attention.multihead import URPEAttention
 from .adaptive_softmax import TiedAdaptiveLogSoftmax
 from .model import RelativePositionTable, sequence_encoder
 from .names import LM_PE_SCHEMES, LMPEName, check_choice

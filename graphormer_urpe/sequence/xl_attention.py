@@ -10,7 +10,7 @@ query :math:`i` (window position :math:`M + i`) against key :math:`j` with
 per head, where :math:`r_\delta` is the fixed sinusoidal encoding of the distance
 :math:`\delta`, :math:`W_R` a learned projection of each layer, and :math:`u, v` learned
 vectors per head shared by all layers. The core
-(:func:`~graphormer_urpe.attention.urpe_attention`) computes
+(:func:`~graphormer_urpe.attention.core.urpe_attention`) computes
 :math:`\operatorname{softmax}(q k^\top / \sqrt{d_h} + B) \odot C`, so the three position terms
 arrive as its additive bias
 
@@ -32,7 +32,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..attention import PreparedBias, URPEAttention, urpe_attention
+from ..attention.core import PreparedBias, urpe_attention
+from ..attention.multihead import URPEAttention
 
 __all__ = [
     "XLPositions",
@@ -178,7 +179,7 @@ class XLPositions(NamedTuple):
 class XLRelativeAttention(URPEAttention):
     r"""Transformer-XL's relative multi-head attention on the URPE core.
 
-    :class:`~graphormer_urpe.attention.URPEAttention`'s projections (without biases, as in
+    :class:`~graphormer_urpe.attention.multihead.URPEAttention`'s projections (without biases, as in
     Transformer-XL) plus this layer's :math:`W_R` (``r_proj``); the position terms become the
     core's additive bias (:func:`xl_position_bias`), an optional URPE :math:`C` its scale.
 
