@@ -57,7 +57,8 @@ class EncoderLayer(nn.Module):
         attention_cls: the attention module, built as ``attention_cls(embed_dim, num_heads,
             dropout=attention_dropout)`` and called like
             :class:`~graphormer_urpe.attention.multihead.URPEAttention` (a subclass such as
-            Transformer-XL's relative attention may take its own ``attn_bias``).
+            Transformer-XL's relative attention may take its own ``attn_bias``, and
+            ``memory``).
 
     Shapes:
         ``x`` ``[B, N, d]`` → ``[B, N, d]``, or with ``layout`` the real tokens ``[T, d]`` →
@@ -66,12 +67,13 @@ class EncoderLayer(nn.Module):
         layout's padding mask is used, unless ``attn_bias`` is a
         :class:`~graphormer_urpe.attention.core.PreparedBias` (which must then forbid padded keys).
         With ``first_token_only`` only the first token of each sequence is updated (it
-        attends to all tokens) and the output is ``[B, d]``: the last layer of a model that
-        reads out a ``[CLS]``-like token needs no more. ``memory`` ``[B, M, d]`` (dense
-        inputs only) is this layer's input from the previous segment (Transformer-XL): it
-        serves as ``M`` extra keys and values before ``x`` (normalised by the same
-        ``LN_1`` in a pre-LN layer), so ``attn_bias`` / ``attn_scale`` then cover ``M + N``
-        keys; it is not updated.
+        attends to all tokens, through the attention's ``first_query``) and the output is
+        ``[B, d]``: the last layer of a model that reads out a ``[CLS]``-like token needs no
+        more. ``memory`` ``[B, M, d]`` (dense inputs only, and an attention that takes it, as
+        Transformer-XL's do) is this layer's input from the previous segment: it serves as
+        ``M`` extra keys and values before ``x`` (normalised by the same ``LN_1`` in a pre-LN
+        layer), so ``attn_bias`` / ``attn_scale`` then cover ``M + N`` keys; it is not
+        updated.
     """
 
     def __init__(
@@ -115,6 +117,12 @@ class EncoderLayer(nn.Module):
     ) -> Tensor:
         p, training = self.dropout.p, self.training
         first = first_token_only
+        attend = self.self_attn.first_query if first else self.self_attn
+        segment: dict[str, Tensor] = {}  # Transformer-XL's memory, for a SegmentAttention
+        if memory is not None:
+            if first:
+                raise ValueError("memory and first_token_only cannot be combined")
+            segment["memory"] = self.attn_norm(memory) if self.pre_ln else memory
 
         def residual(t: Tensor) -> Tensor:  # the rows that this layer outputs
             if not first:
@@ -122,13 +130,12 @@ class EncoderLayer(nn.Module):
             return t[:, 0] if layout is None else t.index_select(0, layout.first)
 
         if self.pre_ln:
-            mem = None if memory is None else self.attn_norm(memory)
-            h = self.self_attn(
-                self.attn_norm(x), attn_bias, attn_scale, key_padding_mask, layout, first, mem
+            h = attend(
+                self.attn_norm(x), attn_bias, attn_scale, key_padding_mask, layout, **segment
             )
             x = dropout_add(residual(x), h, p, training)
             return dropout_add(x, self._ffn(self.ffn_norm(x)), p, training)
-        h = self.self_attn(x, attn_bias, attn_scale, key_padding_mask, layout, first, memory)
+        h = attend(x, attn_bias, attn_scale, key_padding_mask, layout, **segment)
         x = self.attn_norm(dropout_add(residual(x), h, p, training))
         return self.ffn_norm(dropout_add(x, self._ffn(x), p, training))
 

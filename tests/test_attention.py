@@ -281,7 +281,7 @@ def test_attention_on_real_tokens_equals_padded_attention(with_scale):
     xt = x[real].requires_grad_(True)
     tokens = m(xt, attn_bias=bias, attn_scale=scale, layout=layout)  # padding mask from layout
     torch.testing.assert_close(tokens, dense[real], atol=1e-6, rtol=1e-5)
-    first = m(xt, attn_bias=bias, attn_scale=scale, layout=layout, first_query_only=True)
+    first = m.first_query(xt, attn_bias=bias, attn_scale=scale, layout=layout)
     torch.testing.assert_close(first, dense[:, 0], atol=1e-6, rtol=1e-5)
-    dense_first = m(x, bias, scale, key_padding_mask=~real, first_query_only=True)
+    dense_first = m.first_query(x, bias, scale, key_padding_mask=~real)
     torch.testing.assert_close(dense_first, dense[:, 0], atol=1e-6, rtol=1e-5)

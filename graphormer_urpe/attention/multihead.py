@@ -10,7 +10,6 @@ skip the padding.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from .attn_scale import IndexedScale, Scale
@@ -18,6 +17,18 @@ from .core import PreparedBias, prepare_bias, urpe_attention
 from .token_layout import TokenLayout
 
 __all__ = ["URPEAttention"]
+
+
+def _padding_mask(
+    attn_bias: Tensor | PreparedBias | None,
+    key_padding_mask: Tensor | None,
+    layout: TokenLayout | None,
+) -> Tensor | None:
+    """The padding mask to apply: the given one, else the layout's ``[B, N]`` (unless
+    ``attn_bias`` is a :class:`PreparedBias`, which masks the padded keys already)."""
+    if layout is None or key_padding_mask is not None or isinstance(attn_bias, PreparedBias):
+        return key_padding_mask
+    return layout.key_padding_mask
 
 
 def _row0(t: Scale | None) -> Scale | None:
@@ -57,16 +68,14 @@ class URPEAttention(nn.Module):
 
     Shapes:
         - input ``x``: ``[B, N, d]``, or ``[T, d]`` real tokens with ``layout``
-        - ``memory``: ``[B, M, d]`` extra keys / values before ``x`` (the bias, scale and
-          padding mask then have ``M + N`` key columns), or ``None``
         - ``attn_bias``: broadcastable to ``[B, H, N, N]`` (float, may hold ``-inf``)
         - ``attn_scale``: broadcastable to ``[B, H, N, N]`` or ``None`` (plain RPE attention)
         - ``key_padding_mask``: ``[B, N]`` bool, ``True`` on padding
         - ``layout``: a :class:`TokenLayout` of the ``[B, N]`` batch, or ``None``; without a
           ``key_padding_mask`` its padding is masked (unless ``attn_bias`` is a
           :class:`PreparedBias`, which must then forbid the padded keys itself)
-        - output: same shape as ``x``; with ``first_query_only`` only the first token of every
-          sequence attends: ``[B, d]``
+        - output: same shape as ``x``; ``[B, d]`` from :meth:`first_query`, where only the
+          first token of every sequence attends
     """
 
     def __init__(
@@ -95,8 +104,37 @@ class URPEAttention(nn.Module):
                 nn.init.zeros_(lin.bias)
 
     def _heads(self, t: Tensor) -> Tensor:
+        """``[B, N, H * d_h]`` → ``[B, H, N, d_h]``."""
         b, n, _ = t.shape
         return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _merge_heads(self, t: Tensor) -> Tensor:
+        """``[B, H, N, d_h]`` → ``[B, N, H * d_h]``."""
+        b, _, n, _ = t.shape
+        return t.transpose(1, 2).reshape(b, n, self.embed_dim)
+
+    def _keys_values(self, x: Tensor, layout: TokenLayout | None) -> tuple[Tensor, Tensor]:
+        """Keys and values ``[B, H, N, d_h]`` of ``x`` (``[B, N, d]``, or ``[T, d]`` with
+        ``layout``)."""
+        if layout is None:
+            return self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        # padded keys are masked and padded queries discarded: no zero-filling needed
+        k = layout.pad_heads(self.k_proj(x), self.num_heads, zeros=False)
+        v = layout.pad_heads(self.v_proj(x), self.num_heads, zeros=False)
+        return k, v
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_bias: Tensor | PreparedBias | None,
+        attn_scale: Scale | None,
+        key_padding_mask: Tensor | None,
+    ) -> Tensor:
+        """:func:`urpe_attention` with this module's dropout: ``[B, H, N_q, d_h]``."""
+        mask, p = key_padding_mask, self.dropout
+        return urpe_attention(q, k, v, attn_bias, attn_scale, mask, p, self.training)
 
     def forward(
         self,
@@ -105,59 +143,38 @@ class URPEAttention(nn.Module):
         attn_scale: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
         layout: TokenLayout | None = None,
-        first_query_only: bool = False,
-        memory: Tensor | None = None,
     ) -> Tensor:
         """Self-attention over ``x``: ``[B, N, d]`` → ``[B, N, d]``, or ``[T, d]`` → ``[T, d]``
-        with ``layout`` (projections on the real tokens only). With ``first_query_only`` only
-        the first token of each sequence is a query and the output is ``[B, d]``.
-
-        ``memory`` ``[B, M, d]`` (dense inputs only) holds extra keys and values placed before
-        ``x``, as the cached states of Transformer-XL's previous segment: the queries are the
-        ``N`` rows of ``x``, the keys ``[memory; x]`` (``M + N``), so ``attn_bias``,
-        ``attn_scale`` and ``key_padding_mask`` then cover ``M + N`` keys."""
-        h = self.num_heads
-        if memory is not None and (layout is not None or first_query_only):
-            raise ValueError("memory is only supported for dense [B, N, d] inputs")
-        if layout is not None and key_padding_mask is None:
-            if not isinstance(attn_bias, PreparedBias):  # (a PreparedBias already masks them)
-                key_padding_mask = layout.key_padding_mask
+        with ``layout`` (projections on the real tokens only)."""
+        key_padding_mask = _padding_mask(attn_bias, key_padding_mask, layout)
+        k, v = self._keys_values(x, layout)
         if layout is None:
-            kv = x if memory is None else torch.cat([memory, x], dim=1)  # [B, M + N, d]
-            k = self._heads(self.k_proj(kv))  # [B, H, M + N, d_h]
-            v = self._heads(self.v_proj(kv))
-            xq = x[:, :1] if first_query_only else x
-            q = self._heads(self.q_proj(xq))  # [B, H, N_q, d_h]
-        else:  # [T, d] -> padded [B, H, N, d_h]
-            # padded keys are masked and padded queries discarded: no zero-filling needed
-            k = layout.pad_heads(self.k_proj(x), h, zeros=False)
-            v = layout.pad_heads(self.v_proj(x), h, zeros=False)
-            if first_query_only:
-                q = self.q_proj(x.index_select(0, layout.first))  # [B, d]
-                q = q.view(-1, 1, h, self.head_dim).transpose(1, 2)  # [B, H, 1, d_h]
-            else:
-                q = layout.pad_heads(self.q_proj(x), h, zeros=False)
-        if first_query_only:
-            attn_bias, attn_scale = _first_rows(attn_bias, key_padding_mask), _row0(attn_scale)
-            key_padding_mask = None
-        out = urpe_attention(
-            q,
-            k,
-            v,
-            attn_bias=attn_bias,
-            attn_scale=attn_scale,
-            key_padding_mask=key_padding_mask,
-            dropout_p=self.dropout,
-            training=self.training,
-        )  # [B, H, N_q, d_h]
-        if first_query_only:
-            out = out.reshape(out.shape[0], self.embed_dim)  # [B, d]
-        elif layout is None:
-            b, _, n, _ = out.shape
-            out = out.transpose(1, 2).reshape(b, n, self.embed_dim)  # [B, N, d]
-        else:
-            out = layout.unpad_heads(out)  # [T, d]
-        return self.out_proj(out)
+            q = self._heads(self.q_proj(x))  # [B, H, N, d_h]
+            out = self._attend(q, k, v, attn_bias, attn_scale, key_padding_mask)
+            return self.out_proj(self._merge_heads(out))  # [B, N, d]
+        q = layout.pad_heads(self.q_proj(x), self.num_heads, zeros=False)  # [B, H, N, d_h]
+        out = self._attend(q, k, v, attn_bias, attn_scale, key_padding_mask)
+        return self.out_proj(layout.unpad_heads(out))  # [T, d]
+
+    def first_query(
+        self,
+        x: Tensor,
+        attn_bias: Tensor | PreparedBias | None = None,
+        attn_scale: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        layout: TokenLayout | None = None,
+    ) -> Tensor:
+        """:meth:`forward`'s output for the first token of each sequence alone, ``[B, d]``:
+        only that token is a query (it attends to all tokens), which is all that the last
+        layer of a model reading out a ``[CLS]``-like token needs. Takes what :meth:`forward`
+        takes, ``attn_bias`` and ``attn_scale`` with all their ``N`` query rows."""
+        key_padding_mask = _padding_mask(attn_bias, key_padding_mask, layout)
+        k, v = self._keys_values(x, layout)
+        first = x[:, :1] if layout is None else x.index_select(0, layout.first)[:, None]
+        q = self._heads(self.q_proj(first))  # [B, H, 1, d_h]
+        bias = _first_rows(attn_bias, key_padding_mask)
+        out = self._attend(q, k, v, bias, _row0(attn_scale), None)  # [B, H, 1, d_h]
+        return self.out_proj(out.reshape(out.shape[0], self.embed_dim))  # [B, d]
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
