@@ -22,7 +22,8 @@ from ._lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        ".attention": ["URPEAttention", "urpe_attention"],
+        ".attention.multihead": ["URPEAttention"],
+        ".attention.core": ["urpe_attention"],
         ".encoder": ["Encoder", "EncoderLayer"],
         ".graph.batch": ["GraphormerBatch", "GraphormerCollator", "collate"],
         ".graph.config": ["PRESETS", "GraphormerConfig", "get_preset"],

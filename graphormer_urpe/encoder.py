@@ -13,10 +13,10 @@ and a post-LN layer (RoBERTa, used by the paper's synthetic tasks) computes
 :math:`\operatorname{FFN} = W_2\,\operatorname{Drop}_{act}(\operatorname{GELU}(W_1 x))`.
 
 Every layer takes either a dense padded batch ``x`` ``[B, N, d]`` or, with a
-:class:`~graphormer_urpe.attention.TokenLayout`, only its ``T`` real tokens ``[T, d]``: then
-the LayerNorms, projections, feed-forward block and dropouts skip the padding, and only the
-attention product itself sees the padded ``[B, H, N, N]`` layout. Both give the same values
-on the real tokens.
+:class:`~graphormer_urpe.attention.token_layout.TokenLayout`, only its ``T`` real tokens
+``[T, d]``: then the LayerNorms, projections, feed-forward block and dropouts skip the padding,
+and only the attention product itself sees the padded ``[B, H, N, N]`` layout. Both give the
+same values on the real tokens.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from typing import Protocol
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import PreparedBias, URPEAttention, prepare_bias
-from .dropout import Dropout, dropout_add
-from .token_layout import TokenLayout
+from .attention.core import PreparedBias, prepare_bias
+from .attention.dropout import Dropout, dropout_add
+from .attention.multihead import URPEAttention
+from .attention.token_layout import TokenLayout
 
 __all__ = ["EncoderLayer", "Encoder", "LayerScales"]
 
@@ -43,7 +44,7 @@ class LayerScales(Protocol):
 
 
 class EncoderLayer(nn.Module):
-    """One transformer layer around :class:`~graphormer_urpe.attention.URPEAttention`.
+    """One transformer layer around :class:`~graphormer_urpe.attention.multihead.URPEAttention`.
 
     Args:
         embed_dim: width ``d``.
@@ -55,22 +56,24 @@ class EncoderLayer(nn.Module):
         pre_ln: pre-LN (``True``, Graphormer v1) or post-LN (``False``, RoBERTa).
         attention_cls: the attention module, built as ``attention_cls(embed_dim, num_heads,
             dropout=attention_dropout)`` and called like
-            :class:`~graphormer_urpe.attention.URPEAttention` (a subclass such as
-            Transformer-XL's relative attention may take its own ``attn_bias``).
+            :class:`~graphormer_urpe.attention.multihead.URPEAttention` (a subclass such as
+            Transformer-XL's relative attention may take its own ``attn_bias``, and
+            ``memory``).
 
     Shapes:
         ``x`` ``[B, N, d]`` → ``[B, N, d]``, or with ``layout`` the real tokens ``[T, d]`` →
         ``[T, d]``; ``attn_bias`` / ``attn_scale`` broadcastable to ``[B, H, N, N]``;
         ``key_padding_mask`` ``[B, N]``. With ``layout`` and no ``key_padding_mask`` the
         layout's padding mask is used, unless ``attn_bias`` is a
-        :class:`~graphormer_urpe.attention.PreparedBias` (which must then forbid padded keys).
+        :class:`~graphormer_urpe.attention.core.PreparedBias` (which must then forbid padded keys).
         With ``first_token_only`` only the first token of each sequence is updated (it
-        attends to all tokens) and the output is ``[B, d]``: the last layer of a model that
-        reads out a ``[CLS]``-like token needs no more. ``memory`` ``[B, M, d]`` (dense
-        inputs only) is this layer's input from the previous segment (Transformer-XL): it
-        serves as ``M`` extra keys and values before ``x`` (normalised by the same
-        ``LN_1`` in a pre-LN layer), so ``attn_bias`` / ``attn_scale`` then cover ``M + N``
-        keys; it is not updated.
+        attends to all tokens, through the attention's ``first_query``) and the output is
+        ``[B, d]``: the last layer of a model that reads out a ``[CLS]``-like token needs no
+        more. ``memory`` ``[B, M, d]`` (dense inputs only, and an attention that takes it, as
+        Transformer-XL's do) is this layer's input from the previous segment: it serves as
+        ``M`` extra keys and values before ``x`` (normalised by the same ``LN_1`` in a pre-LN
+        layer), so ``attn_bias`` / ``attn_scale`` then cover ``M + N`` keys; it is not
+        updated.
     """
 
     def __init__(
@@ -114,6 +117,12 @@ class EncoderLayer(nn.Module):
     ) -> Tensor:
         p, training = self.dropout.p, self.training
         first = first_token_only
+        attend = self.self_attn.first_query if first else self.self_attn
+        segment: dict[str, Tensor] = {}  # Transformer-XL's memory, for a SegmentAttention
+        if memory is not None:
+            if first:
+                raise ValueError("memory and first_token_only cannot be combined")
+            segment["memory"] = self.attn_norm(memory) if self.pre_ln else memory
 
         def residual(t: Tensor) -> Tensor:  # the rows that this layer outputs
             if not first:
@@ -121,13 +130,12 @@ class EncoderLayer(nn.Module):
             return t[:, 0] if layout is None else t.index_select(0, layout.first)
 
         if self.pre_ln:
-            mem = None if memory is None else self.attn_norm(memory)
-            h = self.self_attn(
-                self.attn_norm(x), attn_bias, attn_scale, key_padding_mask, layout, first, mem
+            h = attend(
+                self.attn_norm(x), attn_bias, attn_scale, key_padding_mask, layout, **segment
             )
             x = dropout_add(residual(x), h, p, training)
             return dropout_add(x, self._ffn(self.ffn_norm(x)), p, training)
-        h = self.self_attn(x, attn_bias, attn_scale, key_padding_mask, layout, first, memory)
+        h = attend(x, attn_bias, attn_scale, key_padding_mask, layout, **segment)
         x = self.attn_norm(dropout_add(residual(x), h, p, training))
         return self.ffn_norm(dropout_add(x, self._ffn(x), p, training))
 
@@ -142,14 +150,14 @@ class Encoder(nn.Module):
 
     ``attn_scale`` is ``None`` (no URPE), one tensor shared by every layer, or a sequence
     (e.g. a lazy :class:`LayerScales`) whose item ``i`` is the ``C`` of layer ``i``.
-    ``attn_bias`` may be a :class:`~graphormer_urpe.attention.PreparedBias` already holding the
+    ``attn_bias`` may be a :class:`~graphormer_urpe.attention.core.PreparedBias` already holding the
     padding mask (then ``key_padding_mask`` must be ``None``).
 
     Shapes:
         ``x`` ``[B, N, d]`` → ``[B, N, d]``, or with ``layout`` (a
-        :class:`~graphormer_urpe.attention.TokenLayout` of the ``[B, N]`` batch) the real
-        tokens ``[T, d]`` → ``[T, d]``. With ``first_token_only`` the output is the first
-        token of each sequence, ``[B, d]`` (the last layer then computes nothing else).
+        :class:`~graphormer_urpe.attention.token_layout.TokenLayout` of the ``[B, N]`` batch)
+        the real tokens ``[T, d]`` → ``[T, d]``. With ``first_token_only`` the output is the
+        first token of each sequence, ``[B, d]`` (the last layer then computes nothing else).
     """
 
     def __init__(self, num_layers: int, final_norm: bool = True, **layer_kwargs) -> None:

@@ -3,11 +3,11 @@
 Times forward + backward (gradients of ``q``, ``k``, ``v``, the bias and, where there is one,
 the URPE table) of one attention product at Graphormer sizes:
 
-* ``fused``: :func:`graphormer_urpe.fused_attention.fused_urpe_attention` (``C`` read from the
-  ``[R, H]`` table through the ``[B, N, N]`` index, dropout drawn in the kernels);
-* ``attention_core``: :class:`graphormer_urpe.attention._AttentionCore`, with ``C`` gathered
+* ``fused``: :func:`graphormer_urpe.attention.fused.launch.fused_urpe_attention` (``C`` read
+  from the ``[R, H]`` table through the ``[B, N, N]`` index, dropout drawn in the kernels);
+* ``attention_core``: :class:`graphormer_urpe.attention.core._AttentionCore`, with ``C`` gathered
   from the table into ``[B, H, N, N]`` and a dropout mask built by
-  :func:`graphormer_urpe.attention.dropout_mask` (both inside the timed step);
+  :func:`graphormer_urpe.attention.dropout.dropout_mask` (both inside the timed step);
 * ``sdpa``: :func:`torch.nn.functional.scaled_dot_product_attention` with the bias and no
   ``C`` (what plain Graphormer attention runs on a GPU), for scale.
 
@@ -35,9 +35,10 @@ import torch
 import torch.nn.functional as F
 from _bench import report
 
-from graphormer_urpe.attention import _AttentionCore, dropout_mask
-from graphormer_urpe.fused_attention import block_sizes, fused_available, fused_urpe_attention
-from graphormer_urpe.fused_kernels import interpreting
+from graphormer_urpe.attention.core import _AttentionCore
+from graphormer_urpe.attention.dropout import dropout_mask
+from graphormer_urpe.attention.fused.kernels import fused_available, interpreting
+from graphormer_urpe.attention.fused.launch import block_sizes, fused_urpe_attention
 
 MIB = 2**20
 

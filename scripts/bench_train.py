@@ -60,7 +60,7 @@ from _bench import (
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphormer_urpe import Graphormer, collate, get_preset
-from graphormer_urpe.attention_kernel import attention_kernel
+from graphormer_urpe.attention.kernel_choice import attention_kernel
 from graphormer_urpe.graph.interop import config_to_hf, hf_inputs
 from graphormer_urpe.graph.model import fit_tables
 from graphormer_urpe.graph.shapes import StaticShapes

@@ -192,7 +192,8 @@ def test_rejects_indivisible_width():
 )
 def test_attention_core_gradients(bias_shape, scale_shape, with_mask):
     """The hand-written backward of the attention product against finite differences."""
-    from graphormer_urpe.attention import _AttentionCore, dropout_mask
+    from graphormer_urpe.attention.core import _AttentionCore
+    from graphormer_urpe.attention.dropout import dropout_mask
 
     g = torch.Generator().manual_seed(0)
 
@@ -213,11 +214,12 @@ def test_attention_core_gradients(bias_shape, scale_shape, with_mask):
 @pytest.mark.parametrize("with_scale", [False, True])
 def test_attention_dropout_matches_naive_formula_with_the_same_mask(with_scale, monkeypatch):
     """Dropout acts on softmax(.) ⊙ C (after C), with the usual 1/(1-p) rescaling."""
-    import graphormer_urpe.attention as attention
+    from graphormer_urpe.attention import core
+    from graphormer_urpe.attention.dropout import dropout_mask
 
     q, k, v, bias, scale, kpm = _inputs(7)
-    mask = attention.dropout_mask((3, 4, 7, 7), 0.4, torch.device("cpu"), torch.float32)
-    monkeypatch.setattr(attention, "dropout_mask", lambda *a, **kw: mask)
+    mask = dropout_mask((3, 4, 7, 7), 0.4, torch.device("cpu"), torch.float32)
+    monkeypatch.setattr(core, "dropout_mask", lambda *a, **kw: mask)
     s = scale if with_scale else torch.ones(1, 1, 1, 1)
     out = urpe_attention(
         q, k, v, bias, s if with_scale else None, kpm, dropout_p=0.4, training=True
@@ -227,7 +229,7 @@ def test_attention_dropout_matches_naive_formula_with_the_same_mask(with_scale, 
 
 
 def test_dropout_mask_is_unbiased():
-    from graphormer_urpe.attention import Dropout, dropout, dropout_mask
+    from graphormer_urpe.attention.dropout import Dropout, dropout, dropout_mask
 
     torch.manual_seed(0)
     m = dropout_mask((400, 500), 0.1, torch.device("cpu"), torch.float32)
@@ -244,7 +246,7 @@ def test_dropout_mask_is_unbiased():
 
 
 def _layout(seed=0, b=4, n=6):
-    from graphormer_urpe.attention import TokenLayout
+    from graphormer_urpe.attention.token_layout import TokenLayout
 
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, n + 1, (b,), generator=g)
@@ -279,7 +281,7 @@ def test_attention_on_real_tokens_equals_padded_attention(with_scale):
     xt = x[real].requires_grad_(True)
     tokens = m(xt, attn_bias=bias, attn_scale=scale, layout=layout)  # padding mask from layout
     torch.testing.assert_close(tokens, dense[real], atol=1e-6, rtol=1e-5)
-    first = m(xt, attn_bias=bias, attn_scale=scale, layout=layout, first_query_only=True)
+    first = m.first_query(xt, attn_bias=bias, attn_scale=scale, layout=layout)
     torch.testing.assert_close(first, dense[:, 0], atol=1e-6, rtol=1e-5)
-    dense_first = m(x, bias, scale, key_padding_mask=~real, first_query_only=True)
+    dense_first = m.first_query(x, bias, scale, key_padding_mask=~real)
     torch.testing.assert_close(dense_first, dense[:, 0], atol=1e-6, rtol=1e-5)

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from graphormer_urpe import Graphormer, collate
-from graphormer_urpe.attention import urpe_attention
-from graphormer_urpe.attention_kernel import IndexedScale, attention_kernel, fused_kernel_for
+from graphormer_urpe.attention.attn_scale import IndexedScale
+from graphormer_urpe.attention.core import urpe_attention
+from graphormer_urpe.attention.kernel_choice import attention_kernel, fused_kernel_for
 from graphormer_urpe.graph.encodings import LayerSpatialScales
 from graphormer_urpe.graph.shapes import StaticShapes
 
@@ -50,7 +51,7 @@ def interpreter(request, monkeypatch):
 
 
 def _fused_runs() -> bool:
-    from graphormer_urpe.fused_attention import fused_available
+    from graphormer_urpe.attention.fused.kernels import fused_available
 
     return fused_available(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 

@@ -15,8 +15,11 @@ import types
 import pytest
 import torch
 
-from graphormer_urpe import Graphormer, cli, fused_attention, fused_guard
-from graphormer_urpe.attention_kernel import attention_kernel, fused_kernel_for
+from graphormer_urpe import Graphormer, cli
+from graphormer_urpe.attention.fused import guard as fused_guard
+from graphormer_urpe.attention.fused import kernels as fused_kernels
+from graphormer_urpe.attention.fused import launch as fused_attention
+from graphormer_urpe.attention.kernel_choice import attention_kernel, fused_kernel_for
 from graphormer_urpe.runtime.capture import CapturedStep, EagerGraphs
 from graphormer_urpe.training import steps
 from graphormer_urpe.training.steps import make_optimizer
@@ -102,7 +105,7 @@ def _inject(monkeypatch, failure: str) -> None:
 
 
 def _fused_runs_here() -> bool:
-    return fused_attention.fused_available(CPU)
+    return fused_kernels.fused_available(CPU)
 
 
 # ---------------------------------------------------------------------------------------------

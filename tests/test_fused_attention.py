@@ -21,12 +21,12 @@ import torch
 
 pytest.importorskip("triton")
 
-from graphormer_urpe import fused_attention as fa  # noqa: E402
-from graphormer_urpe import fused_kernels as fk  # noqa: E402
-from graphormer_urpe.attention import _AttentionCore, urpe_attention  # noqa: E402
-from graphormer_urpe.fused_attention import (  # noqa: E402
+from graphormer_urpe.attention.core import _AttentionCore, urpe_attention  # noqa: E402
+from graphormer_urpe.attention.fused import kernels as fk  # noqa: E402
+from graphormer_urpe.attention.fused import launch as fa  # noqa: E402
+from graphormer_urpe.attention.fused.kernels import fused_available  # noqa: E402
+from graphormer_urpe.attention.fused.launch import (  # noqa: E402
     dropout_keep_mask,
-    fused_available,
     fused_urpe_attention,
 )
 
@@ -479,7 +479,8 @@ def test_module_imports_without_triton(monkeypatch):
 _LATE_INTERPRETER = """
 import os, torch, torch._dynamo  # torch._dynamo imports triton before the variable is set
 import sys
-from graphormer_urpe.fused_attention import fused_urpe_attention, fused_available
+from graphormer_urpe.attention.fused.kernels import fused_available
+from graphormer_urpe.attention.fused.launch import fused_urpe_attention
 assert "triton" in sys.modules and not fused_available(torch.device("cpu"))
 os.environ["TRITON_INTERPRET"] = "1"
 assert fused_available(torch.device("cpu"))
@@ -512,9 +513,9 @@ import torch
 import triton
 import triton.language as tl
 
-from graphormer_urpe import fused_kernels
+from graphormer_urpe.attention.fused import kernels
 
-uniform = fused_kernels.kernels().uniform
+uniform = kernels.kernels().uniform
 
 
 @triton.jit

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphormer_urpe.attention import URPEAttention
 from graphormer_urpe.sequence import (
     CorpusUnavailableError,
     TransformerXL,
@@ -34,6 +33,7 @@ from graphormer_urpe.sequence import corpus as corpus_module
 from graphormer_urpe.sequence import lm as lm_module
 from graphormer_urpe.sequence.lm import batchify, cosine_warmup
 from graphormer_urpe.sequence.model import RelativePositionTable
+from graphormer_urpe.sequence.xl_attention import SegmentAttention
 from graphormer_urpe.training.checkpoint import TrainingInterrupted, load_checkpoint
 
 from .test_sequence import run_tiny_command
@@ -84,7 +84,7 @@ def test_attention_with_memory_matches_plain_reference() -> None:
     """One URPE attention over [memory; x] with causal B and C equals a loop-by-loop oracle."""
     torch.manual_seed(0)
     b, m, n, d, h = 2, 5, 4, 12, 3
-    attn = URPEAttention(d, h).eval()
+    attn = SegmentAttention(d, h).eval()
     mem, x = torch.randn(b, m, d), torch.randn(b, n, d)
     bias_table, scale_table = torch.randn(m + n, h), 1 + 0.3 * torch.randn(m + n, h)
     future = torch.zeros(n, m + n)

@@ -29,8 +29,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._compiler import compiler_disable
-from ..attention import TokenLayout, true_positions
-from ..attention_kernel import IndexedScale, fused_kernel_for
+from ..attention.attn_scale import IndexedScale
+from ..attention.kernel_choice import fused_kernel_for
+from ..attention.token_layout import TokenLayout, true_positions
 from .batch import GraphormerBatch, hop_positions, pair_hops, path_input_from_dense
 
 __all__ = [
@@ -58,8 +59,8 @@ class GraphTokens:
         batch: the dense batch (``n`` nodes per graph, ``n + 1`` tokens with the graph token).
 
     Attributes:
-        layout: the :class:`~graphormer_urpe.attention.TokenLayout` of the ``[B, n + 1]``
-            token grid.
+        layout: the :class:`~graphormer_urpe.attention.token_layout.TokenLayout` of the
+            ``[B, n + 1]`` token grid.
         graph_index: ``[B]`` long, position of every graph token among the ``T`` tokens.
         node_index: ``[T - B]`` long, position of every node (the real nodes, and a static
             batch's padding tokens) among the ``T`` tokens.
@@ -433,8 +434,8 @@ class SpatialScale(nn.Module):
 class LayerSpatialScales:
     """Lazy per-layer ``C``: item ``i`` is layer ``i``'s ``[B, H, n + 1, n + 1]`` matrix, or,
     where the fused attention kernel runs (see
-    :func:`~graphormer_urpe.attention_kernel.attention_kernel`), its
-    :class:`~graphormer_urpe.attention_kernel.IndexedScale`: the ``[K + 3, H]`` table and the
+    :func:`~graphormer_urpe.attention.kernel_choice.attention_kernel`), its
+    :class:`~graphormer_urpe.attention.attn_scale.IndexedScale`: the ``[K + 3, H]`` table and the
     ``[B, n + 1, n + 1]`` index, never materialised.
 
     Built once per forward pass and handed to :class:`~graphormer_urpe.encoder.Encoder`, so

@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import Dropout, PreparedBias, prepare_bias
+from ..attention.core import PreparedBias, prepare_bias
+from ..attention.dropout import Dropout
 from ..encoder import Encoder
 from .batch import GraphormerBatch, collate
 from .config import (

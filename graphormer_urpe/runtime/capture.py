@@ -33,8 +33,8 @@ the run logs why and continues eagerly with the same static batches. A training 
 fails on the fast path at a batch shape's first use (its warm-up or capture, or the fused
 attention kernel) is redone eagerly from the state before it (random generators and loss
 totals restored), after the part that failed is turned off: the fused kernel when the error
-came from it (:mod:`graphormer_urpe.fused_guard`), else the capture. Each turn-off logs one
-warning that names the flag that skips it from the start (``--no-capture``,
+came from it (:mod:`graphormer_urpe.attention.fused.guard`), else the capture. Each turn-off
+logs one warning that names the flag that skips it from the start (``--no-capture``,
 ``--attention-kernel eager``). An error that the eager step raises too is the run's own and
 is raised.
 """
@@ -51,8 +51,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from ..attention_kernel import fused_kernel_for
-from ..fused_guard import disable_fused, raised_by_fused_kernel
+from ..attention.fused.guard import disable_fused, raised_by_fused_kernel
+from ..attention.kernel_choice import fused_kernel_for
 from ..graph.batch import GraphormerBatch
 from ..io.checkpoint import rng_state, set_rng_state
 

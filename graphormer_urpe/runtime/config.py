@@ -110,8 +110,9 @@ class TrainConfig:
     compile: bool = False
     """Run the model through ``torch.compile`` (dynamic shapes); steps are then not captured."""
     attention_kernel: Literal["auto", "fused", "eager"] = "auto"
-    """The attention product's kernel (:func:`~graphormer_urpe.attention_kernel.
-    attention_kernel`): ``auto``, PyTorch operators; ``fused``, the fused Triton kernel."""
+    """The attention product's kernel
+    (:func:`~graphormer_urpe.attention.kernel_choice.attention_kernel`): ``auto``, PyTorch
+    operators; ``fused``, the fused Triton kernel."""
     capture: bool = True
     """On one CUDA GPU, batches in a few static shapes and the whole training step (and every
     evaluation pass) captured as a CUDA graph per shape and replayed

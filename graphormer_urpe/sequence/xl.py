@@ -59,11 +59,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import Dropout, PreparedBias, URPEAttention, prepare_bias
+from ..attention.core import PreparedBias, prepare_bias
+from ..attention.dropout import Dropout
 from .adaptive_softmax import TiedAdaptiveLogSoftmax
 from .model import RelativePositionTable, sequence_encoder
 from .names import LM_PE_SCHEMES, LMPEName, check_choice
-from .xl_attention import XLPositions, XLRelativeAttention, sinusoid_encoding
+from .xl_attention import SegmentAttention, XLPositions, XLRelativeAttention, sinusoid_encoding
 
 __all__ = [
     "LMPEName",
@@ -204,7 +205,7 @@ class TransformerXL(nn.Module):
             cfg,
             final_norm=cfg.pre_ln,
             pre_ln=cfg.pre_ln,
-            attention_cls=XLRelativeAttention if cfg.relative_attention else URPEAttention,
+            attention_cls=XLRelativeAttention if cfg.relative_attention else SegmentAttention,
         )
         self.out_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.adaptive = None

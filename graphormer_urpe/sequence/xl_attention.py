@@ -10,7 +10,7 @@ query :math:`i` (window position :math:`M + i`) against key :math:`j` with
 per head, where :math:`r_\delta` is the fixed sinusoidal encoding of the distance
 :math:`\delta`, :math:`W_R` a learned projection of each layer, and :math:`u, v` learned
 vectors per head shared by all layers. The core
-(:func:`~graphormer_urpe.attention.urpe_attention`) computes
+(:func:`~graphormer_urpe.attention.core.urpe_attention`) computes
 :math:`\operatorname{softmax}(q k^\top / \sqrt{d_h} + B) \odot C`, so the three position terms
 arrive as its additive bias
 
@@ -22,6 +22,10 @@ and URPE's :math:`C` (``xl-urpe``) as its scale. The content-position products a
 once per query and distance, :math:`[N, K + 1]` for the distances :math:`K, \dots, 0`, and
 moved to query-key order by the relative shift (:func:`relative_shift`, a view), not per
 query-key pair.
+
+The previous segment's cached states are extra keys and values before the segment's own
+(:class:`SegmentAttention`, the attention of the other positional schemes, which this layer
+extends).
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..attention import PreparedBias, URPEAttention, urpe_attention
+from ..attention.core import PreparedBias
+from ..attention.multihead import URPEAttention
 
 __all__ = [
+    "SegmentAttention",
     "XLPositions",
     "XLRelativeAttention",
     "distance_order_mask",
@@ -175,10 +181,50 @@ class XLPositions(NamedTuple):
     v: Tensor
 
 
-class XLRelativeAttention(URPEAttention):
+class SegmentAttention(URPEAttention):
+    r""":class:`~graphormer_urpe.attention.multihead.URPEAttention` over a segment and the cached
+    states of the previous one (Transformer-XL's recurrence).
+
+    The queries are the ``N`` rows of ``x``, the keys and values ``[memory; x]`` (``M + N``
+    rows), so ``attn_bias``, ``attn_scale`` and ``key_padding_mask`` then cover ``M + N``
+    keys. Without ``memory`` it is :class:`~graphormer_urpe.attention.multihead.URPEAttention`.
+
+    Shapes:
+        - ``x``: ``[B, N, d]``; ``memory``: ``[B, M, d]`` or ``None``
+        - ``attn_bias`` / ``attn_scale``: broadcastable to ``[B, H, N, M + N]``
+        - ``key_padding_mask``: ``[B, M + N]``
+        - output: ``[B, N, d]``
+    """
+
+    def _segment_heads(self, x: Tensor, memory: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries ``[B, H, N, d_h]`` of ``x``, keys and values ``[B, H, M + N, d_h]`` of
+        ``[memory; x]``."""
+        kv = x if memory is None else torch.cat([memory, x], dim=1)  # [B, M + N, d]
+        q = self._heads(self.q_proj(x))
+        return q, self._heads(self.k_proj(kv)), self._heads(self.v_proj(kv))
+
+    def forward(  # type: ignore[override]
+        self,
+        x: Tensor,
+        attn_bias: Tensor | PreparedBias | None = None,
+        attn_scale: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        layout: object | None = None,
+        memory: Tensor | None = None,
+    ) -> Tensor:
+        if memory is None:
+            return super().forward(x, attn_bias, attn_scale, key_padding_mask, layout)
+        if layout is not None:
+            raise ValueError("memory is only supported for dense [B, N, d] inputs")
+        q, k, v = self._segment_heads(x, memory)
+        out = self._attend(q, k, v, attn_bias, attn_scale, key_padding_mask)  # [B, H, N, d_h]
+        return self.out_proj(self._merge_heads(out))
+
+
+class XLRelativeAttention(SegmentAttention):
     r"""Transformer-XL's relative multi-head attention on the URPE core.
 
-    :class:`~graphormer_urpe.attention.URPEAttention`'s projections (without biases, as in
+    :class:`~graphormer_urpe.attention.multihead.URPEAttention`'s projections (without biases, as in
     Transformer-XL) plus this layer's :math:`W_R` (``r_proj``); the position terms become the
     core's additive bias (:func:`xl_position_bias`), an optional URPE :math:`C` its scale.
 
@@ -210,26 +256,18 @@ class XLRelativeAttention(URPEAttention):
         attn_scale: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
         layout: object | None = None,
-        first_query_only: bool = False,
         memory: Tensor | None = None,
     ) -> Tensor:
-        if key_padding_mask is not None or layout is not None or first_query_only:
+        if key_padding_mask is not None or layout is not None:
             raise ValueError("relative attention takes dense, unpadded [B, N, d] segments")
-        b, n, _ = x.shape
-        kv = x if memory is None else torch.cat([memory, x], dim=1)  # [B, K, d]
-        q = self._heads(self.q_proj(x))  # [B, H, N, d_h]
-        k = self._heads(self.k_proj(kv))  # [B, H, K, d_h]
-        v = self._heads(self.v_proj(kv))
+        q, k, v = self._segment_heads(x, memory)  # [B, H, N, d_h], [B, H, K, d_h] (twice)
         pos = attn_bias
         rel = self.r_proj(pos.encodings).view(-1, self.num_heads, self.head_dim).transpose(0, 1)
         bias = xl_position_bias(q, k, rel, pos.u, pos.v)  # [B, H, N, K], causal
-        out = urpe_attention(
-            q,
-            k,
-            v,
-            attn_bias=PreparedBias(bias, None),  # every query sees itself: no dead rows
-            attn_scale=attn_scale,
-            dropout_p=self.dropout,
-            training=self.training,
-        )  # [B, H, N, d_h]
-        return self.out_proj(out.transpose(1, 2).reshape(b, n, self.embed_dim))
+        # every query sees itself: no dead rows
+        out = self._attend(q, k, v, PreparedBias(bias, None), attn_scale, None)
+        return self.out_proj(self._merge_heads(out))  # [B, N, d]
+
+    def first_query(self, *args: object, **kwargs: object) -> Tensor:
+        """Not supported: Transformer-XL's segments have no read-out token."""
+        raise ValueError("relative attention takes dense, unpadded [B, N, d] segments")

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from ..attention_kernel import attention_kernel
+from ..attention.kernel_choice import attention_kernel
 from ..inference.prediction import _evaluate as _evaluate
 from ..inference.prediction import predict, predict_dataset
 from ..io.checkpoint import CheckpointKeeper, TrainingInterrupted, stop_requests, write_atomic

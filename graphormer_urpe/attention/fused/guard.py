@@ -1,7 +1,7 @@
 r"""A fused kernel that cannot stop a run: one self-check per device, then a way back.
 
-The fused Triton kernel (:mod:`graphormer_urpe.fused_attention`) computes attention where
-it is asked for (``--attention-kernel fused``). Before its first real use on a device,
+The fused Triton kernel (:mod:`graphormer_urpe.attention.fused.launch`) computes attention
+where it is asked for (``--attention-kernel fused``). Before its first real use on a device,
 :func:`fused_usable` runs it once on a small probe (forward and backward, without and with
 dropout) and compares it with a plain float64 computation of
 
@@ -10,7 +10,7 @@ dropout) and compares it with a plain float64 computation of
 
 and its gradients. The probe is ``[2, 2, 20, 16]`` per operand, with a masked key, a fully
 masked query row, ``C`` as a ``[5, 2]`` table and a ``[2, 20, 20]`` index, and the kernel's
-own dropout mask (:func:`~graphormer_urpe.fused_attention.dropout_keep_mask`) in the
+own dropout mask (:func:`~graphormer_urpe.attention.fused.launch.dropout_keep_mask`) in the
 reference. It draws nothing from the global random generators.
 
 A check that raises (Triton cannot compile or launch the kernels: an unsupported GPU, too
@@ -101,7 +101,11 @@ def fused_usable(device: torch.device | str) -> bool:
     return _checked[key] is None
 
 
-_KERNEL_MODULES = ("graphormer_urpe.fused_attention", "graphormer_urpe.fused_kernels", "triton")
+_KERNEL_MODULES = (
+    "graphormer_urpe.attention.fused.launch",
+    "graphormer_urpe.attention.fused.kernels",
+    "triton",
+)
 
 
 def raised_by_fused_kernel(exc: BaseException) -> bool:
@@ -169,7 +173,7 @@ def _reference(ops: dict[str, Tensor], mask: Tensor | None) -> tuple[Tensor, ...
 
 def _fused(ops: dict[str, Tensor], device: torch.device, p: float) -> tuple[Tensor, ...]:
     """Output and gradients of the probe from the fused kernel, in float32 on ``device``."""
-    from . import fused_attention
+    from . import launch
 
     def on_device(name: str) -> Tensor:
         return ops[name].to(device=device, dtype=torch.float32).requires_grad_()
@@ -177,7 +181,7 @@ def _fused(ops: dict[str, Tensor], device: torch.device, p: float) -> tuple[Tens
     q, k, v, bias, table = (on_device(n) for n in _GRADS)
     index = ops["index"].to(device=device, dtype=torch.int32)
     seed = _seed(device)
-    out = fused_attention.fused_urpe_attention(q, k, v, bias, table, index, p, seed)
+    out = launch.fused_urpe_attention(q, k, v, bias, table, index, p, seed)
     out.backward(ops["grad"].to(device=device, dtype=torch.float32))
     results = (out, q.grad, k.grad, v.grad, bias.grad, table.grad)
     return tuple(t.detach().double().cpu() for t in results)
@@ -187,7 +191,7 @@ def self_check(device: torch.device | str, p: float = 0.25) -> str | None:
     """Run the fused kernel on the probe (see the module docstring) on ``device``, without
     dropout and with dropout ``p``; ``None`` when it agrees with the reference, else why not
     (the exception it raised, or the largest relative error and where)."""
-    from . import fused_attention
+    from . import launch
 
     device = torch.device(device)
     ops = _probe()
@@ -198,7 +202,7 @@ def self_check(device: torch.device | str, p: float = 0.25) -> str | None:
             if rate > 0.0:
                 seed = _seed(device)
                 shape = (*ops["q"].shape[:3], ops["k"].shape[2])  # [B, H, N_q, N_k]
-                mask = fused_attention.dropout_keep_mask(seed, shape, rate).double().cpu()
+                mask = launch.dropout_keep_mask(seed, shape, rate).double().cpu()
             got, want = _fused(ops, device, rate), _reference(ops, mask)
             for name, g, w in zip(names, got, want, strict=True):
                 scale = float(w.abs().max()) + 1e-12

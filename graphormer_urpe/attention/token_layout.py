@@ -1,7 +1,7 @@
 r"""Unpadded tokens: :class:`TokenLayout` maps a padded batch ``[B, N, d]`` to its ``T`` real
 tokens ``[T, d]`` and back, so that projections and everything around the attention product
-skip the padding (:class:`~graphormer_urpe.attention.URPEAttention` pads only the projected
-heads, through the autograd functions here).
+skip the padding (:class:`~graphormer_urpe.attention.multihead.URPEAttention` pads only the
+projected heads, through the autograd functions here).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._compiler import compiler_disable
+from .._compiler import compiler_disable
 
 __all__ = ["TokenLayout", "true_positions"]
 

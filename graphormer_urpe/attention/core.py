@@ -1,8 +1,7 @@
-r"""Universal RPE-based (URPE) multi-head attention.
+r"""The attention core: URPE attention on already projected heads (:func:`urpe_attention`).
 
-The attention core of the library. It knows nothing about graphs or sequences: callers
-pass an additive relative-position bias :math:`B` and, for URPE, a multiplicative
-relative-position matrix :math:`C`, both per head:
+It knows nothing about graphs or sequences: callers pass an additive relative-position bias
+:math:`B` and, for URPE, a multiplicative relative-position matrix :math:`C`, both per head:
 
 .. math::
     A = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_h}} + B\right) \odot C,
@@ -28,13 +27,6 @@ Masking conventions:
   and gradients stay finite.
 
 The softmax always runs in float32, also under float16 / bfloat16 inputs or autocast.
-
-Unpadded tokens: :class:`TokenLayout` (:mod:`graphormer_urpe.token_layout`) maps a padded
-batch ``[B, N, d]`` to its ``T`` real tokens ``[T, d]`` and back. :class:`URPEAttention` given
-a layout takes and returns ``[T, d]`` and pads only the projected heads for the attention
-product, so that projections (and everything around them in :mod:`graphormer_urpe.encoder`)
-skip the padding. The attention dropout, whose mask the backward pass reuses, is in
-:mod:`graphormer_urpe.dropout`; this module gives both modules' names too.
 """
 
 from __future__ import annotations
@@ -44,27 +36,14 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from .attention_kernel import IndexedScale, fused_kernel_for
-from .dropout import Dropout, dropout, dropout_add, dropout_mask
-from .fused_guard import disable_fused
-from .token_layout import TokenLayout, true_positions
+from .attn_scale import IndexedScale, Scale
+from .dropout import dropout_mask
+from .fused.guard import disable_fused
+from .kernel_choice import fused_kernel_for
 
-__all__ = [
-    "URPEAttention",
-    "urpe_attention",
-    "PreparedBias",
-    "prepare_bias",
-    "TokenLayout",
-    "true_positions",
-    "Dropout",
-    "dropout",
-    "dropout_add",
-    "dropout_mask",
-]
-
-Scale = Tensor | IndexedScale  # URPE's C, dense or as a table and an index
+__all__ = ["PreparedBias", "prepare_bias", "urpe_attention"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +228,7 @@ def _fused(
     q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: Scale | None, p: float
 ) -> Tensor:
     """The product in the fused kernel; a dense ``C`` becomes a table with a row per entry."""
-    from .fused_attention import fused_urpe_attention
+    from .fused.launch import fused_urpe_attention
 
     table = index = None
     if isinstance(scale, IndexedScale):
@@ -285,7 +264,7 @@ def urpe_attention(
         attn_bias: additive bias ``B``, broadcastable to ``[B, H, N_q, N_k]``; may hold ``-inf``;
             or a :class:`PreparedBias` (then ``key_padding_mask`` must be ``None``).
         attn_scale: multiplicative ``C``, broadcastable to ``[B, H, N_q, N_k]``, or an
-            :class:`~graphormer_urpe.attention_kernel.IndexedScale` (a table and an index),
+            :class:`~graphormer_urpe.attention.attn_scale.IndexedScale` (a table and an index),
             or ``None``.
         key_padding_mask: ``[B, N_k]`` bool, ``True`` for padded keys.
         dropout_p: attention dropout probability (applied after ``C``).
@@ -294,8 +273,9 @@ def urpe_attention(
     Returns:
         ``[B, H, N_q, d_h]`` attention output, zero on fully masked query rows.
 
-    The kernel is chosen by :func:`~graphormer_urpe.attention_kernel.attention_kernel`: by
-    default PyTorch operators; the fused Triton kernel with ``attention_kernel("fused")``.
+    The kernel is chosen by
+    :func:`~graphormer_urpe.attention.kernel_choice.attention_kernel`: by default PyTorch
+    operators; the fused Triton kernel with ``attention_kernel("fused")``.
     """
     if isinstance(attn_bias, PreparedBias):
         if key_padding_mask is not None:
@@ -330,146 +310,3 @@ def urpe_attention(
     if dead_rows is not None:
         out = out.masked_fill(dead_rows, 0.0)
     return out
-
-
-def _row0(t: Scale | None) -> Scale | None:
-    """The first query row of a ``[..., N_q, N_k]`` matrix (kept when it broadcasts)."""
-    if isinstance(t, IndexedScale):
-        return t if t.index.shape[-2] == 1 else t.first_rows()
-    return t if t is None or t.shape[-2] == 1 else t[..., :1, :]
-
-
-def _first_rows(
-    attn_bias: Tensor | PreparedBias | None, key_padding_mask: Tensor | None
-) -> PreparedBias:
-    """The prepared bias of the first query of every sequence."""
-    if not isinstance(attn_bias, PreparedBias):
-        attn_bias = prepare_bias(_row0(attn_bias), key_padding_mask)
-    elif key_padding_mask is not None:
-        raise ValueError("pass key_padding_mask to prepare_bias, not with a PreparedBias")
-    return PreparedBias(_row0(attn_bias.bias), _row0(attn_bias.dead_rows))
-
-
-class URPEAttention(nn.Module):
-    r"""Multi-head attention with an additive bias :math:`B` and a URPE matrix :math:`C`.
-
-    .. math::
-        \operatorname{MHA}(X) = \operatorname{concat}_h\!\Big(
-        \operatorname{Dropout}\big(\operatorname{softmax}(\tfrac{Q_h K_h^\top}{\sqrt{d_h}}
-        + B_h) \odot C_h\big) V_h\Big) W^O
-
-    with :math:`Q_h = X W^Q_h`, :math:`K_h = X W^K_h`, :math:`V_h = X W^V_h` (all linear maps
-    with bias). :math:`B` is not scaled by :math:`1/\sqrt{d_h}`.
-
-    Args:
-        embed_dim: model width ``d``.
-        num_heads: number of heads ``H``; ``d`` must be divisible by ``H``.
-        dropout: attention dropout on the (URPE-scaled) probabilities.
-        bias: whether the four projections have a bias.
-
-    Shapes:
-        - input ``x``: ``[B, N, d]``, or ``[T, d]`` real tokens with ``layout``
-        - ``memory``: ``[B, M, d]`` extra keys / values before ``x`` (the bias, scale and
-          padding mask then have ``M + N`` key columns), or ``None``
-        - ``attn_bias``: broadcastable to ``[B, H, N, N]`` (float, may hold ``-inf``)
-        - ``attn_scale``: broadcastable to ``[B, H, N, N]`` or ``None`` (plain RPE attention)
-        - ``key_padding_mask``: ``[B, N]`` bool, ``True`` on padding
-        - ``layout``: a :class:`TokenLayout` of the ``[B, N]`` batch, or ``None``; without a
-          ``key_padding_mask`` its padding is masked (unless ``attn_bias`` is a
-          :class:`PreparedBias`, which must then forbid the padded keys itself)
-        - output: same shape as ``x``; with ``first_query_only`` only the first token of every
-          sequence attends: ``[B, d]``
-    """
-
-    def __init__(
-        self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True
-    ) -> None:
-        super().__init__()
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
-            )
-        self.embed_dim = embed_dim
-        self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
-        self.dropout = dropout
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """Xavier-uniform weights and zero biases (models may re-initialise)."""
-        for lin in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
-
-    def _heads(self, t: Tensor) -> Tensor:
-        b, n, _ = t.shape
-        return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-
-    def forward(
-        self,
-        x: Tensor,
-        attn_bias: Tensor | PreparedBias | None = None,
-        attn_scale: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
-        layout: TokenLayout | None = None,
-        first_query_only: bool = False,
-        memory: Tensor | None = None,
-    ) -> Tensor:
-        """Self-attention over ``x``: ``[B, N, d]`` → ``[B, N, d]``, or ``[T, d]`` → ``[T, d]``
-        with ``layout`` (projections on the real tokens only). With ``first_query_only`` only
-        the first token of each sequence is a query and the output is ``[B, d]``.
-
-        ``memory`` ``[B, M, d]`` (dense inputs only) holds extra keys and values placed before
-        ``x``, as the cached states of Transformer-XL's previous segment: the queries are the
-        ``N`` rows of ``x``, the keys ``[memory; x]`` (``M + N``), so ``attn_bias``,
-        ``attn_scale`` and ``key_padding_mask`` then cover ``M + N`` keys."""
-        h = self.num_heads
-        if memory is not None and (layout is not None or first_query_only):
-            raise ValueError("memory is only supported for dense [B, N, d] inputs")
-        if layout is not None and key_padding_mask is None:
-            if not isinstance(attn_bias, PreparedBias):  # (a PreparedBias already masks them)
-                key_padding_mask = layout.key_padding_mask
-        if layout is None:
-            kv = x if memory is None else torch.cat([memory, x], dim=1)  # [B, M + N, d]
-            k = self._heads(self.k_proj(kv))  # [B, H, M + N, d_h]
-            v = self._heads(self.v_proj(kv))
-            xq = x[:, :1] if first_query_only else x
-            q = self._heads(self.q_proj(xq))  # [B, H, N_q, d_h]
-        else:  # [T, d] -> padded [B, H, N, d_h]
-            # padded keys are masked and padded queries discarded: no zero-filling needed
-            k = layout.pad_heads(self.k_proj(x), h, zeros=False)
-            v = layout.pad_heads(self.v_proj(x), h, zeros=False)
-            if first_query_only:
-                q = self.q_proj(x.index_select(0, layout.first))  # [B, d]
-                q = q.view(-1, 1, h, self.head_dim).transpose(1, 2)  # [B, H, 1, d_h]
-            else:
-                q = layout.pad_heads(self.q_proj(x), h, zeros=False)
-        if first_query_only:
-            attn_bias, attn_scale = _first_rows(attn_bias, key_padding_mask), _row0(attn_scale)
-            key_padding_mask = None
-        out = urpe_attention(
-            q,
-            k,
-            v,
-            attn_bias=attn_bias,
-            attn_scale=attn_scale,
-            key_padding_mask=key_padding_mask,
-            dropout_p=self.dropout,
-            training=self.training,
-        )  # [B, H, N_q, d_h]
-        if first_query_only:
-            out = out.reshape(out.shape[0], self.embed_dim)  # [B, d]
-        elif layout is None:
-            b, _, n, _ = out.shape
-            out = out.transpose(1, 2).reshape(b, n, self.embed_dim)  # [B, N, d]
-        else:
-            out = layout.unpad_heads(out)  # [T, d]
-        return self.out_proj(out)
-
-    def extra_repr(self) -> str:
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

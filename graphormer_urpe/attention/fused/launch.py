@@ -1,6 +1,6 @@
 r"""Fused URPE attention: one Triton kernel for the forward pass, two for the backward.
 
-The product (the one of :class:`graphormer_urpe.attention._AttentionCore`):
+The product (the one of :class:`graphormer_urpe.attention.core._AttentionCore`):
 
 .. math::
     S = \frac{Q K^\top}{\sqrt{d_h}} + B, \qquad P = \operatorname{softmax}(S), \qquad
@@ -59,10 +59,11 @@ is never a Python number, and scratch buffers come from the caching allocator. F
 backward can therefore be captured in a ``torch.cuda.CUDAGraph`` (after one warm-up call that
 compiles the kernels) and replayed with fresh dropout masks.
 
-Triton is optional: this module imports without it (:func:`fused_available` is then
-``False``). Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors) runs the same kernels
-(:mod:`graphormer_urpe.fused_kernels`, decorated on first use, so the variable only needs to
-be set before the first call).
+Triton is optional: this module imports without it
+(:func:`~graphormer_urpe.attention.fused.kernels.fused_available` is then ``False``). Triton's
+interpreter (``TRITON_INTERPRET=1``, CPU tensors) runs the same kernels
+(:mod:`graphormer_urpe.attention.fused.kernels`, decorated on first use, so the variable only
+needs to be set before the first call).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .fused_kernels import fused_available, interpreting, kernels
+from .kernels import fused_available, interpreting, kernels
 
 __all__ = [
     "MAX_HEAD_DIM",
@@ -82,7 +83,6 @@ __all__ = [
     "block_sizes",
     "draw_seed",
     "dropout_keep_mask",
-    "fused_available",
     "fused_urpe_attention",
 ]
 

@@ -1,5 +1,5 @@
-r"""The Triton kernels of :mod:`graphormer_urpe.fused_attention` (see its docstring for the
-math, the tiling, the dropout and the CUDA-graph safety).
+r"""The Triton kernels of :mod:`graphormer_urpe.attention.fused.launch` (see its docstring for
+the math, the tiling, the dropout and the CUDA-graph safety).
 
 The kernels are plain functions here, decorated with ``triton.jit`` on first use
 (:func:`kernels`). Triton reads ``TRITON_INTERPRET`` when a function is decorated, and

@@ -1,14 +1,4 @@
-r"""Which kernel computes the attention product, and URPE's ``C`` as a table and an index.
-
-:class:`IndexedScale` gives :math:`C` the way every caller builds it: a small table of
-per-head values and, per query-key pair, the row to read,
-
-.. math::
-    C_{b,h,i,j} = \text{table}[\text{index}_{b,i,j},\, h],
-
-so that the fused kernel (:mod:`graphormer_urpe.fused_attention`) reads :math:`C` where it
-needs it instead of a materialised ``[B, H, N_q, N_k]`` tensor per layer; the other kernels
-materialise it (:meth:`IndexedScale.materialize`).
+r"""Which kernel computes the attention product.
 
 :func:`attention_kernel` chooses, for the code run inside it (a whole training run, say):
 
@@ -23,42 +13,20 @@ materialise it (:meth:`IndexedScale.materialize`).
 
 Before its first use on a device the fused kernel checks itself against a plain computation;
 a kernel that fails the check, or fails later, is turned off on that device with one warning
-and attention goes on with the eager kernels (:mod:`graphormer_urpe.fused_guard`).
+and attention goes on with the eager kernels (:mod:`graphormer_urpe.attention.fused.guard`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import NamedTuple
 
 import torch
-from torch import Tensor
 
-__all__ = ["IndexedScale", "KERNELS", "attention_kernel", "fused_kernel_for"]
+__all__ = ["KERNELS", "attention_kernel", "fused_kernel_for"]
 
 KERNELS = ("auto", "fused", "eager")
 _choice = ["auto"]
-
-
-class IndexedScale(NamedTuple):
-    """URPE's ``C`` as ``table[index[b, i, j], h]``.
-
-    Attributes:
-        table: ``[R, H]`` float (differentiable).
-        index: ``[B|1, N_q, N_k]`` integer rows of ``table``, in ``[0, R)``.
-    """
-
-    table: Tensor
-    index: Tensor
-
-    def materialize(self) -> Tensor:
-        """``C`` as ``[B|1, H, N_q, N_k]``."""
-        return self.table.t()[:, self.index].transpose(0, 1)
-
-    def first_rows(self) -> IndexedScale:
-        """The ``C`` of the first query of every sequence: ``index [B|1, 1, N_k]``."""
-        return IndexedScale(self.table, self.index[:, :1, :])
 
 
 @contextlib.contextmanager
@@ -78,11 +46,11 @@ def attention_kernel(kind: str) -> Iterator[None]:
 def fused_kernel_for(device: torch.device) -> bool:
     """Whether the fused kernel computes the attention products on ``device`` (with or
     without ``C``) under the current :func:`attention_kernel` choice (and it passed its
-    self-check there, :func:`~graphormer_urpe.fused_guard.fused_usable`)."""
+    self-check there, :func:`~graphormer_urpe.attention.fused.guard.fused_usable`)."""
     kind = _choice[0]
     if kind != "fused" or torch.compiler.is_compiling():
         return False
-    from .fused_attention import fused_available
-    from .fused_guard import fused_usable
+    from .fused.guard import fused_usable
+    from .fused.kernels import fused_available
 
     return fused_available(device) and fused_usable(device)
