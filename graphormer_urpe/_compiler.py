@@ -1,11 +1,11 @@
 """``torch.compiler.disable`` without importing ``torch._dynamo`` until something compiles.
 
-``@torch.compiler.disable`` imports ``torch._dynamo`` (about 1.5 s) when the decorated module
-is imported, so every program that only runs the model eagerly (``graphormer-urpe predict``)
-paid for the compiler. :func:`compiler_disable` marks the function at import time and wraps it
-in ``torch.compiler.disable`` on the first call made after ``torch._dynamo`` was imported
-(``torch.compile`` imports it before it traces anything): before that no frame can be
-compiled, so the function simply runs.
+``@torch.compiler.disable`` imports ``torch._dynamo`` (seconds; measured:
+docs/results/code-notes.md) when the decorated module is imported, so every program that only runs
+the model eagerly (``graphormer-urpe predict``) paid for the compiler. :func:`compiler_disable`
+marks the function at import time and wraps it in ``torch.compiler.disable`` on the first call made
+after ``torch._dynamo`` was imported (``torch.compile`` imports it before it traces anything):
+before that no frame can be compiled, so the function simply runs.
 
 This module imports nothing heavy; it sits below every other module of the package.
 """

@@ -16,16 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphormer_urpe.cli.sequence import add_lm_parser, run_lm
 from graphormer_urpe.sequence import (
     CorpusUnavailableError,
     TransformerXL,
     TransformerXLConfig,
-    add_lm_parser,
     evaluate_lm,
     lm_config,
     pydoc_corpus,
     relative_position_index,
-    run_lm,
     train_lm,
     wikitext_corpus,
 )

@@ -10,18 +10,17 @@ import math
 import pytest
 import torch
 
+from graphormer_urpe.cli.sequence import add_synthetic_parser, run_synthetic
 from graphormer_urpe.sequence import (
     PAD_INDEX,
     PE_SCHEMES,
     SequenceModelConfig,
     SequenceTransformer,
     SyntheticTask,
-    add_synthetic_parser,
     evaluate,
     linear_warmup_decay,
     masked_loss_and_hits,
     relative_position_index,
-    run_synthetic,
     synthetic_config,
     t5_relative_bucket,
     train_synthetic,
@@ -375,3 +374,15 @@ def test_cli_reports_bad_configuration(capsys) -> None:
     args = _parser().parse_args(["synthetic", "--task", "etp", "--length", "7", "--steps", "2"])
     assert run_synthetic(args) == 2
     assert "even length" in capsys.readouterr().err
+
+
+def test_the_sub_commands_moved_to_the_cli_and_the_old_names_warn() -> None:
+    import graphormer_urpe.sequence as sequence
+
+    for name, new in (
+        ("add_synthetic_parser", add_synthetic_parser),
+        ("run_synthetic", run_synthetic),
+    ):
+        with pytest.warns(DeprecationWarning, match=f"graphormer_urpe.cli.sequence.{name}"):
+            assert getattr(sequence, name) is new
+    assert "run_lm" not in sequence.__all__ and "run_synthetic" not in dir(sequence)

@@ -251,12 +251,12 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_synthetic(sub: argparse._SubParsersAction) -> None:
-    from ..sequence.cli import add_synthetic_parser
+    from .sequence import add_synthetic_parser
 
     add_synthetic_parser(sub)
 
 
 def _add_lm(sub: argparse._SubParsersAction) -> None:
-    from ..sequence.cli import add_lm_parser
+    from .sequence import add_lm_parser
 
     add_lm_parser(sub)

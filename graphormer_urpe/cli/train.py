@@ -72,15 +72,15 @@ def train_config(args: argparse.Namespace):
 def _dataset_tag(dataset: str) -> str:
     """A run folder's name for ``dataset``: a CSV's or SD file's stem (``csv:data/mols.csv``
     -> ``mols``; three files: the first's), else the dataset's name."""
-    from ..datasets.table_head import TABLE_PREFIXES
+    from ..datasets.spec import names_table, parse_dataset_spec
 
-    if not dataset.startswith(TABLE_PREFIXES):
+    if not names_table(dataset):
         return dataset
-    first = dataset[4:].split(",")[0].strip()
-    name = os.path.basename(first)
+    spec = parse_dataset_spec(dataset)
+    name = os.path.basename(spec.paths[0])
     for suffix in (".gz", ".csv", ".smi", ".txt", ".sdf"):
         name = name.removesuffix(suffix)
-    return name or dataset[:3]
+    return name or spec.kind
 
 
 def _holds_run(out: str) -> bool:
@@ -128,10 +128,12 @@ def where_written(cfg, ensemble: bool) -> str:
     ``predict`` command that uses it, on the training file's molecules (``--smiles`` for
     the benchmarks)."""
     ckpt = cfg.out if ensemble else os.path.join(cfg.out, "best.pt")
-    kind, _, path = cfg.dataset.partition(":")
-    if kind in ("csv", "sdf") and path:
-        source = ["--input", path.split(",")[0].strip()]
-        if kind == "csv" and cfg.smiles_column not in (None, "smiles"):
+    from ..datasets.spec import names_table, parse_dataset_spec
+
+    if names_table(cfg.dataset):
+        spec = parse_dataset_spec(cfg.dataset)
+        source = ["--input", spec.paths[0]]
+        if spec.kind == "csv" and cfg.smiles_column not in (None, "smiles"):
             source += ["--smiles-column", cfg.smiles_column]
     else:
         source = ["--smiles", "CCO"]

@@ -10,7 +10,8 @@ with its RDKit 2D descriptors, :mod:`.descriptors`, as targets). Each reads its 
 each: featurisers (:mod:`.featurize`), splits (:mod:`.splitting`), the input policy
 (:mod:`.policy`), metrics (:mod:`.metrics`), per-molecule descriptor features joined
 before the head (:mod:`.mol_features`, ``--mol-features rdkit2d``) and the name → splits
-registry (:mod:`.registry`).
+registry (:mod:`.registry`), which reads a name through :mod:`.spec` (the one parser of
+dataset names: :class:`~.spec.DatasetSpec`).
 
 Example::
 
@@ -72,6 +73,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "split_store",
         ],
         ".smiles_csv": ["open_csv", "read_smiles_csv"],
+        ".spec": ["DatasetSpec", "parse_dataset_spec"],
         ".source": ["CACHE_ENV", "MoleculeRecords", "default_cache_dir", "open_store", "store_dir"],
         ".splitting": [
             "DEFAULT_FRACTIONS",

@@ -6,12 +6,12 @@ the set :data:`DESCRIPTOR_SET`), computes them (:func:`compute_descriptors`, ``[
 float32) and scales them into well-behaved regression targets
 (:class:`DescriptorNormalizer`).
 
-**The list.** RDKit's ``Descriptors._descList`` (217 descriptors in RDKit 2026.09) minus the
-ones in :data:`EXCLUDED`: QED and the spacial score (slow: together a quarter of the time of
-all the others), Gasteiger partial charges and the BCUT2D family (non-finite for molecules
-with atoms Gasteiger has no parameters for), and ``Ipc`` (values up to 1e36 and beyond;
-``AvgIpc`` carries its information on a sane scale). That leaves ``K = 202`` descriptors in
-a fixed order; RDKit versions that lack one of them are refused with its name.
+**The list.** RDKit's ``Descriptors._descList`` (217 descriptors in RDKit 2026.09) minus the ones in
+:data:`EXCLUDED`: QED and the spacial score (slow; measured: docs/results/code-notes.md), Gasteiger
+partial charges and the BCUT2D family (non-finite for molecules with atoms Gasteiger has no
+parameters for), and ``Ipc`` (values up to 1e36 and beyond; ``AvgIpc`` carries its information on a
+sane scale). That leaves ``K = 202`` descriptors in a fixed order; RDKit versions that lack one of
+them are refused with its name.
 
 **Missing values.** A descriptor that raises, or returns NaN, an infinity or a value beyond
 the float32 range, is stored as ``NaN`` (counted per descriptor by the store); the
@@ -61,8 +61,8 @@ DESCRIPTOR_SET = "rdkit2d-v1"
 record it)."""
 
 EXCLUDED: dict[str, str] = {
-    "qed": "slow (about 1.2 ms per molecule, a fifth of all the others together)",
-    "SPS": "slow (about 0.3 ms per molecule)",
+    "qed": "slow (its cost: docs/results/code-notes.md)",
+    "SPS": "slow (its cost: docs/results/code-notes.md)",
     "Ipc": "values up to 1e36 and beyond (AvgIpc is kept)",
     **{
         name: "Gasteiger charges: NaN for atoms without Gasteiger parameters"

@@ -88,7 +88,8 @@ FINGERPRINT_BITS = 1024
 """Fingerprint length in bits (128 bytes a molecule, packed)."""
 FINGERPRINT_CAP = 10_000
 """Most training molecules whose fingerprints a record keeps: 1.25 MiB packed, and a
-nearest-neighbour search of about 0.05 ms per new molecule on one core."""
+nearest-neighbour search that stays small beside the model's forward pass (measured:
+docs/results/code-notes.md)."""
 FINGERPRINT_SEED = 0
 """Seed of the sample of training molecules kept when there are more than the cap (fixed, so
 that the members of an ensemble, which differ in their seed, record the same)."""

@@ -13,7 +13,7 @@ atoms, large charges, radicals, all chirality and hybridisation tags, bond stere
 integer list for all the molecules and encodes them with lookup tables built from OGB's own
 lists, instead of a ``list.index`` search and an enum-to-string conversion per atom and
 feature, and instead of a few numpy calls per molecule. What is left is parsing and RDKit's
-per-atom accessor calls (about 0.7 µs each), which no Python code avoids.
+per-atom accessor calls, which no Python code avoids (measured: docs/results/code-notes.md).
 
 A bond stereo that OGB's list lacks (RDKit's atropisomer tags) raises ``ValueError`` in
 :func:`ogb_mol_graph`, as ``smiles2graph`` does; :func:`ogb_graphs` flags the molecule.

@@ -20,12 +20,11 @@ What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
   under torch >= 2.6 (``weights_only=True``). It is loaded here with ``weights_only=True`` and
   only numpy's array-reconstruction functions and dtypes allow-listed
   (:func:`load_split_dict`), then checked (1-D integer arrays inside the data).
-* **Scale.** The processed data is a memory-mapped cache
-  (:mod:`~graphormer_urpe.datasets.store`): built in parallel, resumable chunks, about
-  0.8 kB per molecule (2.9 GB for all 3,746,620 molecules), opened in milliseconds and read
-  lazily; nothing is unpickled. It lives in the cache folder (:mod:`.source`), under
-  ``pcqm/<name>-<hash>/`` where the hash is that of ``data.csv.gz`` (editing the file
-  rebuilds it); it does not depend on ``multi_hop_max_dist`` (applied when graphs are read).
+* **Scale.** The processed data is a memory-mapped cache (:mod:`~graphormer_urpe.datasets.store`):
+  built in parallel, resumable chunks (its size: docs/results/code-notes.md), opened without reading
+  the arrays and read lazily; nothing is unpickled. It lives in the cache folder (:mod:`.source`),
+  under ``pcqm/<name>-<hash>/`` where the hash is that of ``data.csv.gz`` (editing the file rebuilds
+  it); it does not depend on ``multi_hop_max_dist`` (applied when graphs are read).
 * **Failures.** Molecules RDKit cannot parse are listed by index in the cache's
   ``meta.json``, logged with a count, and left out of every split (``missing`` says which
   split lost which rows); :func:`~graphormer_urpe.inference.submit.submit_checkpoint` refuses

@@ -45,9 +45,9 @@ from .policy import apply_input_policy
 from .sdf_text import is_sdf
 from .smiles_csv import open_csv
 from .source import check_strict
+from .spec import DATASET_NAMES, DatasetSpec, parse_dataset_spec, table_paths
 from .splitting import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
 from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache
-from .table_head import TABLE_PREFIXES, spec_paths
 from .zinc import ZINC_DEFAULT_ROOT, open_zinc
 
 __all__ = [
@@ -63,19 +63,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-DATASET_NAMES = (
-    "nci5k",
-    "zinc",
-    "zinc-full",
-    "csv:PATH",
-    "csv:TRAIN,VALID,TEST",
-    "sdf:PATH",
-    "pcqm4mv2",
-    "pcqm4m",
-    "ogbg-mol*",
-    "pretrain:PATH",
-)
 
 
 def _check_featurizer(featurizer: str | None, default: str) -> str:
@@ -286,7 +273,7 @@ def load_csv(
     store = {"cache_dir": cache_dir, "workers": workers, "strict": strict}
     if descriptors:
         store["descriptors"] = True
-    paths = spec_paths(spec)
+    paths = table_paths(spec)  # one file, or three
     if len(paths) == 1:
         if split_column is not None and split not in ("random", "column"):
             raise ValueError(f"split={split!r} conflicts with split_column={split_column!r}")
@@ -297,11 +284,6 @@ def load_csv(
         fields = _task_fields(task, [cache], cache.target_names)
         kind = "sdf" if is_sdf(paths[0]) else "csv"  # its name in logs, reports and stores
         return _splits_of_store(f"{kind}:{spec}", cache, method, seed, multi_hop_max_dist, **fields)
-    if len(paths) != 3:
-        raise ValueError(
-            f"csv dataset spec {spec!r}: give one CSV path or three comma-separated paths "
-            "(train,valid,test)"
-        )
     train = open_csv(paths[0], **options, target_columns=target_columns, **store)
     names = train.target_names
     stores = [train] + [open_csv(p, **options, target_columns=names, **store) for p in paths[1:]]
@@ -365,7 +347,7 @@ def store_report(splits: DatasetSplits) -> dict:
 
 
 def load_dataset(
-    name: str,
+    name: str | DatasetSpec,
     root: str | None = None,
     multi_hop_max_dist: int = 20,
     *,
@@ -388,7 +370,8 @@ def load_dataset(
     ``pretrain:PATH`` (a SMILES file with its RDKit descriptors as targets).
 
     Args:
-        name: the source (see the module table).
+        name: the source (see the module table), as text or parsed
+            (:func:`~.spec.parse_dataset_spec`).
         root: dataset root for downloaded sets: ``data/ZINC`` for ZINC, ``data`` for the OGB
             sets (unused by ``nci5k`` and CSV files).
         multi_hop_max_dist: hops of path bond features in ``edge_input`` (applied when
@@ -424,17 +407,18 @@ def load_dataset(
             message names the file, the rows and the SMILES).
         DatasetUnavailableError: a dataset's raw files missing and not downloadable.
     """
+    spec = name if isinstance(name, DatasetSpec) else parse_dataset_spec(name)
+    name = str(spec)
     store = {"cache_dir": cache_dir, "workers": workers}
-    table = name.startswith(TABLE_PREFIXES)  # an SD file: a table of its SD properties
-    if task != "regression" and not table:
+    if task != "regression" and not spec.is_table:  # an SD file: a table of its SD properties
         raise ValueError(f"task={task!r} applies to csv: datasets; {name} has its own task")
     descriptors = needs_descriptors(mol_features)
-    if mol_features != "none" and not table:
+    if mol_features != "none" and not spec.is_table:
         raise ValueError(
             f"molecule features ({mol_features}) are computed for csv: datasets, not {name}"
         )
     splits: DatasetSplits
-    if name == "nci5k":
+    if spec.kind == "nci5k":
         splits = load_nci5k(
             multi_hop_max_dist,
             featurizer=featurizer,
@@ -443,28 +427,28 @@ def load_dataset(
             strict=strict,
             **store,
         )
-    elif name in ("zinc", "zinc-full"):
+    elif spec.kind in ("zinc", "zinc-full"):
         splits = load_zinc_splits(
-            root, multi_hop_max_dist, subset=name == "zinc", featurizer=featurizer, **store
+            root, multi_hop_max_dist, subset=spec.kind == "zinc", featurizer=featurizer, **store
         )
-    elif name in LSC_DATASETS or name.startswith("ogbg-"):
+    elif spec.kind in LSC_DATASETS or spec.kind == "ogbg":
         if featurizer not in (None, "ogb"):
             raise ValueError(
                 f"{name} ships OGB features; featurizer must be 'ogb', got {featurizer!r}"
             )
-        if name in LSC_DATASETS:
+        if spec.kind in LSC_DATASETS:
             splits = load_lsc_splits(name, root, multi_hop_max_dist, strict=strict, **store)
         else:
             splits = load_ogbg(name, root, multi_hop_max_dist, **store)
-    elif name.startswith("pretrain:") and len(name) > 9:
+    elif spec.kind == "pretrain":
         from .pretrain import load_pretrain
 
         splits = load_pretrain(
-            name[9:], multi_hop_max_dist, smiles_column=smiles_column, seed=seed, **store
+            spec.location, multi_hop_max_dist, smiles_column=smiles_column, seed=seed, **store
         )
-    elif table and len(name) > 4:
+    else:  # a table: csv:PATH, csv:TRAIN,VALID,TEST or sdf:PATH
         splits = load_csv(
-            name[4:],
+            spec.location,
             multi_hop_max_dist,
             strict=strict,
             smiles_column=smiles_column,
@@ -477,7 +461,5 @@ def load_dataset(
             descriptors=descriptors,
             **store,
         )
-    else:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {list(DATASET_NAMES)}")
     splits = with_mol_features(splits, mol_features, mol_features_record)
     return apply_input_policy(splits, max_nodes)

@@ -22,10 +22,10 @@ array             shape                content
                                        the descriptor failed or was not finite
 ================  ===================  ======================================================
 
-No pairwise data is stored: about 560 bytes per drug-like molecule, against the 30 bytes
-*per atom pair* of an ``int16`` ``[N, N, D, F_e]`` ``edge_input`` tensor (``D = 5``,
-``F_e = 3``), which would also tie the store to one ``multi_hop_max_dist``. The Graphormer
-features are computed when graphs are read, for a whole batch at once when the
+No pairwise data is stored (the store's size per molecule: docs/results/code-notes.md),
+against the 30 bytes *per atom pair* of an ``int16`` ``[N, N, D, F_e]`` ``edge_input`` tensor
+(``D = 5``, ``F_e = 3``), which would also tie the store to one ``multi_hop_max_dist``. The
+Graphormer features are computed when graphs are read, for a whole batch at once when the
 ``DataLoader`` asks through ``__getitems__``, from the bonds
 (:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`); the graph that comes
 out is identical to what :class:`~graphormer_urpe.graph.features.GraphormerFeatures` stores.
@@ -48,7 +48,7 @@ records the descriptor set and RDKit version (:func:`~.descriptors.descriptor_se
 names and how many values per descriptor were not finite. The option is part of the build
 plan, and sources put it in their store's key (:func:`~.source.store_dir`), so a store built
 without descriptors is never reused for a request with them: that builds its own store. They
-cost about 4-6 ms per molecule on one core, several times the featurisation.
+cost several times the featurisation (measured: docs/results/code-notes.md).
 
 **Failures.** A SMILES that RDKit cannot parse, or a molecule without atoms, is left out:
 it is recorded (source row, SMILES, reason) in ``meta.json["failures"]``, counted and logged.

@@ -183,7 +183,8 @@ class MoleculeCache:
             for name in self.meta.get("arrays", _CACHE_ARRAYS):
                 path = self.cache_dir / f"{name}.npy"
                 try:
-                    # a plain ndarray view of the map: slicing np.memmap costs ~1 us per call
+                    # a plain ndarray view of the map: slicing np.memmap is slower
+                    # (docs/results/code-notes.md)
                     arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
                 except (OSError, ValueError) as exc:
                     raise ValueError(f"cache array {path} cannot be read: {exc}") from exc

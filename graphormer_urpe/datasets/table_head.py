@@ -14,22 +14,20 @@ from __future__ import annotations
 import csv
 import gzip
 import math
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
 from .sdf_text import is_sdf, iter_sdf_blocks, sdf_properties, sdf_title
+from .spec import parse_dataset_spec
 
 __all__ = [
     "HEAD_ROWS",
     "NA_STRINGS",
-    "TABLE_PREFIXES",
     "check_table_head",
     "describe_csv_row",
     "describe_sdf_record",
     "not_a_number",
-    "table_paths",
 ]
 
 HEAD_ROWS = 1_000
@@ -90,21 +88,6 @@ def _finite_or_missing(text: str) -> bool:
         return False
 
 
-TABLE_PREFIXES = ("csv:", "sdf:")
-"""The dataset names of a user's table: a CSV (``csv:``) or an SD file (``sdf:``)."""
-
-
-def table_paths(dataset: str) -> list[str]:
-    """The files of a ``csv:`` / ``sdf:`` dataset name (one, or three comma-separated)."""
-    return spec_paths(dataset.partition(":")[2])
-
-
-def spec_paths(spec: str) -> list[str]:
-    """The files of a dataset name's path part: one file (which may hold a comma), or
-    ``TRAIN,VALID,TEST``."""
-    return [spec] if os.path.exists(spec) else [p.strip() for p in spec.split(",")]
-
-
 def check_table_head(
     dataset: str,
     smiles_column: str | None = "smiles",
@@ -113,17 +96,18 @@ def check_table_head(
     rows: int = HEAD_ROWS,
 ) -> None:
     """Check the columns and the first ``rows`` rows' target values of every file of a
-    ``csv:`` / ``sdf:`` dataset (anything else passes; a file that is not there is left to
-    the full read).
+    ``csv:`` / ``sdf:`` dataset (any other known dataset passes; a file that is not there is
+    left to the full read).
 
     Raises:
         ValueError: a column missing (naming the available ones) or a target value that is
-            not a number (naming its row and column), as the full read would.
+            not a number (naming its row and column), as the full read would; a dataset name
+            that :func:`~.spec.parse_dataset_spec` refuses.
     """
-    kind = dataset.partition(":")[0]
-    if kind not in ("csv", "sdf"):
+    spec = parse_dataset_spec(dataset)
+    if not spec.is_table:
         return
-    for i, path in enumerate(table_paths(dataset)):
+    for i, path in enumerate(spec.paths):
         if not Path(path).is_file():
             continue
         split = split_column if i == 0 else None  # (three files: no split column)

@@ -12,10 +12,9 @@ Memory stays flat however long the input is::
       ──▶ one Prediction per input row, in input order
 
 Sorting a window by atom count before cutting it into batches puts molecules of similar size
-together, so batches carry less padding (measured on MOSES with the default model: mean
-padded size 25.8 atoms unsorted, 21.5 sorted). Windows hold a fixed number of consecutive
-*valid* molecules whatever the chunk boundaries, so the predictions do not depend on
-``chunk_size`` or ``workers``. A row that cannot be featurised keeps its place with
+together, so batches carry less padding (measured: docs/results/code-notes.md). Windows hold a fixed
+number of consecutive *valid* molecules whatever the chunk boundaries, so the predictions do not
+depend on ``chunk_size`` or ``workers``. A row that cannot be featurised keeps its place with
 ``values=None`` and the reason in ``error``.
 
 Example::
@@ -215,16 +214,13 @@ class _HeapTrimmer:
     resident memory has grown by ``slack`` bytes since the last time (nothing where there is
     no glibc or no ``/proc``).
 
-    Batches of ever-different shapes fragment glibc's heap: the memory in use stays near
-    270 MB while the free but retained part grows, so without trimming the main process's
-    resident memory creeps up (MOSES molecules: 938 MB after 100,000, 1,312 MB after 800,000)
-    and a million molecules would not fit 2 GB with the workers. A trim hands back every free
-    page, including those the next batches reuse, which then come back as page faults: after
-    every batch, 56 faults per molecule and a third of the main process's time (20,000
-    molecules: 0.60 CPU ms per molecule, 27% of it in the kernel, against 0.39-0.48 without
-    trimming). Trimming once the memory grew by ``slack`` since the last trim costs about 6
-    faults per molecule while few trims happen, and 30-45 once the creep brings a trim every
-    few batches (200,000 molecules): bounded memory at a fraction of the cost.
+    Batches of ever-different shapes fragment glibc's heap: the memory in use stays flat
+    while the free but retained part grows, so without trimming the main process's resident
+    memory creeps up with the molecules read. A trim hands back every free page, including
+    those the next batches reuse, which then come back as page faults: trimming after every
+    batch costs a large share of the main process's time. Trimming once the memory grew by
+    ``slack`` since the last trim bounds the memory at a fraction of that cost (measured:
+    docs/results/code-notes.md).
     """
 
     def __init__(self, slack: int = 256 * 2**20) -> None:

@@ -124,10 +124,9 @@ def widen_result_pipe(pool: multiprocessing.pool.Pool) -> None:
     """Give the pipe that carries ``pool``'s results a :data:`PIPE_BYTES` buffer, where the
     operating system allows (Linux's ``F_SETPIPE_SZ``; nothing elsewhere).
 
-    A chunk of 1,000 MOSES molecules comes back as 13.5 MB. Python reads a message from a
-    pipe one buffer at a time, allocating the whole remainder for every read, so through
-    64 KiB it cost the main process 56 ms of CPU (4.8 ms per MB), through 1 MiB 19 ms
-    (1.4 ms per MB): 0.04 CPU ms per molecule less in the process that runs the model.
+    A chunk of molecules comes back as megabytes. Python reads a message from a pipe one
+    buffer at a time, allocating the whole remainder for every read, so a wider pipe costs
+    the process that runs the model less CPU per chunk (measured: docs/results/predict.md).
     """
     set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
     reader = getattr(getattr(pool, "_outqueue", None), "_reader", None)  # CPython's Pool

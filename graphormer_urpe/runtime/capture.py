@@ -1,9 +1,9 @@
 r"""Captured steps: the whole training step, or a forward pass, recorded once per batch shape
 and replayed.
 
-On a GPU a Graphormer step launches about 1,300 small kernels (1,600 with URPE); launched one
-by one from Python, the host cannot keep the GPU busy. A CUDA graph records those launches
-once and replays them with one call. :class:`CapturedStep` does this for the whole training
+On a GPU a Graphormer step launches many small kernels (counted in docs/results/code-notes.md);
+launched one by one from Python, the host cannot keep the GPU busy. A CUDA graph records those
+launches once and replays them with one call. :class:`CapturedStep` does this for the whole training
 step (forward, loss, backward, gradient clipping, the AdamW update and the device-side loss
 totals), :class:`CapturedForward` for the forward pass of evaluation and prediction:
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
-from ..datasets.table_head import TABLE_PREFIXES
+from ..datasets.spec import names_table
 from ..graph.model import GraphormerConfig, get_preset
 
 __all__ = [
@@ -257,7 +257,7 @@ def resolve_mol_features(config: TrainConfig) -> TrainConfig:
     fine-tuning recipe's for the shipped pretrained start on a ``csv:`` set, else ``none``."""
     if config.mol_features != "auto":
         return config
-    recipe = config.init_from == "pretrained" and config.dataset.startswith(TABLE_PREFIXES)
+    recipe = config.init_from == "pretrained" and names_table(config.dataset)
     return replace(config, mol_features=PRETRAINED_MOL_FEATURES if recipe else "none")
 
 
@@ -265,7 +265,7 @@ def resolve_trees(config: TrainConfig, distributed: bool = False) -> TrainConfig
     """``config`` with ``trees="auto"`` replaced by ``on`` (``init_from`` on a table of
     SMILES, one process) or ``off``; ``ValueError`` for ``on`` where the trees cannot be
     fitted (not a table, a pretraining set, several processes)."""
-    table = config.dataset.startswith(TABLE_PREFIXES)
+    table = names_table(config.dataset)
     if config.trees == "on" and (not table or distributed):
         why = "several processes" if table else f"{config.dataset}, not a csv: or sdf: table"
         raise ValueError(f"--trees on: the trees head is fitted on tables of SMILES ({why})")

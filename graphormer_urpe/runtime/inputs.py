@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..datasets.table_head import TABLE_PREFIXES
+from ..datasets.spec import names_table
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from .config import TrainConfig, resolve_mol_features
 
@@ -102,7 +102,7 @@ def load_splits(config: TrainConfig, mol_features_record: dict | None = None):
 def _default_loss(splits: DatasetSplits) -> str:
     """The regression loss when none is given: squared error for ``csv:`` datasets (a user's
     own data, as Chemprop), L1 for the benchmarks (whose metric is MAE)."""
-    return "mse" if splits.name.startswith(TABLE_PREFIXES) else "l1"
+    return "mse" if names_table(splits.name) else "l1"
 
 
 def selection_metric(splits: DatasetSplits, loss: str) -> str:

@@ -2,7 +2,8 @@
 
 Position Identification / Even Token Prediction data (:mod:`.tasks`), a RoBERTa-style
 sequence transformer with no PE, learned absolute PE, RPE or URPE (:mod:`.model`), its
-training (:mod:`.train`) and the ``synthetic`` command-line sub-command (:mod:`.cli`)::
+training (:mod:`.train`); the ``synthetic`` and ``lm`` sub-commands are in
+:mod:`graphormer_urpe.cli.sequence`::
 
     from graphormer_urpe.sequence import synthetic_config, train_synthetic
 
@@ -11,8 +12,7 @@ training (:mod:`.train`) and the ``synthetic`` command-line sub-command (:mod:`.
 
 Causal language modelling on the same core: a small Transformer-XL (:mod:`.xl`; its relative
 attention in :mod:`.xl_attention`, its adaptive softmax in :mod:`.adaptive_softmax`), its corpora
-(:mod:`.corpus`: Python's documentation text, WikiText-2/103) and training (:mod:`.lm`,
-the ``lm`` sub-command)::
+(:mod:`.corpus`: Python's documentation text, WikiText-2/103) and training (:mod:`.lm`)::
 
     from graphormer_urpe.sequence import lm_config, train_lm
 
@@ -22,15 +22,21 @@ the ``lm`` sub-command)::
 Both train with the one loop of :mod:`.loop` (optimiser steps, schedule, validation cadence,
 checkpoints and interruption) and write their files with :mod:`.outputs`.
 
-The public names are imported from their modules on first use (PEP 562).
+The public names are imported from their modules on first use (PEP 562). The command-line
+functions that lived here (``add_synthetic_parser``, ``run_synthetic``, ``add_lm_parser``,
+``run_lm``) moved to :mod:`graphormer_urpe.cli.sequence`; the old names still resolve, with a
+``DeprecationWarning``, until the next minor release.
 """
+
+import importlib
+import warnings
+from typing import Any
 
 from .._lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(
+_lazy_getattr, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        ".cli": ["add_lm_parser", "add_synthetic_parser", "run_lm", "run_synthetic"],
         ".corpus": [
             "CorpusUnavailableError",
             "LMCorpus",
@@ -69,3 +75,19 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ".xl": ["TransformerXL", "TransformerXLConfig"],
     },
 )
+
+_MOVED_TO_CLI = frozenset({"add_lm_parser", "add_synthetic_parser", "run_lm", "run_synthetic"})
+"""Names that moved to :mod:`graphormer_urpe.cli.sequence` (library code parses no argv)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_CLI:
+        warnings.warn(
+            f"graphormer_urpe.sequence.{name} moved to graphormer_urpe.cli.sequence.{name}; "
+            "the old name goes in the next minor release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        # resolved by name at run time: the sequence layer itself never imports the CLI
+        return getattr(importlib.import_module("graphormer_urpe.cli.sequence"), name)
+    return _lazy_getattr(name)

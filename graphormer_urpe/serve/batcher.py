@@ -9,11 +9,10 @@ r"""Requests that arrive together, predicted together: one forward pass for many
 
 The gatherer keeps one batch ahead of the model: while the model predicts a batch, the next
 one is gathered and featurised, and every request that comes in meanwhile waits for the batch
-after it. Under load the batches grow by themselves: 16 clients sending 10 SMILES each keep
-about two batches of up to 80 molecules in turn, where a gatherer that took every request as
-soon as it came kept three or four batches of 33 on average (a forward pass has a fixed cost of
-some milliseconds: the predicting thread spent 1.31 ms of CPU per molecule on batches of 73
-against 1.56 on batches of 33).
+after it. Under load the batches grow by themselves: many clients keep about two batches in
+turn, larger than those of a gatherer that took every request as soon as it came (a forward
+pass has a fixed cost, so larger batches cost less CPU per molecule; measured:
+docs/results/serve.md).
 While the model is busy the gatherer also waits up to :data:`WAIT` for company (the clients
 whose answers just went out send their next requests), up to ``max_molecules``; a lone request
 goes through at once (no waiting for company). Featurising the next batch overlaps the

@@ -79,10 +79,9 @@ def freeze_start_up() -> None:
     """Keep the objects made at start-up (the model, the libraries' modules, the application)
     out of Python's garbage collection from now on.
 
-    They are never freed, but a full collection walks them all: under load (16 clients of 10
-    SMILES) one came about every 10,000 molecules and held the interpreter (every thread of
-    the server) for about 240 ms of CPU; after the freeze it walks only what requests made
-    (about 30 ms).
+    They are never freed, but a full collection walks them all, holding the interpreter
+    (every thread of the server) meanwhile; after the freeze it walks only what requests made
+    (measured: docs/results/serve.md).
     """
     gc.collect()
     gc.freeze()

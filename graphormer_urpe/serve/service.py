@@ -45,11 +45,9 @@ log = logging.getLogger(__name__)
 TRIM_SLACK = 64 * 2**20
 """Bytes the server's resident memory may grow by before freed heap memory is handed back to
 the operating system (``StreamModel(trim_slack=...)``). Many small batches of ever-different
-shapes fragment the heap: untrimmed, a server grew by about 5 MiB per 1,000 molecules (16
-clients sending 10 SMILES a request). A batch's own tensors take more than 16 MiB, so a slack
-of 16 MiB handed the heap back after nearly every batch (107 times in 9,600 molecules, 110 page
-faults per molecule, 0.46 ms of kernel CPU per molecule); 64 MiB does it once every 500 to
-3,000 molecules (4 to 45 faults, 0.04 to 0.18 ms), and the memory stays within it."""
+shapes fragment the heap, so an untrimmed server grows; a slack below a batch's own tensors
+hands the heap back after nearly every batch, and every freed page comes back as a page fault;
+this slack trims seldom and keeps the memory within it (measured: docs/results/serve.md)."""
 
 
 def level_key(level: float | None) -> float | None:

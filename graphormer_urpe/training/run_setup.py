@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from ..datasets.table_head import TABLE_PREFIXES
+from ..datasets.spec import names_table
 from ..graph.batch import GraphormerBatch, GraphormerCollator
 from ..graph.model import Graphormer
 from ..graph.shapes import token_length
@@ -150,7 +150,7 @@ class RunSetup(RunState):
         splits = self.splits
         on = config.normalize_targets
         if on is None:
-            on = splits.name.startswith(TABLE_PREFIXES)
+            on = names_table(splits.name)
         if not on or splits.task_type != "regression":
             return None, None
         y = dataset_targets(splits.train).double()  # [N, T], NaN: missing

@@ -95,9 +95,8 @@ def make_optimizer(
 
     ``params`` are parameters or parameter groups (:func:`parameter_groups`); ``weight_decay``
     applies to groups that set none. The fused implementation updates all parameters in one
-    pass per tensor (about 2.7x faster than the default loop on a CPU for the 47M-parameter
-    PCQM4Mv2-base model) with the same arithmetic; it is used on CPUs and CUDA GPUs, the
-    default elsewhere.
+    pass per tensor, faster than the default loop with the same arithmetic (measured:
+    docs/results/code-notes.md); it is used on CPUs and CUDA GPUs, the default elsewhere.
     """
     params = list(params)
     tensors = [q for g in params for q in (g["params"] if isinstance(g, dict) else [g])]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..datasets.table_head import TABLE_PREFIXES
+from ..datasets.spec import names_table, parse_dataset_spec
 from ..runtime.config import TrainConfig
 from ..runtime.inputs import dataset_targets, load_splits, selection_metric
 
@@ -94,7 +94,7 @@ def load_problem(base: TrainConfig, tag: str) -> Problem:
         objective=objective,
         maximize=bool(splits.higher_is_better),
         task_type=splits.task_type,
-        is_csv=base.dataset.startswith(TABLE_PREFIXES),
+        is_csv=names_table(base.dataset),
         pretrained_fits=splits.featurizer == "ogb",
         sizes={k: len(getattr(splits, k)) for k in ("train", "valid", "test")},
         fingerprint=fingerprint(base, objective),
@@ -126,8 +126,9 @@ def fingerprint(config: TrainConfig, objective: str) -> dict[str, Any]:
     name, with the fields that choose targets, task and split, and the objective."""
     fp: dict[str, Any] = {f: getattr(config, f) for f in _DATA_FIELDS}
     fp["objective"] = objective
-    if config.dataset.startswith(TABLE_PREFIXES):
-        fp["files"] = [_sha256(Path(p.strip())) for p in config.dataset[4:].split(",")]
+    spec = parse_dataset_spec(config.dataset)
+    if spec.is_table:
+        fp["files"] = [_sha256(Path(p)) for p in spec.paths]
     else:
         fp["dataset"] = config.dataset
     return fp

@@ -103,8 +103,8 @@ def _resolved(cfg: TrainConfig, planned: int | None = None) -> dict:
     """The run's ``config.json`` as written (steps and warm-up planned), else ``cfg``.
 
     ``planned``: the steps the run's schedule ended planned at. A run that fills its time
-    limit is re-planned when its steps run at another pace than measured (a BBBP trial went
-    from 541 to 757); repeating it then takes those steps and the warm-up it trained with
+    limit is re-planned when its steps run at another pace than measured (an example:
+    docs/results/tuning.md); repeating it then takes those steps and the warm-up it trained with
     (in steps, no longer a fraction of them)."""
     path = Path(cfg.out) / "config.json"
     resolved = read_config(path) if path.exists() else cfg

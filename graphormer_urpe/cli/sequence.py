@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .names import CORPORA, LM_PE_SCHEMES, PE_SCHEMES  # plain names: the parsers import no torch
+# plain names: the parsers import no torch
+from ..sequence.names import CORPORA, LM_PE_SCHEMES, PE_SCHEMES
 
 __all__ = [
     "add_synthetic_parser",
@@ -125,7 +126,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_synthetic(args: argparse.Namespace) -> int:
     """Run the ``synthetic`` sub-command; returns the process exit status."""
-    from .train import synthetic_config, train_synthetic
+    from ..sequence.train import synthetic_config, train_synthetic
 
     _log_setup()
     try:
@@ -264,8 +265,8 @@ def run_lm(args: argparse.Namespace) -> int:
     """Run the ``lm`` sub-command; returns the process exit status."""
 
     from ..io.checkpoint import CheckpointError
-    from .corpus import CorpusUnavailableError
-    from .lm import lm_config, train_lm
+    from ..sequence.corpus import CorpusUnavailableError
+    from ..sequence.lm import lm_config, train_lm
 
     _log_setup()
     try:
