@@ -138,7 +138,9 @@ def evaluate(run: Path, members: int) -> dict:
         found[difficulty] = {
             "coverage": report["coverage_90"],
             "width": report["width_90"],
+            "far_coverage": report["far_coverage_90"],
             "valid_cross_coverage": float(np.mean([c["coverage_90"] for c in cross])),
+            "valid_cross_far_coverage": float(np.mean([c["far_coverage_90"] for c in cross])),
             "valid_cross_width": float(np.mean([c["width_90"] for c in cross])),
         }
     return found
@@ -155,7 +157,12 @@ def intervals(difficulty: str, fit: tuple, fit_rows: np.ndarray, on: tuple, rows
         z[:, fit_rows], y[fit_rows], "regression", ["y"], difficulty=difficulty,
         similarity=sim[fit_rows],
     )  # fmt: skip
-    return calibration_report(cal, z_on[:, rows], y_on[rows], (LEVEL,), similarity=sim_on[rows])
+    report = calibration_report(cal, z_on[:, rows], y_on[rows], (LEVEL,), similarity=sim_on[rows])
+    far = rows[sim_on[rows] <= np.quantile(sim_on[rows], 1 / 3)]  # the third farthest away
+    report["far_coverage_90"] = calibration_report(
+        cal, z_on[:, far], y_on[far], (LEVEL,), similarity=sim_on[far]
+    )["coverage_90"]
+    return report
 
 
 def scaffold_halves(smiles: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -232,12 +239,15 @@ def collect(work: Path) -> dict:
                     "coverage": statistics.mean(f[difficulty]["coverage"] for f in found),
                     "lowest": min(f[difficulty]["coverage"] for f in found),
                     "width": statistics.mean(f[difficulty]["width"] for f in found),
-                    "valid_cross_coverage": statistics.mean(
-                        f[difficulty]["valid_cross_coverage"] for f in found
-                    ),
-                    "valid_cross_width": statistics.mean(
-                        f[difficulty]["valid_cross_width"] for f in found
-                    ),
+                    **{
+                        key: statistics.mean(f[difficulty][key] for f in found)
+                        for key in (
+                            "far_coverage",
+                            "valid_cross_coverage",
+                            "valid_cross_far_coverage",
+                            "valid_cross_width",
+                        )
+                    },
                 }
             summary.setdefault(f"{key}/spearman", {})[name] = {
                 f"{part}_{score}": _mean(
