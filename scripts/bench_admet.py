@@ -230,8 +230,8 @@ def run_urpe(
     split: Path, endpoint: str, seed: int, out: Path, members: int, a, extra: list[str]
 ) -> dict:
     """``graphormer-urpe train`` as the README's first recipe (with ``extra`` flags), then
-    ``predict`` on the validation and test files; ``{"valid": [N], "test": [N]}`` and what
-    the run's ``metrics.json`` says of its trees head."""
+    ``predict`` on the validation and test files (one process); ``{"valid": [N], "test": [N]}``
+    and what the run's ``metrics.json`` says of its trees head."""
     files = ",".join(str(split / f"{p}.csv") for p in ("train", "valid", "test"))
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
     cmd += ["--target-columns", ENDPOINTS[endpoint], "--init-from", "pretrained"]
@@ -244,20 +244,38 @@ def run_urpe(
         call(cmd, out / "train.log")
         (out / "trained").touch()
     checkpoint = out / "run" if members > 1 else out / "run" / "best.pt"
-    pred = {}
-    for part in ("valid", "test"):
-        path = out / f"pred_{part}.csv"
-        if not path.exists():
-            cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint"]
-            cmd += [str(checkpoint), "--input", str(split / f"{part}.csv"), "--threads", "1"]
-            cmd += ["--output", str(path), "--no-progress", "--no-similarity"]
-            call(cmd, out / f"predict_{part}.log")
-        pred[part] = pd.read_csv(path)[ENDPOINTS[endpoint]].to_numpy(dtype=float)
+    paths = {part: out / f"pred_{part}.csv" for part in ("valid", "test")}
+    missing = [part for part, path in paths.items() if not path.exists()]
+    if missing:
+        predict_parts(checkpoint, split, out, {part: paths[part] for part in missing})
+    column = ENDPOINTS[endpoint]
+    pred = {part: pd.read_csv(path)[column].to_numpy(dtype=float) for part, path in paths.items()}
     members_metrics = [out / "run" / "metrics.json"] if members == 1 else []
     members_metrics += sorted((out / "run").glob("member-*/metrics.json"))
     weights = [json.loads(p.read_text()).get("trees") for p in members_metrics]
     weights = [w["net_weight"][0] for w in weights if w]
     return pred | ({"extra": {"net_weight": weights}} if weights else {})
+
+
+def predict_parts(checkpoint: Path, split: Path, out: Path, parts: dict[str, Path]) -> None:
+    """``predict`` on the split files named in ``parts`` (part -> its output CSV), in one
+    process: their molecules in one input, the rows written back to each part's file (predict
+    keeps the input's order, one row per input row)."""
+    frames = {part: pd.read_csv(split / f"{part}.csv")[["smiles"]] for part in parts}
+    both, pred = out / "predict_input.csv", out / "pred_parts.csv"
+    pd.concat(frames.values()).to_csv(both, index=False)
+    cmd = [sys.executable, "-m", "graphormer_urpe.cli", "predict", "--checkpoint"]
+    cmd += [str(checkpoint), "--input", str(both), "--threads", "1"]
+    cmd += ["--output", str(pred), "--no-progress", "--no-similarity"]
+    call(cmd, out / "predict.log")
+    rows, start = pd.read_csv(pred), 0
+    if len(rows) != sum(len(f) for f in frames.values()):
+        raise RuntimeError(f"{pred}: {len(rows)} rows for {both}'s molecules")
+    for part, frame in frames.items():
+        rows.iloc[start : start + len(frame)].to_csv(parts[part], index=False)
+        start += len(frame)
+    both.unlink()
+    pred.unlink()
 
 
 # --------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_bad_inputs_raise_clear_errors():
 def test_real_zinc_validation_graphs_bit_identical():
     graphs = load_zinc_val_graphs()
     assert len(graphs) == 1000
-    for data in graphs:
+    for data in graphs[::4]:  # 250 spread over the set (the plain reference is slow)
         _check(data, 20)
 
 
@@ -257,7 +257,7 @@ def test_next_hop_is_the_second_node_of_the_reference_path():
 def test_real_zinc_validation_graphs_batched_equal_transform():
     graphs = load_zinc_val_graphs()
     assert len(graphs) == 1000
-    _assert_batched_equals_per_graph(graphs, 20)
+    _assert_batched_equals_per_graph(graphs[::4], 20)  # 250 in one call, spread over the set
 
 
 def test_batched_errors_name_the_graph():

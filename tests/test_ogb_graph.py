@@ -100,7 +100,7 @@ def test_unparsable_smiles_fails_like_smiles2graph():
 
 
 def test_real_molecules_equal_smiles2graph():
-    """The first 1,500 molecules of each MoleculeNet set beside the project (skipped without
+    """The first 400 molecules of each MoleculeNet set beside the project (skipped without
     them)."""
     folder = SHARED_DATA / "moleculenet"
     if not folder.exists():
@@ -109,7 +109,7 @@ def test_real_molecules_equal_smiles2graph():
     for path in sorted(folder.glob("*.csv")):
         table = pd.read_csv(path)
         column = next(c for c in table.columns if "smiles" in c.lower())
-        smiles += table[column].astype(str).tolist()[:1500]
+        smiles += table[column].astype(str).tolist()[:400]
     compared = 0
     with rdBase.BlockLogs():
         for smi in smiles:
@@ -117,4 +117,4 @@ def test_real_molecules_equal_smiles2graph():
                 continue
             assert_same(ogb_smiles_graph(smi), smiles2graph(smi))
             compared += 1
-    assert compared > 7_000
+    assert compared > 2_300

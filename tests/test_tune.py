@@ -41,11 +41,19 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = SearchSpace(num_layers=(1, 2), hidden_dim=(16, 32), batch_size=(16, 32))
 """The default space with small models, so that a trial takes a moment."""
 
+SMALLEST = SearchSpace(
+    num_layers=(1, 1),
+    hidden_dim=(16,),
+    batch_size=(16,),
+    mol_features=("none",),
+    init_from=("none",),
+)
+"""The smallest space (its ``repr`` is the code :data:`DRIVER` builds it with)."""
+
 DRIVER = (
     "import sys; from dataclasses import replace; from graphormer_urpe.cli import tune, main; "
     "from graphormer_urpe.tuning.space import SearchSpace; real = tune.tune_config; "
-    "space = SearchSpace(num_layers=(1, 1), hidden_dim=(16,), batch_size=(16,), "
-    "mol_features=('none',), init_from=('none',)); "
+    f"space = {SMALLEST!r}; "
     "tune.tune_config = lambda a: (lambda c, t: (replace(c, space=space), t))(*real(a)); "
     "sys.exit(main(sys.argv[1:]))"
 )
@@ -146,30 +154,50 @@ def test_search_report_best_config_and_a_second_run_that_continues(table, tmp_pa
 
 
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
-def test_two_processes_on_one_storage_share_the_trials(table, tmp_path, kind):
+def test_two_processes_on_one_storage_share_the_trials(
+    table, tmp_path, kind, monkeypatch, one_thread
+):
+    """Machine 1 is another process, machine 0 this one (the search runs here while the other
+    process searches too), both with the smallest space."""
     storage = (
         str(tmp_path / "study.log") if kind == "journal" else f"sqlite:///{tmp_path / 'study.db'}"
     )
     n = 3
+    from graphormer_urpe.cli import tune
     from graphormer_urpe.datasets import load_dataset
 
     load_dataset(f"csv:{table}", target_columns=["y"])  # the store, built before they start
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", DRIVER]
-            + _tune(table, tmp_path / f"machine-{i}", "--trials", str(n), "--storage", storage)
-            + ["--study", "shared", "--epochs", "1"],
+
+    def args(i: int) -> list[str]:
+        machine = tmp_path / f"machine-{i}"
+        return _tune(table, machine, "--trials", str(n), "--storage", storage) + [
+            "--study",
+            "shared",
+            "--epochs",
+            "1",
+        ]
+
+    log = tmp_path / "machine-1.log"
+    with open(log, "w") as fh:
+        other = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, *args(1)],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
         )
-        for i in range(2)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-2000:]
+        real = tune.tune_config
+
+        def smallest(a):
+            config, tag = real(a)
+            return replace(config, space=SMALLEST), tag
+
+        monkeypatch.setattr(tune, "tune_config", smallest)
+        try:
+            assert cli.main(args(0)) == 0
+        finally:
+            other.wait(timeout=600)
+    assert other.returncode == 0, log.read_text()[-2000:]
     if kind == "journal":
         from optuna.storages.journal import JournalFileBackend
 
