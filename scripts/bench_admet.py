@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from bench_small_data import Task, in_own_process, kept, run_chemprop
+from bench_small_data import Task, in_own_process, kept, run_chemprop, run_flags
 from bench_small_data import _call as call
 
 REPO = Path(__file__).resolve().parents[1]
@@ -405,16 +405,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     p.add_argument("--data-dir", default=str(SHARED))
-    p.add_argument("--work", default=str(WORK), help="split files and runs (kept, resumable)")
-    p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
     p.add_argument("--chemprop", default="chemprop", help="the Chemprop 2.x executable")
     p.add_argument("--ensemble", type=int, default=5, help="urpe's members (the README's 5)")
     p.add_argument("--limit", type=int, default=None, help="first N training rows")
     p.add_argument("--train-arg", dest="train_args", action="append", default=[])
     p.add_argument("--one", nargs=3, metavar=("ENDPOINT", "SEED", "METHOD"), help=argparse.SUPPRESS)
-    p.add_argument("--collect", action="store_true", help="write the report from kept runs")
-    p.add_argument("--out", default=None, help="JSON report (with --collect)")
-    p.add_argument("--smoke", action="store_true", help="a tiny run for the test suite")
+    run_flags(p, WORK)
     return p.parse_args(argv)
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from bench_admet import ENDPOINTS
-from bench_small_data import SETS, _call, in_own_process, kept, save_split
+from bench_small_data import SETS, _call, in_own_process, kept, run_flags, save_split
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -293,16 +293,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--moleculenet", default=str(SHARED / "moleculenet"))
     p.add_argument("--biogen", default=str(SHARED / "admet-biogen"))
-    p.add_argument("--work", default=str(WORK), help="split files and runs (kept, resumable)")
-    p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
     p.add_argument("--minutes", type=float, default=30.0, help="each recipe's --time-limit")
     p.add_argument("--epochs", type=int, default=None, help="each recipe's --epochs instead")
     p.add_argument("--ensemble", type=int, default=5, help="the recipe's members (the README's 5)")
     p.add_argument("--limit", type=int, default=None, help="first N rows of each set")
     p.add_argument("--one", nargs=3, metavar=("SET", "RULE", "SEED"), help=argparse.SUPPRESS)
-    p.add_argument("--collect", action="store_true", help="write the report from kept runs")
-    p.add_argument("--out", default=None, help="JSON report (with --collect)")
-    p.add_argument("--smoke", action="store_true", help="a tiny run for the test suite")
+    run_flags(p, WORK)
     return p.parse_args(argv)
 
 

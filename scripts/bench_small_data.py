@@ -234,6 +234,16 @@ def _call(cmd: list[str], log: Path) -> None:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{tail}")
 
 
+def run_flags(p: argparse.ArgumentParser, work: Path) -> None:
+    """The flags every benchmark of kept runs shares: where its runs are kept, how many run at
+    once, the report from kept runs, and the smoke mode."""
+    p.add_argument("--work", default=str(work), help="split files and runs (kept, resumable)")
+    p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
+    p.add_argument("--collect", action="store_true", help="write the report from kept runs")
+    p.add_argument("--out", default=None, help="JSON report (with --collect)")
+    p.add_argument("--smoke", action="store_true", help="a tiny run for the test suite")
+
+
 def kept(out: Path, run: Callable[[], dict]) -> dict:
     """``run()``'s result, kept in ``out/result.json``: run once (``out`` made first, its wall
     time added as ``wall_s``), read back after (an interrupted benchmark resumes)."""
@@ -403,8 +413,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--data-dir", default=str(SHARED))
-    p.add_argument("--work", default=str(WORK), help="split files and runs (kept, resumable)")
-    p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
     p.add_argument("--chemprop", default="chemprop", help="the Chemprop 2.x executable")
     p.add_argument("--init-from", default="pretrained", help="urpe-pretrained's checkpoint")
     p.add_argument("--graphormer-init", default=None, help="graphormer-pretrained's checkpoint")
@@ -414,10 +422,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="first N rows of each set")
     p.add_argument("--train-arg", dest="train_args", action="append", default=[])
     p.add_argument("--one", nargs=3, metavar=("SET", "SEED", "MODEL"), help=argparse.SUPPRESS)
-    p.add_argument("--collect", action="store_true", help="write the report from kept runs")
-    p.add_argument("--out", default=None, help="JSON report (with --collect)")
-    p.add_argument("--smoke", action="store_true", help="a tiny run for the test suite")
     p.add_argument("--threads", type=int, default=1, help="(runs use one thread each)")
+    run_flags(p, WORK)
     return p.parse_args(argv)
 
 
