@@ -115,7 +115,8 @@ def run_predict(args: argparse.Namespace) -> int:
         workers=args.workers,
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
-        similarity=not args.no_similarity or bool(calibration and calibration.needs_similarity),
+        similarity=not args.no_similarity
+        or bool(level is not None and calibration and calibration.needs_similarity),
         embeddings=bool(args.embeddings),
     )
     results = with_names(predictions) if with_names else predictions
