@@ -128,6 +128,18 @@ def store_cache(tmp_path_factory, monkeypatch) -> Path:
     return folder
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Where the suite runs on several pytest-xdist processes, each computes on one thread, and
+    so do the processes it starts (unless told otherwise): a process per core, not a thread per
+    core in each process, which would share the cores out among more threads than they hold."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or int(workerinput.get("workercount", 1)) < 2:
+        return
+    torch.set_num_threads(1)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def subprocesses_import_this_checkout():
     """The scripts and commands the tests start in other processes import the package of this
