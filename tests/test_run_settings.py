@@ -154,7 +154,7 @@ def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, capl
     i = args.index("--epochs")
     del args[i : i + 2]
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
-        assert cli.main([*args, "--time-limit", "0.05"]) == 0
+        assert cli.main([*args, "--time-limit", "0.1"]) == 0
     assert "without --epochs/--max-steps" in caplog.text and "planned" in caplog.text
     planned = json.loads((tmp_path / "plan" / "metrics.json").read_text())
     saved = json.loads((tmp_path / "plan" / "config.json").read_text())
