@@ -4,9 +4,8 @@ r"""Which kernel computes the attention product.
 
 * ``"auto"`` (default): the eager kernels: PyTorch's ``scaled_dot_product_attention``
   without :math:`C`, the library's own autograd kernel with it. The fused kernel is opt in:
-  on an H200 (2026-11-29, bf16, batch 256, captured steps) it made URPE's training step
-  slower, 7,585 against 9,150 graphs/s at ``pcqm4mv2-base`` size and 7,200 against 9,137 at
-  ``zinc-slim`` (docs/results/gpu.md);
+  measured on a GPU it made URPE's captured training step slower than the eager kernels
+  (docs/results/gpu.md);
 * ``"fused"``: the fused kernel wherever it can run (a CUDA GPU, or the CPU under Triton's
   interpreter, ``TRITON_INTERPRET=1``), with or without :math:`C`;
 * ``"eager"``: never the fused kernel (what ran before it existed).
