@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -23,7 +24,9 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(
-    package: str, exports: Mapping[str, Iterable[str]]
+    package: str,
+    exports: Mapping[str, Iterable[str]],
+    renamed: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
     """The module ``__getattr__``, ``__dir__`` and ``__all__`` of a package with lazy public
     names.
@@ -32,6 +35,9 @@ def lazy_exports(
         package: the package's ``__name__``.
         exports: submodule (relative, e.g. ``".graph.model"``) → the names it defines that the
             package re-exports.
+        renamed: old public name → its new name (one of ``exports``): the old one still
+            resolves, with a ``DeprecationWarning``, until the next minor release; it is not
+            listed in ``__all__``.
 
     Returns:
         ``(__getattr__, __dir__, __all__)``, to bind at the package's module level.
@@ -41,9 +47,19 @@ def lazy_exports(
         __getattr__, __dir__, __all__ = lazy_exports(__name__, {".model": ["Graphormer"]})
     """
     where = {name: module for module, names in exports.items() for name in names}
+    renamed = dict(renamed or {})
 
     def __getattr__(name: str) -> Any:
         namespace = sys.modules[package].__dict__
+        if name in renamed:
+            new = renamed[name]
+            warnings.warn(
+                f"{package}.{name} is now {package}.{new}; the old name goes in the next "
+                "minor release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return __getattr__(new)
         module = where.get(name)
         if module is not None:
             value = getattr(importlib.import_module(module, package), name)

@@ -27,18 +27,20 @@ from typing import Protocol
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention.attn_scale import AttnScale, IndexedAttnScale
 from .attention.core import PreparedBias, prepare_bias
 from .attention.dropout import Dropout, dropout_add
 from .attention.multihead import URPEAttention
 from .attention.token_layout import TokenLayout
 
-__all__ = ["EncoderLayer", "Encoder", "LayerScales"]
+__all__ = ["EncoderLayer", "Encoder", "LayerAttnScales"]
 
 
-class LayerScales(Protocol):
-    """Anything that yields the URPE matrix ``C`` of layer ``i``: ``scales[i] -> Tensor``."""
+class LayerAttnScales(Protocol):
+    """Anything that yields URPE's ``C`` (``attn_scale``) of layer ``i``:
+    ``attn_scale[i] -> AttnScale | None``."""
 
-    def __getitem__(self, layer: int) -> Tensor | None: ...
+    def __getitem__(self, layer: int) -> AttnScale | None: ...
 
     def __len__(self) -> int: ...
 
@@ -109,7 +111,7 @@ class EncoderLayer(nn.Module):
         self,
         x: Tensor,
         attn_bias: Tensor | PreparedBias | None = None,
-        attn_scale: Tensor | None = None,
+        attn_scale: AttnScale | None = None,
         key_padding_mask: Tensor | None = None,
         layout: TokenLayout | None = None,
         first_token_only: bool = False,
@@ -149,7 +151,7 @@ class Encoder(nn.Module):
         **layer_kwargs: forwarded to :class:`EncoderLayer`.
 
     ``attn_scale`` is ``None`` (no URPE), one tensor shared by every layer, or a sequence
-    (e.g. a lazy :class:`LayerScales`) whose item ``i`` is the ``C`` of layer ``i``.
+    (e.g. a lazy :class:`LayerAttnScales`) whose item ``i`` is the ``C`` of layer ``i``.
     ``attn_bias`` may be a :class:`~graphormer_urpe.attention.core.PreparedBias` already holding the
     padding mask (then ``key_padding_mask`` must be ``None``).
 
@@ -170,7 +172,7 @@ class Encoder(nn.Module):
         self,
         x: Tensor,
         attn_bias: Tensor | PreparedBias | None = None,
-        attn_scale: Tensor | Sequence[Tensor | None] | LayerScales | None = None,
+        attn_scale: AttnScale | Sequence[AttnScale | None] | LayerAttnScales | None = None,
         key_padding_mask: Tensor | None = None,
         layout: TokenLayout | None = None,
         first_token_only: bool = False,
@@ -184,11 +186,8 @@ class Encoder(nn.Module):
                 key_padding_mask = layout.key_padding_mask
             bias = prepare_bias(attn_bias, key_padding_mask)  # masks folded in once for all layers
         for i, layer in enumerate(self.layers):
-            scale = (
-                attn_scale
-                if attn_scale is None or isinstance(attn_scale, Tensor)
-                else (attn_scale[i])
-            )
+            shared = attn_scale is None or isinstance(attn_scale, Tensor | IndexedAttnScale)
+            scale = attn_scale if shared else attn_scale[i]
             last = i == len(self.layers) - 1
             x = layer(x, bias, scale, layout=layout, first_token_only=first_token_only and last)
         if self.final_norm is not None:

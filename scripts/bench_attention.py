@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from _bench import report
 
+from graphormer_urpe.attention.attn_scale import IndexedAttnScale
 from graphormer_urpe.attention.core import _AttentionCore
 from graphormer_urpe.attention.dropout import dropout_mask
 from graphormer_urpe.attention.fused.kernels import fused_available, interpreting
@@ -79,9 +80,8 @@ def step_fused(x: dict, p: float) -> Callable[[], None]:
     grad = torch.randn_like(x["q"])
 
     def run() -> None:
-        out = fused_urpe_attention(
-            x["q"], x["k"], x["v"], x["bias"], x["table"], x["index"], dropout_p=p
-        )
+        scale = IndexedAttnScale(x["table"], x["index"])
+        out = fused_urpe_attention(x["q"], x["k"], x["v"], x["bias"], scale, dropout_p=p)
         out.backward(grad)
 
     return run

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from graphormer_urpe import Graphormer, collate
-from graphormer_urpe.attention.attn_scale import IndexedScale
+from graphormer_urpe.attention.attn_scale import IndexedAttnScale
 from graphormer_urpe.attention.core import urpe_attention
 from graphormer_urpe.attention.kernel_choice import attention_kernel, fused_kernel_for
 from graphormer_urpe.graph.encodings import LayerSpatialScales
@@ -60,11 +60,11 @@ def test_indexed_scale_materialises_table_rows():
     gen = torch.Generator().manual_seed(0)
     table = torch.randn(7, 3, generator=gen)
     index = torch.randint(0, 7, (2, 5, 4), generator=gen)
-    dense = IndexedScale(table, index).materialize()
+    dense = IndexedAttnScale(table, index).materialize()
     assert dense.shape == (2, 3, 5, 4)
     for b, h, i, j in [(0, 0, 0, 0), (1, 2, 4, 3), (0, 1, 3, 2)]:
         assert dense[b, h, i, j] == table[index[b, i, j], h]
-    first = IndexedScale(table, index).first_rows()
+    first = IndexedAttnScale(table, index).first_rows()
     assert torch.equal(first.materialize(), dense[:, :, :1])
 
 
@@ -90,8 +90,8 @@ def test_urpe_attention_takes_an_indexed_scale_on_every_kernel():
     bias = torch.randn(2, 3, 6, 6, generator=gen, dtype=torch.float64)
     bias[:, :, :, 4:] = float("-inf")
     with attention_kernel("eager"):
-        want = urpe_attention(q, k, v, bias, IndexedScale(table, index).materialize())
-        got = urpe_attention(q, k, v, bias, IndexedScale(table, index))
+        want = urpe_attention(q, k, v, bias, IndexedAttnScale(table, index).materialize())
+        got = urpe_attention(q, k, v, bias, IndexedAttnScale(table, index))
     torch.testing.assert_close(got, want)
 
 
@@ -142,7 +142,7 @@ def test_urpe_scales_reach_the_fused_kernel_as_table_and_index():
             enc.spatial_scale, batch.spatial_pos, batch.node_mask, enc.config.num_layers
         )
         c = scales[1]
-    assert isinstance(c, IndexedScale)
+    assert isinstance(c, IndexedAttnScale)
     assert c.table.shape == (enc.config.urpe_num_buckets + 3, enc.config.num_heads)
     assert c.index.dtype == torch.int32 and c.index.shape == batch.attn_bias.shape
     with attention_kernel("eager"):
@@ -205,3 +205,29 @@ def test_the_language_models_run_in_the_fused_kernel(pe):
     scale = max(float(g.abs().max()) for g in outs["eager"][1].values())
     for name, g in outs["fused"][1].items():  # (a key bias's gradient is 0 up to rounding)
         assert float((g - outs["eager"][1][name]).abs().max()) <= 1e-5 * scale, name
+
+
+def test_one_indexed_attn_scale_is_shared_by_every_layer_of_an_encoder():
+    """An :class:`IndexedAttnScale` (a table and an index, itself a tuple) passed once is the
+    ``C`` of every layer, as its dense tensor is, not a sequence of per-layer ``C``."""
+    from graphormer_urpe.encoder import Encoder
+
+    torch.manual_seed(0)
+    enc = Encoder(3, embed_dim=8, ffn_dim=16, num_heads=2, dropout=0.0, attention_dropout=0.0)
+    enc.eval()
+    x = torch.randn(2, 5, 8)
+    table = 0.5 + torch.rand(4, 2)
+    index = torch.randint(0, 4, (2, 5, 5))
+    indexed = IndexedAttnScale(table, index)
+    dense = indexed.materialize()  # [B, H, N, N]
+    torch.testing.assert_close(enc(x, attn_scale=indexed), enc(x, attn_scale=dense))
+    assert not torch.allclose(enc(x, attn_scale=dense), enc(x))  # C changes the output
+
+
+def test_the_old_name_of_indexed_attn_scale_still_works_and_warns():
+    import graphormer_urpe.attention as attention
+
+    with pytest.warns(DeprecationWarning, match="IndexedAttnScale"):
+        old = attention.IndexedScale
+    assert old is IndexedAttnScale
+    assert "IndexedScale" not in attention.__all__ and "AttnScale" in attention.__all__

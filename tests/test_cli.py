@@ -152,7 +152,7 @@ def test_train_evaluate_predict_plot(table, tmp_path, capsys):
     assert cli.main(["plot", str(out), "--compare", str(tmp_path / "cmp.png")]) == 0
     assert (tmp_path / "cmp.png").stat().st_size > 1000
     assert (out / "curves.png").stat().st_size > 1000
-    assert (out / "urpe_scale.png").stat().st_size > 1000
+    assert (out / "attn_scale.png").stat().st_size > 1000
 
 
 def test_errors_are_one_line(tmp_path, capsys, monkeypatch):

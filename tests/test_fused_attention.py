@@ -21,6 +21,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from graphormer_urpe.attention.attn_scale import IndexedAttnScale  # noqa: E402
 from graphormer_urpe.attention.core import _AttentionCore, urpe_attention  # noqa: E402
 from graphormer_urpe.attention.fused import kernels as fk  # noqa: E402
 from graphormer_urpe.attention.fused import launch as fa  # noqa: E402
@@ -143,6 +144,13 @@ def upstream_grad(ref: torch.Tensor) -> torch.Tensor:
     return torch.randn(ref.shape, generator=torch.Generator().manual_seed(7)).to(ref)
 
 
+def scale_of(inputs: dict) -> IndexedAttnScale | None:
+    """The inputs' ``C`` as the fused kernel takes it (``None`` where they have none)."""
+    if inputs["table"] is None:
+        return None
+    return IndexedAttnScale(inputs["table"], inputs["index"])
+
+
 def run_both(inputs: dict, p: float = 0.0, seed: torch.Tensor | None = None):
     """Fused output and gradients, float64 reference output and gradients (same upstream
     gradient), for the leaves present."""
@@ -152,8 +160,7 @@ def run_both(inputs: dict, p: float = 0.0, seed: torch.Tensor | None = None):
         inputs["k"],
         inputs["v"],
         inputs["bias"],
-        inputs["table"],
-        inputs["index"],
+        scale_of(inputs),
         dropout_p=p,
         seed=seed,
     )
@@ -259,7 +266,7 @@ def test_only_requested_gradients_are_computed():
     inputs["bias"].requires_grad_(False)
     inputs["table"].requires_grad_(False)
     out = fused_urpe_attention(
-        inputs["q"], inputs["k"], inputs["v"], inputs["bias"], inputs["table"], inputs["index"]
+        inputs["q"], inputs["k"], inputs["v"], inputs["bias"], scale_of(inputs)
     )
     out.sum().backward()
     assert inputs["q"].grad is not None and inputs["bias"].grad is None
@@ -271,7 +278,9 @@ def test_head_shared_table_and_two_dimensional_index():
     inputs = make_inputs(b=2, h=3, n_q=9, n_k=11, d=8, bias=None, rows=5)
     inputs["table"] = inputs["table"][:, :1].detach().clone().requires_grad_(True)  # [5, 1]
     index = inputs["index"][0]  # [N_q, N_k]
-    out = fused_urpe_attention(inputs["q"], inputs["k"], inputs["v"], None, inputs["table"], index)
+    out = fused_urpe_attention(
+        inputs["q"], inputs["k"], inputs["v"], None, IndexedAttnScale(inputs["table"], index)
+    )
     table = inputs["table"].detach().double().requires_grad_(True)
     ref = reference(
         inputs["q"].detach(), inputs["k"].detach(), inputs["v"].detach(), None,
@@ -291,7 +300,7 @@ def test_empty_sizes(sizes):
     b, h, n_q, n_k, d = sizes
     inputs = make_inputs(b, h, n_q, n_k, d, bias=None, rows=4)
     out = fused_urpe_attention(
-        inputs["q"], inputs["k"], inputs["v"], None, inputs["table"], inputs["index"],
+        inputs["q"], inputs["k"], inputs["v"], None, scale_of(inputs),
         dropout_p=0.1,
     )  # fmt: skip
     assert out.shape == (b, h, n_q, d) and not out.abs().sum()
@@ -381,7 +390,7 @@ def _fused_and_core(
     """The fused product with dropout ``p``, and :class:`_AttentionCore` on twins of the
     leaves with the same keep mask; the twins for their gradients."""
     out = fused_urpe_attention(
-        *(inputs[n] for n in ("q", "k", "v", "bias", "table", "index")), dropout_p=p, seed=seed
+        *(inputs[n] for n in ("q", "k", "v", "bias")), scale_of(inputs), dropout_p=p, seed=seed
     )
     mask = dropout_keep_mask(seed, (*inputs["q"].shape[:3], inputs["k"].shape[2]), p)
     twins = {n: inputs[n].detach().clone().requires_grad_(True) for n in GRAD_NAMES}
@@ -415,7 +424,9 @@ def test_matches_urpe_attention_with_key_padding_and_dead_rows():
     c = _scale_matrix(inputs["table"].detach(), inputs["index"])
     theirs = urpe_attention(q, k, v, attn_bias=bias, attn_scale=c, key_padding_mask=kpm)
     masked = bias.masked_fill(kpm[:, None, None, :], -math.inf)
-    ours = fused_urpe_attention(q, k, v, masked, inputs["table"].detach(), inputs["index"])
+    ours = fused_urpe_attention(
+        q, k, v, masked, IndexedAttnScale(inputs["table"].detach(), inputs["index"])
+    )
     assert_close(ours, theirs, 1e-5, "output vs urpe_attention")
     assert torch.equal(ours[0, 1, 5], torch.zeros_like(ours[0, 1, 5]))
 
@@ -439,12 +450,12 @@ def test_rejects_bad_inputs():
     index = torch.zeros(1, 5, 6, dtype=torch.int64, device=DEVICE)
     with pytest.raises(ValueError, match="k and v"):
         fused_urpe_attention(q, k, k[:, :, :5])
-    with pytest.raises(ValueError, match="together"):
-        fused_urpe_attention(q, k, k, scale_table=table)
+    with pytest.raises(ValueError, match="both its table and its index"):
+        fused_urpe_attention(q, k, k, attn_scale=IndexedAttnScale(table, None))
     with pytest.raises(ValueError, match="dropout_p"):
         fused_urpe_attention(q, k, k, dropout_p=1.0)
     with pytest.raises(ValueError, match="int16"):
-        fused_urpe_attention(q, k, k, scale_table=table, scale_index=index.float())
+        fused_urpe_attention(q, k, k, attn_scale=IndexedAttnScale(table, index.float()))
     with pytest.raises(ValueError, match="seed"):
         fused_urpe_attention(q, k, k, dropout_p=0.1, seed=torch.zeros(2, dtype=torch.int64))
     with pytest.raises(ValueError, match="dtype"):
@@ -628,7 +639,7 @@ def test_cuda_graph_capture_replays_forward_backward_with_fresh_masks():
     def step():
         seed = fa.draw_seed(dev)
         out = fused_urpe_attention(
-            *(static[k] for k in ("q", "k", "v", "bias", "table", "index")), dropout_p=p, seed=seed
+            *(static[k] for k in ("q", "k", "v", "bias")), scale_of(static), dropout_p=p, seed=seed
         )
         return (seed, out, *torch.autograd.grad(out, leaves, grad_out))
 
@@ -656,7 +667,8 @@ def test_cuda_graph_capture_replays_forward_backward_with_fresh_masks():
         for name in GRAD_NAMES:
             eager_in[name].requires_grad_(True)
         eager_out = fused_urpe_attention(
-            *(eager_in[k] for k in ("q", "k", "v", "bias", "table", "index")),
+            *(eager_in[k] for k in ("q", "k", "v", "bias")),
+            scale_of(eager_in),
             dropout_p=p,
             seed=seed,
         )

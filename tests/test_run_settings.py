@@ -295,7 +295,7 @@ def test_urpe_scale_has_its_own_weight_decay_group():
     torch.manual_seed(0)
     model = Graphormer(get_preset("small", attention="urpe", num_layers=2))
     groups = parameter_groups(model, 0.1, 0.0)
-    assert [g["name"] for g in groups] == ["default", "urpe_c"]
+    assert [g["name"] for g in groups] == ["default", "attn_scale"]
     named = dict(model.named_parameters())
     scale_names = {n for n in named if ".spatial_scale." in n}
     assert len(scale_names) == 2

@@ -11,7 +11,7 @@ each:
 * :mod:`.core`: the attention product on projected heads (:func:`~.core.urpe_attention`),
   its masks (:func:`~.core.prepare_bias`) and the eager kernels;
 * :mod:`.attn_scale`: URPE's :math:`C`, dense or as a table and an index
-  (:class:`~.attn_scale.IndexedScale`);
+  (:class:`~.attn_scale.IndexedAttnScale`);
 * :mod:`.kernel_choice`: which kernel computes the product
   (:func:`~.kernel_choice.attention_kernel`);
 * :mod:`.dropout`: the attention dropout, whose mask the backward pass reuses;
@@ -31,9 +31,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         ".multihead": ["URPEAttention"],
         ".core": ["PreparedBias", "prepare_bias", "urpe_attention"],
-        ".attn_scale": ["IndexedScale"],
+        ".attn_scale": ["AttnScale", "IndexedAttnScale"],
         ".kernel_choice": ["attention_kernel"],
         ".dropout": ["Dropout", "dropout", "dropout_add", "dropout_mask"],
         ".token_layout": ["TokenLayout", "true_positions"],
     },
+    renamed={"IndexedScale": "IndexedAttnScale"},
 )

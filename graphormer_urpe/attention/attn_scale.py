@@ -1,6 +1,6 @@
 r"""URPE's ``C`` (``attn_scale``): a dense tensor, or a table and an index.
 
-:class:`IndexedScale` gives :math:`C` the way every caller builds it: a small table of
+:class:`IndexedAttnScale` gives :math:`C` the way every caller builds it: a small table of
 per-head values and, per query-key pair, the row to read,
 
 .. math::
@@ -8,7 +8,7 @@ per-head values and, per query-key pair, the row to read,
 
 so that the fused kernel (:mod:`graphormer_urpe.attention.fused`) reads :math:`C` where it
 needs it instead of a materialised ``[B, H, N_q, N_k]`` tensor per layer; the other kernels
-materialise it (:meth:`IndexedScale.materialize`).
+materialise it (:meth:`IndexedAttnScale.materialize`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-__all__ = ["IndexedScale", "Scale"]
+__all__ = ["IndexedAttnScale", "AttnScale"]
 
 
-class IndexedScale(NamedTuple):
+class IndexedAttnScale(NamedTuple):
     """URPE's ``C`` as ``table[index[b, i, j], h]``.
 
     Attributes:
@@ -35,10 +35,10 @@ class IndexedScale(NamedTuple):
         """``C`` as ``[B|1, H, N_q, N_k]``."""
         return self.table.t()[:, self.index].transpose(0, 1)
 
-    def first_rows(self) -> IndexedScale:
+    def first_rows(self) -> IndexedAttnScale:
         """The ``C`` of the first query of every sequence: ``index [B|1, 1, N_k]``."""
-        return IndexedScale(self.table, self.index[:, :1, :])
+        return IndexedAttnScale(self.table, self.index[:, :1, :])
 
 
-Scale = Tensor | IndexedScale
-"""URPE's ``C``: dense, broadcastable to ``[B, H, N_q, N_k]``, or an :class:`IndexedScale`."""
+AttnScale = Tensor | IndexedAttnScale
+"""URPE's ``C``: dense, broadcastable to ``[B, H, N_q, N_k]``, or an :class:`IndexedAttnScale`."""

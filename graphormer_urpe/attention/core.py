@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attn_scale import IndexedScale, Scale
+from .attn_scale import AttnScale, IndexedAttnScale
 from .dropout import dropout_mask
 from .fused.guard import disable_fused
 from .kernel_choice import fused_kernel_for
@@ -225,20 +225,18 @@ def _composite_attention(
 
 
 def _fused(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: Scale | None, p: float
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: AttnScale | None, p: float
 ) -> Tensor:
     """The product in the fused kernel; a dense ``C`` becomes a table with a row per entry."""
     from .fused.launch import fused_urpe_attention
 
-    table = index = None
-    if isinstance(scale, IndexedScale):
-        table, index = scale
-    elif scale is not None:  # [B|1, H|1, N_q, N_k]: one table row per (b, i, j)
+    if scale is not None and not isinstance(scale, IndexedAttnScale):
+        # [B|1, H|1, N_q, N_k]: one table row per (b, i, j)
         c = scale.expand(scale.shape[0], scale.shape[1], q.shape[2], k.shape[2])
         table = c.permute(0, 2, 3, 1).reshape(-1, c.shape[1])  # [B * N_q * N_k, H]
         index = torch.arange(table.shape[0], device=q.device, dtype=torch.int32)
-        index = index.view(c.shape[0], c.shape[2], c.shape[3])
-    return fused_urpe_attention(q, k, v, bias, table, index, p)
+        scale = IndexedAttnScale(table, index.view(c.shape[0], c.shape[2], c.shape[3]))
+    return fused_urpe_attention(q, k, v, bias, scale, p)
 
 
 def urpe_attention(
@@ -246,7 +244,7 @@ def urpe_attention(
     k: Tensor,
     v: Tensor,
     attn_bias: Tensor | PreparedBias | None = None,
-    attn_scale: Scale | None = None,
+    attn_scale: AttnScale | None = None,
     key_padding_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     training: bool = False,
@@ -264,7 +262,7 @@ def urpe_attention(
         attn_bias: additive bias ``B``, broadcastable to ``[B, H, N_q, N_k]``; may hold ``-inf``;
             or a :class:`PreparedBias` (then ``key_padding_mask`` must be ``None``).
         attn_scale: multiplicative ``C``, broadcastable to ``[B, H, N_q, N_k]``, or an
-            :class:`~graphormer_urpe.attention.attn_scale.IndexedScale` (a table and an index),
+            :class:`~graphormer_urpe.attention.attn_scale.IndexedAttnScale` (a table and an index),
             or ``None``.
         key_padding_mask: ``[B, N_k]`` bool, ``True`` for padded keys.
         dropout_p: attention dropout probability (applied after ``C``).
@@ -296,7 +294,7 @@ def urpe_attention(
                 raise
         else:
             return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
-    if isinstance(attn_scale, IndexedScale):
+    if isinstance(attn_scale, IndexedAttnScale):
         attn_scale = attn_scale.materialize()
     fused_gpu = attn_scale is None and q.device.type != "cpu"
     if torch.compiler.is_compiling() or fused_gpu or p >= 1.0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attn_scale import IndexedScale, Scale
+from .attn_scale import AttnScale, IndexedAttnScale
 from .core import PreparedBias, prepare_bias, urpe_attention
 from .token_layout import TokenLayout
 
@@ -31,9 +31,9 @@ def _padding_mask(
     return layout.key_padding_mask
 
 
-def _row0(t: Scale | None) -> Scale | None:
+def _row0(t: AttnScale | None) -> AttnScale | None:
     """The first query row of a ``[..., N_q, N_k]`` matrix (kept when it broadcasts)."""
-    if isinstance(t, IndexedScale):
+    if isinstance(t, IndexedAttnScale):
         return t if t.index.shape[-2] == 1 else t.first_rows()
     return t if t is None or t.shape[-2] == 1 else t[..., :1, :]
 
@@ -129,7 +129,7 @@ class URPEAttention(nn.Module):
         k: Tensor,
         v: Tensor,
         attn_bias: Tensor | PreparedBias | None,
-        attn_scale: Scale | None,
+        attn_scale: AttnScale | None,
         key_padding_mask: Tensor | None,
     ) -> Tensor:
         """:func:`urpe_attention` with this module's dropout: ``[B, H, N_q, d_h]``."""
@@ -140,7 +140,7 @@ class URPEAttention(nn.Module):
         self,
         x: Tensor,
         attn_bias: Tensor | PreparedBias | None = None,
-        attn_scale: Tensor | None = None,
+        attn_scale: AttnScale | None = None,
         key_padding_mask: Tensor | None = None,
         layout: TokenLayout | None = None,
     ) -> Tensor:
@@ -160,7 +160,7 @@ class URPEAttention(nn.Module):
         self,
         x: Tensor,
         attn_bias: Tensor | PreparedBias | None = None,
-        attn_scale: Tensor | None = None,
+        attn_scale: AttnScale | None = None,
         key_padding_mask: Tensor | None = None,
         layout: TokenLayout | None = None,
     ) -> Tensor:

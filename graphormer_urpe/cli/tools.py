@@ -167,7 +167,7 @@ def run_plot(args: argparse.Namespace) -> int:
     """plot learning curves and the learned URPE C of a run
 
     Write RUN_DIR/curves.png (training loss, validation metric) and, for URPE models,
-    RUN_DIR/urpe_scale.png (learned C per head against shortest-path distance)."""
+    RUN_DIR/attn_scale.png (learned C per head against shortest-path distance)."""
     from ..training import plot_run
 
     for run in args.run_dir:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._compiler import compiler_disable
-from ..attention.attn_scale import IndexedScale
+from ..attention.attn_scale import IndexedAttnScale
 from ..attention.kernel_choice import fused_kernel_for
 from ..attention.token_layout import TokenLayout, true_positions
 from .batch import GraphormerBatch, hop_positions, pair_hops, path_input_from_dense
@@ -435,8 +435,8 @@ class LayerSpatialScales:
     """Lazy per-layer ``C``: item ``i`` is layer ``i``'s ``[B, H, n + 1, n + 1]`` matrix, or,
     where the fused attention kernel runs (see
     :func:`~graphormer_urpe.attention.kernel_choice.attention_kernel`), its
-    :class:`~graphormer_urpe.attention.attn_scale.IndexedScale`: the ``[K + 3, H]`` table and the
-    ``[B, n + 1, n + 1]`` index, never materialised.
+    :class:`~graphormer_urpe.attention.attn_scale.IndexedAttnScale`: the ``[K + 3, H]`` table
+    and the ``[B, n + 1, n + 1]`` index, never materialised.
 
     Built once per forward pass and handed to :class:`~graphormer_urpe.encoder.Encoder`, so
     that only one layer's ``C`` is alive at a time; the gather index is shared by the layers.
@@ -463,11 +463,11 @@ class LayerSpatialScales:
     def __len__(self) -> int:
         return self.num_layers
 
-    def __getitem__(self, layer: int) -> Tensor | IndexedScale:
+    def __getitem__(self, layer: int) -> Tensor | IndexedAttnScale:
         b, m, _ = self.index.shape
         if self.fused:
             table = min(layer, self.module.scale.shape[0] - 1)  # 0 when shared by all layers
-            return IndexedScale(self.module.rows(table), self.index)
+            return IndexedAttnScale(self.module.rows(table), self.index)
         if self.module.scale.shape[0] == 1:
             if self._shared is None:
                 self._shared = self.module._gather(self.flat, 0, b, m, self.onehot)

@@ -203,11 +203,11 @@ class GraphormerEncoder(nn.Module):
         """
         tokens = GraphTokens(batch)
         h = self._inputs(self.node_embedding.forward_tokens(batch, tokens))  # [T, d]
-        bias, scales = self._bias_and_scales(batch)
+        attn_bias, attn_scale = self._attention_inputs(batch)
         h = self.encoder(
             h,
-            attn_bias=bias,
-            attn_scale=scales,
+            attn_bias=attn_bias,
+            attn_scale=attn_scale,
             layout=tokens.layout,
             first_token_only=graph_tokens_only,
         )
@@ -251,9 +251,9 @@ class GraphormerEncoder(nn.Module):
             ``[B, n + 1, d]``, or ``[B, d]`` with ``graph_tokens_only``.
         """
         h = self._inputs(embeddings)  # [B, n + 1, d]
-        bias, scales = self._bias_and_scales(batch)
+        attn_bias, attn_scale = self._attention_inputs(batch)
         return self.encoder(
-            h, attn_bias=bias, attn_scale=scales, first_token_only=graph_tokens_only
+            h, attn_bias=attn_bias, attn_scale=attn_scale, first_token_only=graph_tokens_only
         )
 
     def forward_graphs(self, batch: GraphormerBatch) -> Tensor:
@@ -269,7 +269,7 @@ class GraphormerEncoder(nn.Module):
             h = self.embedding_norm(h)
         return self.input_dropout(h)
 
-    def _bias_and_scales(
+    def _attention_inputs(
         self, batch: GraphormerBatch
     ) -> tuple[PreparedBias, LayerSpatialScales | None]:
         """``B`` for every layer and the lazy per-layer ``C`` (``None`` without URPE)."""
@@ -278,10 +278,10 @@ class GraphormerEncoder(nn.Module):
         bias = prepare_bias(self.attention_bias(batch), live_rows=True)  # [B, H, n+1, n+1]
         if self.spatial_scale is None:
             return bias, None
-        scales = LayerSpatialScales(
+        attn_scale = LayerSpatialScales(
             self.spatial_scale, batch.spatial_pos, batch.node_mask, self.config.num_layers
         )
-        return bias, scales
+        return bias, attn_scale
 
     def forward_dense(self, batch: GraphormerBatch) -> Tensor:
         """Token representations ``[B, n + 1, d]`` after the last layer (0 on padding)."""

@@ -430,8 +430,8 @@ class SequenceTransformer(nn.Module):
         x = self.dropout(self.emb_layer_norm(x))
         if key_padding_mask is not None:
             x = x * (~key_padding_mask).unsqueeze(-1).to(x.dtype)
-        bias, scales = self.positional_matrices(n, key_padding_mask)
-        return self.encoder(x, bias, scales, key_padding_mask)  # [B, N, d]
+        attn_bias, attn_scale = self.positional_matrices(n, key_padding_mask)
+        return self.encoder(x, attn_bias, attn_scale, key_padding_mask)  # [B, N, d]
 
     def forward(self, tokens: Tensor) -> Tensor:
         h = self.features(tokens)  # [B, N, d]

@@ -245,16 +245,16 @@ class TransformerXL(nn.Module):
         """
         keys = memory_len + query_len
         future = causal_window_mask(query_len, memory_len, device)  # [N, M + N]
-        scales = self.scale_matrices(query_len, memory_len)
+        attn_scale = self.scale_matrices(query_len, memory_len)
         bias = torch.zeros(future.shape, device=device).masked_fill(future, float("-inf"))
         if self.u is not None and self.v is not None:
             distances = torch.arange(keys, -1, -1, device=device)  # K, ..., 0
             enc = self.dropout(sinusoid_encoding(distances, self.config.width))  # [K + 1, d]
-            return XLPositions(enc, self.u, self.v), scales  # (causal by construction)
+            return XLPositions(enc, self.u, self.v), attn_scale  # (causal by construction)
         bias = bias[None, None]  # [1, 1, N, M + N]
         if self.rel_bias is not None:
             bias = bias + self.rel_bias(keys, query_len)  # [1, H, N, M + N]
-        return prepare_bias(bias), scales
+        return prepare_bias(bias), attn_scale
 
     def scale_matrices(self, query_len: int, memory_len: int) -> list[Tensor | None]:
         """URPE's ``C`` of every layer, ``[1, H, N, M + N]`` each, or ``None`` per layer."""
@@ -287,12 +287,12 @@ class TransformerXL(nn.Module):
         if self.embed_positions is not None:  # same scale as the tokens: added before sqrt(d)
             x = x + self.embed_positions(torch.arange(m, m + n, device=tokens.device))
         x = self.dropout(x * self.embed_scale)
-        bias, scales = self.attention_matrices(n, m, tokens.device)
+        attn_bias, attn_scale = self.attention_matrices(n, m, tokens.device)
         inputs: list[Tensor] = []
         for i, layer in enumerate(self.encoder.layers):
             inputs.append(x)
             mem = None if memory is None else memory[i]
-            x = layer(x, bias, scales[i], memory=mem)  # [B, N, d]
+            x = layer(x, attn_bias, attn_scale[i], memory=mem)  # [B, N, d]
         if self.encoder.final_norm is not None:
             x = self.encoder.final_norm(x)
         x = self.dropout(x)

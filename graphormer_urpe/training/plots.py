@@ -17,7 +17,7 @@ import torch
 
 from ..io.checkpoint import load_checkpoint
 
-__all__ = ["plot_run", "plot_curves", "plot_urpe_scale", "plot_comparison"]
+__all__ = ["plot_run", "plot_curves", "plot_attn_scale", "plot_comparison"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def plot_curves(history_csv: Path, out: Path) -> Path:
     return out
 
 
-def plot_urpe_scale(checkpoint: Path, out: Path) -> Path | None:
+def plot_attn_scale(checkpoint: Path, out: Path) -> Path | None:
     """Learned ``C`` per layer and head against shortest-path distance → ``out`` (PNG).
 
     Returns ``None`` (and writes nothing) for a model without URPE.
@@ -131,7 +131,7 @@ def plot_comparison(run_dirs: list[str | Path], out: str | Path) -> Path:
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:
-    """Write ``curves.png`` and, for URPE models, ``urpe_scale.png`` into ``run_dir``."""
+    """Write ``curves.png`` and, for URPE models, ``attn_scale.png`` into ``run_dir``."""
     run = Path(run_dir)
     history = run / "history.csv"
     if not history.exists():
@@ -139,7 +139,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     written = [plot_curves(history, run / "curves.png")]
     ckpt = run / "best.pt" if (run / "best.pt").exists() else run / "last.pt"
     if ckpt.exists():
-        scale = plot_urpe_scale(ckpt, run / "urpe_scale.png")
+        scale = plot_attn_scale(ckpt, run / "attn_scale.png")
         if scale is not None:
             written.append(scale)
     else:

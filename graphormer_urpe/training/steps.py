@@ -71,7 +71,7 @@ def parameter_groups(
     Every parameter that is not part of a :class:`~graphormer_urpe.graph.encodings.SpatialScale`
     (weights, biases, LayerNorm scales and shifts, embedding tables, the head) is in group
     ``"default"`` with ``weight_decay``; the ``C`` tables (``scale`` ``[L or 1, K, H]`` and
-    ``graph_token_scale`` ``[2, H]``) are in group ``"urpe_c"`` with ``urpe_weight_decay``.
+    ``graph_token_scale`` ``[2, H]``) are in group ``"attn_scale"`` with ``urpe_weight_decay``.
     Decay pulls ``C`` towards 0 (masking attention), not towards its initial 1 (plain RPE
     attention). Models without URPE get the one default group.
     """
@@ -84,7 +84,7 @@ def parameter_groups(
         {"params": rest, "weight_decay": weight_decay, "name": "default"}
     ]
     if scale:
-        groups.append({"params": scale, "weight_decay": urpe_weight_decay, "name": "urpe_c"})
+        groups.append({"params": scale, "weight_decay": urpe_weight_decay, "name": "attn_scale"})
     return groups
 
 

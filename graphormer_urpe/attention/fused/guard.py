@@ -33,6 +33,8 @@ import math
 import torch
 from torch import Tensor
 
+from ..attn_scale import IndexedAttnScale
+
 __all__ = [
     "TOLERANCE",
     "disable_fused",
@@ -181,7 +183,7 @@ def _fused(ops: dict[str, Tensor], device: torch.device, p: float) -> tuple[Tens
     q, k, v, bias, table = (on_device(n) for n in _GRADS)
     index = ops["index"].to(device=device, dtype=torch.int32)
     seed = _seed(device)
-    out = launch.fused_urpe_attention(q, k, v, bias, table, index, p, seed)
+    out = launch.fused_urpe_attention(q, k, v, bias, IndexedAttnScale(table, index), p, seed)
     out.backward(ops["grad"].to(device=device, dtype=torch.float32))
     results = (out, q.grad, k.grad, v.grad, bias.grad, table.grad)
     return tuple(t.detach().double().cpu() for t in results)

@@ -75,6 +75,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..attn_scale import IndexedAttnScale
 from .kernels import fused_available, interpreting, kernels
 
 __all__ = [
@@ -207,7 +208,7 @@ class _Inputs:
         if d < 1 or d > MAX_HEAD_DIM:
             raise ValueError(f"head dimension must be in [1, {MAX_HEAD_DIM}], got {d}")
         if (table is None) != (index is None):
-            raise ValueError("scale_table and scale_index go together")
+            raise ValueError("an attn_scale needs both its table and its index")
         for t in (k, v, bias, table, index):
             if t is not None and t.device != q.device:
                 raise ValueError(f"every input must be on {q.device}, got one on {t.device}")
@@ -219,11 +220,11 @@ class _Inputs:
             self.bias = bias.expand(b, h, n_q, n_k)
         if table is not None and index is not None:
             if table.dim() != 2 or table.shape[1] not in (1, h):
-                raise ValueError(f"scale_table must be [R, H={h}], got {list(table.shape)}")
+                raise ValueError(f"attn_scale.table must be [R, H={h}], got {list(table.shape)}")
             if not table.dtype.is_floating_point:
-                raise ValueError(f"scale_table must be a float tensor, got {table.dtype}")
+                raise ValueError(f"attn_scale.table must be a float tensor, got {table.dtype}")
             if index.dtype not in (torch.int16, torch.int32, torch.int64):
-                raise ValueError(f"scale_index must be int16/int32/int64, got {index.dtype}")
+                raise ValueError(f"attn_scale.index must be int16/int32/int64, got {index.dtype}")
             self.table = table.expand(table.shape[0], h)
             self.index = index.expand(b, n_q, n_k)
 
@@ -371,14 +372,13 @@ def fused_urpe_attention(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None = None,
-    scale_table: Tensor | None = None,
-    scale_index: Tensor | None = None,
+    attn_scale: IndexedAttnScale | None = None,
     dropout_p: float = 0.0,
     seed: Tensor | None = None,
 ) -> Tensor:
     r"""URPE attention :math:`(\operatorname{softmax}(q k^\top / \sqrt{d_h} + B) \odot C \odot
     M)\, v` in fused Triton kernels (differentiable in ``q``, ``k``, ``v``, ``bias`` and
-    ``scale_table``).
+    ``attn_scale.table``).
 
     Args:
         q: ``[B, H, N_q, d_h]`` queries (not yet scaled), float32 / bfloat16 / float16.
@@ -386,10 +386,11 @@ def fused_urpe_attention(
         v: ``[B, H, N_k, d_h]`` values, ``q``'s dtype.
         bias: additive ``B`` broadcastable to ``[B, H, N_q, N_k]`` (typically ``[B|1, H,
             N_q, N_k]``, any strides), float, may hold ``-inf``; not scaled; or ``None``.
-        scale_table: ``[R, H]`` (or ``[R, 1]``) float table of the URPE matrix ``C``, or
-            ``None`` (no ``C``).
-        scale_index: ``[B|1, N_q, N_k]`` int16 / int32 / int64 rows of ``scale_table``, in
-            ``[0, R)`` (not checked): :math:`C_{bhij} = \text{table}[\text{index}_{bij}, h]`.
+        attn_scale: URPE's ``C`` as an
+            :class:`~graphormer_urpe.attention.attn_scale.IndexedAttnScale`: ``table`` ``[R,
+            H]`` (or ``[R, 1]``) float, ``index`` ``[B|1, N_q, N_k]`` (or ``[N_q, N_k]``) int16 /
+            int32 / int64 rows of ``table``, in ``[0, R)`` (not checked): :math:`C_{bhij} =
+            \text{table}[\text{index}_{bij}, h]`; or ``None`` (no ``C``).
         dropout_p: attention dropout probability in ``[0, 1)``, applied when positive.
         seed: ``[1]`` int64 dropout seed on ``q``'s device; ``None`` draws one
             (:func:`draw_seed`). :func:`dropout_keep_mask` gives the mask of a seed.
@@ -410,6 +411,7 @@ def fused_urpe_attention(
         _check_seed(seed, q.device)
     else:
         seed = None
-    if scale_index is not None and scale_index.dim() == 2:
-        scale_index = scale_index.unsqueeze(0)
-    return _FusedURPE.apply(q, k, v, bias, scale_table, scale_index, seed, float(dropout_p))
+    table, index = (None, None) if attn_scale is None else attn_scale
+    if index is not None and index.dim() == 2:
+        index = index.unsqueeze(0)
+    return _FusedURPE.apply(q, k, v, bias, table, index, seed, float(dropout_p))
