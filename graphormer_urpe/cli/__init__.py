@@ -17,33 +17,33 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
-from .calibrate import _add_calibrate, run_calibrate
-from .explain import _add_explain, run_explain
+from .calibrate import add_calibrate_command, run_calibrate
+from .explain import add_explain_command, run_explain
 from .predict import (
-    _add_evaluate,
-    _add_predict,
-    _add_submit,
+    add_evaluate_command,
+    add_predict_command,
+    add_submit_command,
     run_evaluate,
     run_predict,
     run_submit,
 )
-from .serve import _add_serve, run_serve
+from .serve import add_serve_command, run_serve
 from .tools import (
-    _add_convert,
-    _add_demo,
-    _add_export,
-    _add_lm,
-    _add_plot,
-    _add_preprocess,
-    _add_synthetic,
+    add_convert_command,
+    add_demo_command,
+    add_export_command,
+    add_lm_command,
+    add_plot_command,
+    add_preprocess_command,
+    add_synthetic_command,
     run_convert,
     run_demo,
     run_export,
     run_plot,
     run_preprocess,
 )
-from .train import _add_pretrain, _add_train, run_pretrain, run_train, train_config
-from .tune import _add_tune, run_tune
+from .train import add_pretrain_command, add_train_command, run_pretrain, run_train, train_config
+from .tune import add_tune_command, run_tune
 
 __all__ = [  # the sub-commands are in train, tune, predict and tools; their flags in flags
     "IMPORTED_AT",
@@ -81,22 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_train,
-    _add_pretrain,
-    _add_tune,
-    _add_evaluate,
-    _add_predict,
-    _add_explain,
-    _add_calibrate,
-    _add_serve,
-    _add_plot,
-    _add_synthetic,
-    _add_lm,
-    _add_demo,
-    _add_preprocess,
-    _add_submit,
-    _add_convert,
-    _add_export,
+    add_train_command,
+    add_pretrain_command,
+    add_tune_command,
+    add_evaluate_command,
+    add_predict_command,
+    add_explain_command,
+    add_calibrate_command,
+    add_serve_command,
+    add_plot_command,
+    add_synthetic_command,
+    add_lm_command,
+    add_demo_command,
+    add_preprocess_command,
+    add_submit_command,
+    add_convert_command,
+    add_export_command,
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import _command, _print_json, _shared, positive_int
+from .flags import add_command, add_shared_flags, positive_int, print_json
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -30,11 +30,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
         args.workers,
         args.batch_size or 64,
     )
-    return _print_json(summary)
+    return print_json(summary)
 
 
-def _add_calibrate(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "calibrate", run_calibrate)
+def add_calibrate_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe calibrate`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "calibrate", run_calibrate)
     p.add_argument(
         "--checkpoint",
         required=True,
@@ -47,7 +48,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="the CSV's column for each of the model's targets, in the model's order",
     )
-    _shared(p, "--smiles-column", "--batch-size", "--device")
+    add_shared_flags(p, "--smiles-column", "--batch-size", "--device")
     p.add_argument(
         "--workers", type=int, default=0, help="featurisation processes (default 0: none)"
     )

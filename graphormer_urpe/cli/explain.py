@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .flags import _command, _shared, _smiles_source
+from .flags import add_command, add_shared_flags, add_smiles_source
 
 
 def _explainer(checkpoint: str, device: str, **options):
@@ -87,12 +87,13 @@ def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_explain(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "explain", run_explain)
+def add_explain_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe explain`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "explain", run_explain)
     help = "a best.pt or last.pt file, or the folder of a train --ensemble run (the mean "
     help += "of the members' contributions)"
-    _shared(p, "--checkpoint", checkpoint={"help": help})
-    _smiles_source(
+    add_shared_flags(p, "--checkpoint", checkpoint={"help": help})
+    add_smiles_source(
         p,
         "a CSV (.csv, .csv.gz) with a SMILES column, a .smi / .txt file with one SMILES a "
         "line, an SD file (.sdf, .sdf.gz), or - for standard input",
@@ -140,4 +141,4 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
         help="the target whose contributions colour the pictures (default: the first)",
     )
     p.add_argument("--threads", type=int, default=1, help="CPU threads for the model (default 1)")
-    _shared(p, "--device", "--no-progress")
+    add_shared_flags(p, "--device", "--no-progress")

@@ -42,7 +42,7 @@ _SET_BY_THE_DATA = ("num_targets", "num_mol_features", "target_mean", "target_st
 """Model fields a run sets from its dataset (``--normalize-targets`` decides the scaling)."""
 
 
-def _command(
+def add_command(
     sub: argparse._SubParsersAction,
     name: str,
     func: Callable[[argparse.Namespace], int],
@@ -57,7 +57,7 @@ def _command(
     return p
 
 
-def _print_json(report: dict) -> int:
+def print_json(report: dict) -> int:
     """Print ``report`` as indented JSON, a command's result; exit status 0."""
     print(json.dumps(report, indent=2))
     return 0
@@ -102,7 +102,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
+def add_model_flags(p: argparse.ArgumentParser) -> None:
     from ..graph.config import GraphormerConfig
 
     g = p.add_argument_group("model (override the preset's architecture)")
@@ -148,7 +148,7 @@ _FLAGS: dict[str, dict] = {
 the help where its meaning differs)."""
 
 
-def _shared(parser: argparse._ActionsContainer, *flags: str, **changes: dict) -> None:
+def add_shared_flags(parser: argparse._ActionsContainer, *flags: str, **changes: dict) -> None:
     """Add the shared ``flags`` to ``parser`` (a parser or an argument group), in order;
     ``changes`` by flag name without dashes (``smiles_column={"default": "smiles"}``)."""
     for flag in flags:
@@ -156,7 +156,7 @@ def _shared(parser: argparse._ActionsContainer, *flags: str, **changes: dict) ->
         parser.add_argument(flag, **{**_FLAGS[flag], **change})
 
 
-def _add_data_flags(p: argparse.ArgumentParser) -> None:
+def add_data_flags(p: argparse.ArgumentParser) -> None:
     """The data flags of ``train`` and ``tune``: the set, its targets, split and inputs."""
     d = p.add_argument_group("data")
     d.add_argument(
@@ -168,13 +168,13 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
     )
     root = {"help": "folder of downloaded datasets (default data/<name>)"}
-    _shared(d, "--data-root", "--cache-dir", data_root=root)
+    add_shared_flags(d, "--data-root", "--cache-dir", data_root=root)
     d.add_argument(
         "--preprocess-workers",
         type=positive_int,
         help="processes that build a missing dataset store (default 1)",
     )
-    _shared(d, "--smiles-column", "--target-columns", "--split-column")
+    add_shared_flags(d, "--smiles-column", "--target-columns", "--split-column")
     d.add_argument(
         "--mol-features",
         choices=["auto", "none", "rdkit2d", "morgan", "rdkit2d+morgan"],
@@ -240,14 +240,14 @@ _INPUT_HELP = (
 )
 
 
-def _smiles_source(p: argparse.ArgumentParser, input_help: str = _INPUT_HELP) -> None:
+def add_smiles_source(p: argparse.ArgumentParser, input_help: str = _INPUT_HELP) -> None:
     """``--smiles`` or ``--input`` (one of them, required), and ``--smiles-column``: the
     molecules of ``predict`` and ``explain``."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--smiles", nargs="+", help="one or more SMILES strings")
     src.add_argument("--input", help=input_help)
     column = {"default": "smiles", "help": "SMILES column of --input"}
-    _shared(p, "--smiles-column", smiles_column=column)
+    add_shared_flags(p, "--smiles-column", smiles_column=column)
     p.add_argument(
         "--id-columns",
         nargs="+",
@@ -258,7 +258,7 @@ def _smiles_source(p: argparse.ArgumentParser, input_help: str = _INPUT_HELP) ->
     )
 
 
-def _add_training_flags(p: argparse.ArgumentParser) -> None:
+def add_training_flags(p: argparse.ArgumentParser) -> None:
     """The optimisation flags of ``train`` and ``pretrain``."""
     t = p.add_argument_group("training")
     t.add_argument(
@@ -275,7 +275,7 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="optimizer steps in total (replaces the preset's epochs)",
     )
-    _shared(t, "--batch-size")
+    add_shared_flags(t, "--batch-size")
     t.add_argument(
         "--max-tokens",
         type=positive_int,
@@ -327,12 +327,12 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--eval-every", type=positive_int, help="validate every N epochs")
 
 
-def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+def add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The run flags (output, device, checkpoints, resume, time limit) of ``train`` and
     ``pretrain``; returns the group for command-specific ones."""
     r = p.add_argument_group("run")
     r.add_argument("--out", help="output folder (default runs/DATASET-PRESET-ATTN)")
-    _shared(r, "--device")
+    add_shared_flags(r, "--device")
     r.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16"],
@@ -398,5 +398,5 @@ def _add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         help="on a GPU, run every step eagerly instead of replaying it from a CUDA graph "
         "captured per batch shape (the default on one GPU)",
     )
-    _shared(r, "--no-progress")
+    add_shared_flags(r, "--no-progress")
     return r

@@ -10,7 +10,14 @@ import os
 import signal
 import sys
 
-from .flags import _command, _print_json, _shared, _smiles_source, interval_level, positive_int
+from .flags import (
+    add_command,
+    add_shared_flags,
+    add_smiles_source,
+    interval_level,
+    positive_int,
+    print_json,
+)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -34,25 +41,26 @@ def run_evaluate(args: argparse.Namespace) -> int:
         os.path.dirname(os.path.abspath(args.checkpoint)), f"eval_{args.split}.json"
     )
     write_atomic(out, json.dumps(result, indent=2))
-    return _print_json(result)
+    return print_json(result)
 
 
-def _add_evaluate(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "evaluate", run_evaluate)
-    _shared(p, "--checkpoint")
+def add_evaluate_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe evaluate`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "evaluate", run_evaluate)
+    add_shared_flags(p, "--checkpoint")
     p.add_argument(
         "--split",
         choices=["train", "valid", "test"],
         default="test",
         help="split to evaluate (default test)",
     )
-    _shared(p, "--data-root", "--cache-dir")
+    add_shared_flags(p, "--data-root", "--cache-dir")
     p.add_argument(
         "--workers", type=int, default=1, help="processes that build a missing store (default 1)"
     )
-    _shared(p, "--device")
+    add_shared_flags(p, "--device")
     p.add_argument("--output", help="JSON file to write")
-    _shared(p, "--no-progress")
+    add_shared_flags(p, "--no-progress")
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -180,17 +188,18 @@ def _embeddings_tee(stack: contextlib.ExitStack, args: argparse.Namespace, model
     return writer.tee(results)
 
 
-def _add_predict(sub: argparse._SubParsersAction) -> None:
+def add_predict_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe predict`` and its flags to the sub-commands ``sub``."""
     from ..inference.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 
-    p = _command(sub, "predict", run_predict, exit_at_once=True)
+    p = add_command(sub, "predict", run_predict, exit_at_once=True)
     p.add_argument(
         "--checkpoint",
         required=True,
         help="a best.pt or last.pt file, or the folder of a train --ensemble run (each row "
         "then gets the members' mean and, in <target>_std columns, their standard deviation)",
     )
-    _smiles_source(p)
+    add_smiles_source(p)
     p.add_argument("--output", help="CSV file to write (default: stdout)")
     p.add_argument(
         "--logits",
@@ -230,7 +239,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "holding the true value with probability LEVEL (e.g. 0.9), from the run's "
         "calibration (kept by train; graphormer-urpe calibrate builds it for older runs)",
     )
-    _shared(p, "--device")
+    add_shared_flags(p, "--device")
     p.add_argument(
         "--no-similarity",
         action="store_true",
@@ -246,7 +255,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "side by side) to this .npy, in input order, NaN rows for unreadable SMILES, with "
         "FILE.json (dimension, rows) and FILE.ids.csv (row, name, smiles, error)",
     )
-    _shared(p, "--no-progress")
+    add_shared_flags(p, "--no-progress")
     _add_ray_flags(p)
 
 
@@ -329,12 +338,13 @@ def run_submit(args: argparse.Namespace) -> int:
         allow_partial=args.allow_partial,
         progress=not args.no_progress,
     )
-    return _print_json(result)
+    return print_json(result)
 
 
-def _add_submit(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "submit", run_submit)
-    _shared(p, "--checkpoint")
+def add_submit_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe submit`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "submit", run_submit)
+    add_shared_flags(p, "--checkpoint")
     p.add_argument(
         "--split",
         required=True,
@@ -347,4 +357,4 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write a split of non-official size anyway (numpy, OGB's format), e.g. a sample",
     )
-    _shared(p, "--data-root", "--device", "--batch-size", "--no-progress")
+    add_shared_flags(p, "--data-root", "--device", "--batch-size", "--no-progress")

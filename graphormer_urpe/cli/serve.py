@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import _command, _shared, positive_float, positive_int
+from .flags import add_command, add_shared_flags, positive_float, positive_int
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -60,10 +60,11 @@ def _unit(text: str) -> tuple[str, str]:
     return name, unit
 
 
-def _add_serve(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "serve", run_serve)
+def add_serve_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe serve`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "serve", run_serve)
     help = "a best.pt or last.pt file, or the folder of a train --ensemble run"
-    _shared(p, "--checkpoint", checkpoint={"help": help})
+    add_shared_flags(p, "--checkpoint", checkpoint={"help": help})
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -125,4 +126,4 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         metavar="TARGET=UNIT",
         help="the unit of a target, shown by GET /model and the page (repeat per target)",
     )
-    _shared(p, "--device")
+    add_shared_flags(p, "--device")

@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 
-from .flags import _command, _print_json, _shared
+from .flags import add_command, add_shared_flags, print_json
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -50,11 +50,12 @@ def run_demo(args: argparse.Namespace) -> int:
         "prediction_shape": list(pred.shape),
         "forward_backward_seconds": round(seconds, 3),
     }
-    return _print_json(report)
+    return print_json(report)
 
 
-def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "demo", run_demo)
+def add_demo_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe demo`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "demo", run_demo)
     p.add_argument("--molecules", type=int, default=64, help="number of molecules (default 64)")
     p.add_argument("--preset", default="pcqm4mv2-base", help="model preset (default pcqm4mv2-base)")
     p.add_argument(
@@ -101,11 +102,12 @@ def run_convert(args: argparse.Namespace) -> int:
         "multi_hop_max_dist": c.multi_hop_max_dist,
         "ignored": src.ignored,
     }
-    return _print_json(report)
+    return print_json(report)
 
 
-def _add_convert(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "convert", run_convert)
+def add_convert_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe convert`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "convert", run_convert)
     p.add_argument("source", help="Hugging Face folder or fairseq .pt file (format detected)")
     p.add_argument("--out", required=True, help="checkpoint file to write (e.g. model.pt)")
     p.add_argument(
@@ -152,8 +154,9 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_export(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "export", run_export)
+def add_export_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe export`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "export", run_export)
     p.add_argument("checkpoint", help="a checkpoint of this library (best.pt, last.pt, model.pt)")
     p.add_argument("--out", required=True, help="folder to write")
     p.add_argument(
@@ -180,8 +183,9 @@ def run_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_plot(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "plot", run_plot)
+def add_plot_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe plot`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "plot", run_plot)
     p.add_argument("run_dir", nargs="+", help="one or more folders written by train")
     p.add_argument("--compare", help="also write one PNG comparing the runs' validation curves")
 
@@ -218,11 +222,12 @@ def run_preprocess(args: argparse.Namespace) -> int:
         options = {name: getattr(args, name) for name in names}
         splits = load_dataset(args.dataset, args.data_root, **options)
         report = {"seconds": round(time.perf_counter() - t0, 3), **store_report(splits)}
-    return _print_json(report)
+    return print_json(report)
 
 
-def _add_preprocess(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "preprocess", run_preprocess)
+def add_preprocess_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe preprocess`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "preprocess", run_preprocess)
     p.add_argument(
         "--dataset",
         required=True,
@@ -231,7 +236,7 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
         "descriptors) of a pretraining SMILES file",
     )
     p.add_argument("--data-root", help="folder of downloaded datasets (default data/<name>)")
-    _shared(p, "--cache-dir")
+    add_shared_flags(p, "--cache-dir")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     p.add_argument(
         "--chunk-size",
@@ -240,23 +245,27 @@ def _add_preprocess(sub: argparse._SubParsersAction) -> None:
         help="pcqm4mv2 / pcqm4m: molecules per resumable chunk of a new build (default 20000)",
     )
     column = {"default": "smiles", "help": "CSV: SMILES column"}
-    _shared(p, "--smiles-column", "--target-columns", "--split-column", smiles_column=column)
+    add_shared_flags(
+        p, "--smiles-column", "--target-columns", "--split-column", smiles_column=column
+    )
     p.add_argument(
         "--split", choices=["random", "scaffold"], default="random", help="CSV: split rule"
     )
     p.add_argument("--featurizer", choices=["zinc", "ogb"], help="CSV: featuriser (ogb)")
     p.add_argument("--strict", action="store_true", help="fail on any invalid molecule")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
-    _shared(p, "--no-progress")
+    add_shared_flags(p, "--no-progress")
 
 
-def _add_synthetic(sub: argparse._SubParsersAction) -> None:
+def add_synthetic_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe synthetic`` and its flags to the sub-commands ``sub``."""
     from .sequence import add_synthetic_parser
 
     add_synthetic_parser(sub)
 
 
-def _add_lm(sub: argparse._SubParsersAction) -> None:
+def add_lm_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe lm`` and its flags to the sub-commands ``sub``."""
     from .sequence import add_lm_parser
 
     add_lm_parser(sub)

@@ -10,14 +10,14 @@ import shlex
 import sys
 
 from .flags import (
-    _add_data_flags,
-    _add_model_flags,
-    _add_run_flags,
-    _add_training_flags,
-    _command,
-    _print_json,
-    _shared,
+    add_command,
+    add_data_flags,
+    add_model_flags,
+    add_run_flags,
+    add_shared_flags,
+    add_training_flags,
     positive_int,
+    print_json,
 )
 
 
@@ -32,59 +32,17 @@ def _overrides(args: argparse.Namespace) -> tuple[dict, dict]:
 
 
 def train_config(args: argparse.Namespace):
-    """The :class:`~graphormer_urpe.training.TrainConfig` of ``graphormer-urpe train ARGS``.
-
-    Every flag typed (its value is not ``None``) beats the preset, or the saved config of
-    ``--config``; the model's attention is URPE unless ``--attention`` or the saved config
-    says otherwise.
-    """
-    from ..runtime.config import make_config, override_config, read_config
+    """The :class:`~graphormer_urpe.training.TrainConfig` of ``graphormer-urpe train ARGS``:
+    every flag typed (its value is not ``None``) beats the preset, or the saved config of
+    ``--config`` (:func:`~graphormer_urpe.runtime.config.build_train_config`)."""
+    from ..runtime.config import TrainConfig, build_train_config
 
     model_over, over = _overrides(args)
-    keep = {f.name for f in dataclasses.fields(_train_config_cls())} - {"model", "preset"}
-    given = {k: v for k, v in over.items() if k in keep and v is not None}
+    keep = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "preset"}
+    given = {k: v for k, v in over.items() if k in keep}
     if args.no_clip:
         given["clip_norm"] = 0.0
-    if args.config:
-        if args.preset is not None:
-            raise ValueError(
-                f"--preset cannot be combined with --config: {args.config} names its preset"
-            )
-        cfg = override_config(read_config(args.config), model_over, **given)
-        if "out" not in given and not args.resume and _holds_run(cfg.out):
-            raise ValueError(
-                f"{cfg.out} already holds the run of {args.config}; pass --out to repeat it "
-                "elsewhere (or --resume to continue it)"
-            )
-        return cfg
-    if model_over.get("attention") is None:
-        model_over["attention"] = "urpe"
-    cfg = make_config(args.preset or "small", model_overrides=model_over, **given)
-    if cfg.time_limit is not None and not {"epochs", "max_steps"} & set(given):
-        cfg = dataclasses.replace(cfg, fill_time_limit=True)  # steps planned to fill it
-    if "out" not in given:
-        tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in _dataset_tag(cfg.dataset))
-        out = os.path.join("runs", f"{tag}-{cfg.preset}-{cfg.model.attention}")
-        cfg = dataclasses.replace(cfg, out=out)
-    return cfg
-
-
-def _dataset_tag(dataset: str) -> str:
-    """A run folder's name for ``dataset``: a CSV's or SD file's stem (``csv:data/mols.csv``
-    -> ``mols``; three files: the first's), else the dataset's name."""
-    from ..datasets.spec import names_table, parse_dataset_spec
-
-    if not names_table(dataset):
-        return dataset
-    spec = parse_dataset_spec(dataset)
-    name = os.path.basename(spec.paths[0])
-    for suffix in (".gz", ".csv", ".smi", ".txt", ".sdf"):
-        name = name.removesuffix(suffix)
-    return name or spec.kind
-
-
-def _holds_run(out: str) -> bool:
-    return any(os.path.exists(os.path.join(out, f)) for f in ("metrics.json", "last.pt"))
+    return build_train_config(args.preset, args.config, model_over, args.resume, **given)
 
 
 def _started(args: argparse.Namespace) -> float | None:
@@ -114,7 +72,7 @@ def run_train(args: argparse.Namespace) -> int:
         )
     else:
         metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
-    _print_json(metrics)
+    print_json(metrics)
     from ..inference.calibration import coverage_lines
 
     for line in coverage_lines(metrics):  # how the intervals held on the test molecules
@@ -142,23 +100,18 @@ def where_written(cfg, ensemble: bool) -> str:
     return f"{what} is {ckpt}; predict with: {shlex.join(command)}"
 
 
-def _train_config_cls():
-    from ..runtime.config import TrainConfig
-
-    return TrainConfig
-
-
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "train", run_train)
+def add_train_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe train`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "train", run_train)
     p.add_argument(
         "--config",
         metavar="CONFIG_JSON",
         help="repeat a run: start from its saved config.json (flags typed with it override "
         "its fields; --out is needed when its output folder already holds the run)",
     )
-    _add_data_flags(p)
-    _add_training_flags(p)
-    r = _add_run_flags(p)
+    add_data_flags(p)
+    add_training_flags(p)
+    r = add_run_flags(p)
     r.add_argument(
         "--init-from",
         metavar="CHECKPOINT",
@@ -177,7 +130,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "mean on the test split; predict --checkpoint OUT then writes the mean and, as an "
         "uncertainty, the members' standard deviation (default 1: one model)",
     )
-    _add_model_flags(p)
+    add_model_flags(p)
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
@@ -200,11 +153,12 @@ def run_pretrain(args: argparse.Namespace) -> int:
         stem = os.path.basename(args.input).split(".")[0] or "smiles"
         args.out = os.path.join("runs", f"pretrain-{stem}-{args.preset or 'small'}")
     metrics = train(train_config(args), args.resume, not args.no_progress, started=_started(args))
-    return _print_json(metrics)
+    return print_json(metrics)
 
 
-def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "pretrain", run_pretrain)
+def add_pretrain_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe pretrain`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "pretrain", run_pretrain)
     p.set_defaults(config=None)
     d = p.add_argument_group("data")
     d.add_argument(
@@ -213,7 +167,7 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         help="SMILES file: .smi / .txt (one SMILES a line, a name may follow; .gz too) or "
         ".csv / .csv.gz with --smiles-column",
     )
-    _shared(d, "--smiles-column", "--cache-dir")
+    add_shared_flags(d, "--smiles-column", "--cache-dir")
     d.add_argument(
         "--preprocess-workers",
         type=positive_int,
@@ -226,6 +180,6 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="leave training graphs above N atoms out (logged)",
     )
-    _add_training_flags(p)
-    _add_run_flags(p)
-    _add_model_flags(p)
+    add_training_flags(p)
+    add_run_flags(p)
+    add_model_flags(p)

@@ -7,7 +7,7 @@ import argparse
 import os
 from dataclasses import replace
 
-from .flags import _add_data_flags, _command, _print_json, _shared
+from .flags import add_command, add_data_flags, add_shared_flags, print_json
 
 __all__ = ["run_tune", "tune_config"]
 
@@ -37,13 +37,12 @@ def tune_config(args: argparse.Namespace):
     and the data's short name: trials start from the ``small`` preset with URPE attention
     and the data and run flags given; a ``--mol-features``, ``--init-from`` or ``--loss``
     given is fixed, not searched."""
-    from ..runtime.config import make_config
+    from ..runtime.config import DEFAULT_ATTENTION, make_config, run_name
     from ..tuning.config import TuneConfig
-    from .train import _dataset_tag
 
     given = {k: getattr(args, k) for k in _DATA_FIELDS + _RUN_FIELDS}
-    base = make_config("small", model_overrides={"attention": "urpe"}, **given)
-    tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in _dataset_tag(base.dataset))
+    base = make_config("small", model_overrides={"attention": DEFAULT_ATTENTION}, **given)
+    tag = run_name(base.dataset)
     config = TuneConfig(
         base=base,
         time_limit=args.time_limit,
@@ -82,12 +81,13 @@ def run_tune(args: argparse.Namespace) -> int:
     summary = tune(
         config, tag, progress=not args.no_progress, started=getattr(args, "started", None)
     )
-    return _print_json(summary)
+    return print_json(summary)
 
 
-def _add_tune(sub: argparse._SubParsersAction) -> None:
-    p = _command(sub, "tune", run_tune)
-    _add_data_flags(p)
+def add_tune_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``graphormer-urpe tune`` and its flags to the sub-commands ``sub``."""
+    p = add_command(sub, "tune", run_tune)
+    add_data_flags(p)
     s = p.add_argument_group("search")
     s.add_argument(
         "--time-limit",
@@ -152,7 +152,7 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     )
     r = p.add_argument_group("run")
     r.add_argument("--out", help="output folder (default runs/tune-DATASET)")
-    _shared(r, "--device", "--no-progress")
+    add_shared_flags(r, "--device", "--no-progress")
     r.add_argument("--threads", type=int, help="CPU threads for torch")
     r.add_argument("--num-workers", type=int, help="data-loader worker processes")
     r.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="as train's")

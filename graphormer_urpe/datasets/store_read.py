@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..graph.fast_features import _ranges, batched_graph_structure
+from ..graph.fast_features import batched_graph_structure, concat_ranges
 from ..graph.flat import FlatGraphs
 from .store_format import (
     _CACHE_ARRAYS,
@@ -62,7 +62,7 @@ def _gather(arrays: dict[str, np.ndarray], positions: np.ndarray) -> dict[str, n
     n0, e0 = node_ptr[positions], edge_ptr[positions]
     num_nodes = node_ptr[positions + 1] - n0
     num_edges = edge_ptr[positions + 1] - e0
-    nodes, edges = _ranges(n0, num_nodes), _ranges(e0, num_edges)
+    nodes, edges = concat_ranges(n0, num_nodes), concat_ranges(e0, num_edges)
     return {
         "num_nodes": num_nodes,
         "num_edges": num_edges,

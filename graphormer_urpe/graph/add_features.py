@@ -18,7 +18,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .fast_features import batched_graph_structure
-from .structure import _compact, store_graphormer_features
+from .structure import compact_ints, store_graphormer_features
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
@@ -181,7 +181,7 @@ def _features_for_chunk(
         data = copy.copy(graphs[i])
         block = edge_input[r : r + n * n * d]
         data.spatial_pos = spatial_pos[p : p + n * n].clone()
-        data.edge_input = block.clone() if narrow else _compact(block.numpy())
+        data.edge_input = block.clone() if narrow else compact_ints(block.numpy())
         data.edge_input_hops = torch.tensor([d], dtype=torch.long)
         data.degree = degree[v : v + n].clone()
         out[i] = data

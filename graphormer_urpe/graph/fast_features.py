@@ -36,6 +36,8 @@ __all__ = [
     "batched_graph_structure",
     "next_hop_floyd_warshall",
     "index_dtype",
+    "prefix_offsets",
+    "concat_ranges",
 ]
 
 
@@ -103,16 +105,16 @@ class BatchedStructures:
         )
 
 
-def _offsets(sizes: np.ndarray) -> np.ndarray:
+def prefix_offsets(sizes: np.ndarray) -> np.ndarray:
     """``[M + 1]`` int64 exclusive prefix sums of ``[M]`` ``sizes``."""
     ptr = np.zeros(sizes.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=ptr[1:])
     return ptr
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenated ``arange(starts[r], starts[r] + lengths[r])``: ``[sum lengths]`` int64."""
-    shift = np.repeat(starts - _offsets(lengths)[:-1], lengths)
+    shift = np.repeat(starts - prefix_offsets(lengths)[:-1], lengths)
     return shift + np.arange(shift.size)
 
 
@@ -303,7 +305,7 @@ def batched_graph_structure(
     # blocks laid out by size, so that each size is one [G, n, n] stack
     by_size = np.argsort(n, kind="stable")  # [M] block position -> graph
     sorted_n = n[by_size]
-    pair_ptr, node_ptr = _offsets(sorted_n * sorted_n), _offsets(sorted_n)
+    pair_ptr, node_ptr = prefix_offsets(sorted_n * sorted_n), prefix_offsets(sorted_n)
     pair_start, node_start = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     pair_start[by_size], node_start[by_size] = pair_ptr[:-1], node_ptr[:-1]
     num_pairs = int(pair_ptr[-1])
@@ -387,7 +389,7 @@ def _walk_paths(
     at = 0
     for d in np.unique(hops[hops > 0]).tolist():
         graphs = np.flatnonzero(hops == d)
-        pairs = _ranges(pair_start[graphs], n[graphs] * n[graphs])  # [P_D]
+        pairs = concat_ranges(pair_start[graphs], n[graphs] * n[graphs])  # [P_D]
         walk = min(d, int(longest[graphs].max()))
         ids = np.full((d, pairs.size), no_edge, dtype=first.dtype)  # [D, P_D]
         cur = pairs
@@ -395,7 +397,7 @@ def _walk_paths(
             np.take(first, cur, out=ids[t])
             if t + 1 < walk:
                 cur = succ[cur]
-        row_start[graphs] = at + _offsets(rows[graphs])[:-1]
+        row_start[graphs] = at + prefix_offsets(rows[graphs])[:-1]
         pair_major = ids.T.reshape(-1)  # [P_D * D]
         # np.take of whole rows: many times faster than torch.index_select on int16 here
         np.take(table, pair_major, axis=0, out=edge_input[at : at + ids.size])

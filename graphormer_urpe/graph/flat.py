@@ -37,7 +37,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .fast_features import BatchedStructures, _offsets, _ranges
+from .fast_features import BatchedStructures, concat_ranges, prefix_offsets
 
 __all__ = ["FlatGraphs"]
 
@@ -63,17 +63,17 @@ class FlatGraphs:
     @cached_property
     def node_ptr(self) -> np.ndarray:
         """``[B + 1]`` offsets into ``x`` and ``degree``."""
-        return _offsets(self.num_nodes)
+        return prefix_offsets(self.num_nodes)
 
     @cached_property
     def pair_ptr(self) -> np.ndarray:
         """``[B + 1]`` offsets into ``spatial_pos``."""
-        return _offsets(self.num_nodes * self.num_nodes)
+        return prefix_offsets(self.num_nodes * self.num_nodes)
 
     @cached_property
     def row_ptr(self) -> np.ndarray:
         """``[B + 1]`` offsets into ``edge_input``."""
-        return _offsets(self.num_nodes * self.num_nodes * self.hops)
+        return prefix_offsets(self.num_nodes * self.num_nodes * self.hops)
 
     def slice(self, start: int, stop: int) -> FlatGraphs:
         """Graphs ``start..stop - 1`` (views of these arrays)."""
@@ -96,14 +96,14 @@ class FlatGraphs:
         """The graphs ``indices`` (``[K]`` ints, any order), in that order (copies)."""
         g = np.asarray(indices, dtype=np.int64)
         n = self.num_nodes[g]
-        nodes = _ranges(self.node_ptr[g], n)
-        rows = _ranges(self.row_ptr[g], n * n * self.hops[g])
+        nodes = concat_ranges(self.node_ptr[g], n)
+        rows = concat_ranges(self.row_ptr[g], n * n * self.hops[g])
         return FlatGraphs(
             n,
             self.hops[g],
             np.take(self.x, nodes, axis=0),
             self.degree[nodes],
-            self.spatial_pos[_ranges(self.pair_ptr[g], n * n)],
+            self.spatial_pos[concat_ranges(self.pair_ptr[g], n * n)],
             np.take(self.edge_input, rows, axis=0),
             _rows(self.y, g),
             _rows(self.mol_x, g),
@@ -146,11 +146,11 @@ class FlatGraphs:
         pairs, rows = n * n, n * n * s.hops
         spatial_pos, edge_input, degree = s.spatial_pos, s.edge_input, s.degree
         if not _contiguous(s.pair_start, pairs):
-            spatial_pos = spatial_pos[_ranges(s.pair_start, pairs)]
+            spatial_pos = spatial_pos[concat_ranges(s.pair_start, pairs)]
         if not _contiguous(s.row_start, rows):
-            edge_input = np.take(edge_input, _ranges(s.row_start, rows), axis=0)
+            edge_input = np.take(edge_input, concat_ranges(s.row_start, rows), axis=0)
         if not _contiguous(s.node_start, n):
-            degree = degree[_ranges(s.node_start, n)]
+            degree = degree[concat_ranges(s.node_start, n)]
         x = np.asarray(x).reshape(int(n.sum()), -1)
         return cls(n, s.hops, x, degree, spatial_pos, edge_input, y)
 
@@ -169,7 +169,7 @@ def _joined(parts: list[np.ndarray | None]) -> np.ndarray | None:
 
 def _contiguous(starts: np.ndarray, lengths: np.ndarray) -> bool:
     """Whether the blocks ``starts[g] : starts[g] + lengths[g]`` follow each other from 0."""
-    return bool(np.array_equal(starts, _offsets(lengths)[:-1]))
+    return bool(np.array_equal(starts, prefix_offsets(lengths)[:-1]))
 
 
 def _pad_columns(a: np.ndarray, width: int, value: int) -> np.ndarray:

@@ -48,6 +48,7 @@ __all__ = [
     "graph_structure",
     "has_graphormer_features",
     "store_graphormer_features",
+    "compact_ints",
 ]
 
 UNREACHABLE = 510
@@ -224,7 +225,7 @@ def graph_structure(
     return GraphStructure(dist, edge_input, adj.sum(axis=1).astype(np.int64))
 
 
-def _compact(a: np.ndarray) -> Tensor:
+def compact_ints(a: np.ndarray) -> Tensor:
     """Store integer features as int16 when they fit (they always do for molecules)."""
     if a.size == 0 or (a.min() >= -(2**15) and a.max() < 2**15):
         return torch.from_numpy(a.astype(np.int16))
@@ -252,8 +253,8 @@ def store_graphormer_features(data: Data, multi_hop_max_dist: int) -> Data:
         raise ValueError("GraphormerFeatures needs data.num_nodes (or data.x)")
     s = graph_structure(data.edge_index, n, getattr(data, "edge_attr", None), multi_hop_max_dist)
     hops = s.edge_input.shape[2]
-    data.spatial_pos = _compact(s.spatial_pos.reshape(-1))
-    data.edge_input = _compact(s.edge_input.reshape(n * n * hops, s.edge_input.shape[3]))
+    data.spatial_pos = compact_ints(s.spatial_pos.reshape(-1))
+    data.edge_input = compact_ints(s.edge_input.reshape(n * n * hops, s.edge_input.shape[3]))
     data.edge_input_hops = torch.tensor([hops], dtype=torch.long)
     data.degree = torch.from_numpy(s.degree)
     return data

@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
-from ..datasets.spec import names_table
+from ..datasets.spec import names_table, parse_dataset_spec
 from ..graph.model import GraphormerConfig, get_preset
 
 __all__ = [
@@ -27,6 +27,9 @@ __all__ = [
     "make_config",
     "override_config",
     "read_config",
+    "DEFAULT_ATTENTION",
+    "build_train_config",
+    "run_name",
     "plan_steps",
 ]
 
@@ -310,6 +313,77 @@ def read_config(path: str | os.PathLike) -> TrainConfig:
         return TrainConfig.from_dict(data)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path} is not a graphormer-urpe training config: {exc}") from None
+
+
+DEFAULT_ATTENTION = "urpe"
+"""The attention of a run that names none: URPE (the model this package is for)."""
+
+
+def build_train_config(
+    preset: str | None = None,
+    config_file: str | os.PathLike | None = None,
+    model_overrides: dict | None = None,
+    resume: bool = False,
+    **given,
+) -> TrainConfig:
+    """The config of a run from what its user chose, with the defaults ``train`` applies.
+
+    * From ``config_file`` (a run's ``config.json``, repeated with changes): every field
+      given beats the saved one; it cannot be combined with ``preset``, and a repeat that
+      would write into the saved run's folder needs ``out`` (or ``resume``).
+    * Else from ``preset`` (``small`` when ``None``), with :data:`DEFAULT_ATTENTION` unless
+      ``model_overrides`` names an attention; a ``time_limit`` without ``epochs`` or
+      ``max_steps`` plans the run to fill it (``fill_time_limit``); without ``out`` the run
+      writes into ``runs/<data>-<preset>-<attention>`` (:func:`run_name`).
+
+    Args:
+        preset: a name in :data:`TRAIN_PRESETS`, or ``None``.
+        config_file: a saved ``config.json`` to start from, or ``None``.
+        model_overrides: fields of :class:`GraphormerConfig` (``None`` values are ignored).
+        resume: the run continues an earlier one (a saved run's own folder is then allowed).
+        **given: fields of :class:`TrainConfig` the user gave (``None`` values are ignored).
+    """
+    model_over = {k: v for k, v in (model_overrides or {}).items() if v is not None}
+    given = {k: v for k, v in given.items() if v is not None}
+    if config_file is not None:
+        if preset is not None:
+            raise ValueError(
+                f"--preset cannot be combined with --config: {config_file} names its preset"
+            )
+        cfg = override_config(read_config(config_file), model_over, **given)
+        if "out" not in given and not resume and _holds_run(cfg.out):
+            raise ValueError(
+                f"{cfg.out} already holds the run of {config_file}; pass --out to repeat it "
+                "elsewhere (or --resume to continue it)"
+            )
+        return cfg
+    model_over.setdefault("attention", DEFAULT_ATTENTION)
+    cfg = make_config(preset or "small", model_overrides=model_over, **given)
+    if cfg.time_limit is not None and not {"epochs", "max_steps"} & set(given):
+        cfg = replace(cfg, fill_time_limit=True)  # steps planned to fill it
+    if "out" not in given:
+        out = f"{run_name(cfg.dataset)}-{cfg.preset}-{cfg.model.attention}"
+        cfg = replace(cfg, out=os.path.join("runs", out))
+    return cfg
+
+
+def run_name(dataset: str) -> str:
+    """A folder name for runs on ``dataset``: a CSV's or SD file's stem (``csv:data/mols.csv``
+    -> ``mols``; three files: the first's), else the dataset's name; characters other than
+    letters, digits, ``-``, ``_`` and ``.`` become ``_``."""
+    name = dataset
+    if names_table(dataset):
+        spec = parse_dataset_spec(dataset)
+        name = os.path.basename(spec.paths[0])
+        for suffix in (".gz", ".csv", ".smi", ".txt", ".sdf"):
+            name = name.removesuffix(suffix)
+        name = name or spec.kind
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _holds_run(out: str) -> bool:
+    """``out`` holds a finished or interrupted run."""
+    return any(os.path.exists(os.path.join(out, f)) for f in ("metrics.json", "last.pt"))
 
 
 def plan_steps(config: TrainConfig, steps_per_epoch: int) -> tuple[int, int, int]:
