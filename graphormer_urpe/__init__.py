@@ -14,8 +14,8 @@ The public API::
     )
 """
 
-from . import _clock  # noqa: F401 - first: the package's import time, before torch
-from ._lazy import lazy_exports
+from .utils import clock  # noqa: F401 - first: the package's import time, before torch
+from .utils.lazy import lazy_exports
 
 # Every public name is imported from its module on first use (PEP 562): importing the package,
 # or its command line, costs nothing until a name is needed.

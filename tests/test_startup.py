@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import graphormer_urpe
-from graphormer_urpe._compiler import compiler_disable
+from graphormer_urpe.utils.compiler import compiler_disable
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = [

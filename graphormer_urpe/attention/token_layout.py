@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._compiler import compiler_disable
+from ..utils.compiler import compiler_disable
 
 __all__ = ["TokenLayout", "true_positions"]
 

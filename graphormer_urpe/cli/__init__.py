@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from .._clock import IMPORTED_AT  # the command's start: --time-limit counts from it
+from ..utils.clock import IMPORTED_AT  # the command's start: --time-limit counts from it
 from .calibrate import add_calibrate_command, run_calibrate
 from .explain import add_explain_command, run_explain
 from .predict import (

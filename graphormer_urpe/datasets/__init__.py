@@ -29,7 +29,7 @@ The public names are imported from their modules on first use (PEP 562).
 
 from __future__ import annotations
 
-from .._lazy import lazy_exports
+from ..utils.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._compiler import compiler_disable
 from ..attention.attn_scale import IndexedAttnScale
 from ..attention.kernel_choice import fused_kernel_for
 from ..attention.token_layout import TokenLayout, true_positions
+from ..utils.compiler import compiler_disable
 from .batch import GraphormerBatch, hop_positions, pair_hops, path_input_from_dense
 
 __all__ = [

@@ -7,7 +7,7 @@ It builds on :mod:`graphormer_urpe.runtime` and never imports :mod:`graphormer_u
 (which may import it). The public names are imported from their modules on first use (PEP 562).
 """
 
-from .._lazy import lazy_exports
+from ..utils.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

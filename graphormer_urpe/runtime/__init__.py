@@ -6,7 +6,7 @@ the device and data inputs (:mod:`.inputs`), loaders, batch samplers and collate
 The public names are imported from their modules on first use (PEP 562).
 """
 
-from .._lazy import lazy_exports
+from ..utils.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

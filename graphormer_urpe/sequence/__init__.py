@@ -32,7 +32,7 @@ import importlib
 import warnings
 from typing import Any
 
-from .._lazy import lazy_exports
+from ..utils.lazy import lazy_exports
 
 _lazy_getattr, __dir__, __all__ = lazy_exports(
     __name__,

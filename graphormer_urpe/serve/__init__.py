@@ -16,7 +16,7 @@ Example::
     app = create_app(service)          # an ASGI application: uvicorn, or a test client
 """
 
-from .._lazy import lazy_exports
+from ..utils.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

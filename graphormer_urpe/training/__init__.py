@@ -6,7 +6,7 @@ forwards, devices, loaders). Their public names are re-exported here, as before 
 The public names are imported from their modules on first use (PEP 562).
 """
 
-from .._lazy import lazy_exports
+from ..utils.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

@@ -8,7 +8,7 @@ Every module here but :mod:`.space`'s ranges and :mod:`.budget` needs ``optuna``
 the package does not.
 """
 
-from .._lazy import lazy_exports
+from ..utils.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
