@@ -479,7 +479,9 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
     cpu = torch.device("cpu")
     want, y_want = loop.predict(
-        model, DataLoader(graphs, batch_size=8, collate_fn=loop._collator(model.config, cpu)), cpu
+        model,
+        DataLoader(graphs, batch_size=8, collate_fn=loop.make_collator(model.config, cpu)),
+        cpu,
     )
     backends: list[EagerGraphs] = []
     monkeypatch.setattr(

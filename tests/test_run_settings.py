@@ -192,7 +192,7 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     # stubbed times large enough that the budget holds a few epochs of steps (each one runs)
     step_s, batch_s, save_s = 2.0, 1.0, 0.5
     # every batch one unit of padded size: the measured seconds per unit are per batch
-    monkeypatch.setattr(run_budget, "_work", lambda sizes, index: 1.0)
+    monkeypatch.setattr(run_budget, "batch_work", lambda sizes, index: 1.0)
     monkeypatch.setattr(loop._Run, "_seconds_per_step", lambda self, sizes: (step_s, save_s))
     monkeypatch.setattr(loop._Run, "_seconds_per_eval", lambda self, ds, sizes, split: batch_s)
     args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
@@ -348,5 +348,5 @@ def test_a_batchs_work_is_its_padded_size():
         largest = 0
         for i in index:
             largest = max(largest, int(sizes[i]))
-        assert loop._work(sizes, index) == len(index) * (largest + 1) ** 2
-    assert loop._work(sizes, []) == 0.0
+        assert loop.batch_work(sizes, index) == len(index) * (largest + 1) ** 2
+    assert loop.batch_work(sizes, []) == 0.0

@@ -47,13 +47,12 @@ from typing import Any
 import torch
 
 from ..attention.kernel_choice import attention_kernel
-from ..inference.prediction import _evaluate as _evaluate
 from ..inference.prediction import predict, predict_dataset
+from ..inference.prediction import predict_split as predict_split
 from ..io.checkpoint import CheckpointKeeper, TrainingInterrupted, stop_requests, write_atomic
 from ..runtime.capture import CapturedForward
 from ..runtime.config import TrainConfig, plan_steps, resolve_mol_features, resolve_trees
 from ..runtime.distributed import DistContext, init_distributed
-from ..runtime.inputs import _default_loss as _default_loss
 from ..runtime.inputs import (
     build_model,
     dataset_targets,
@@ -62,24 +61,25 @@ from ..runtime.inputs import (
     seed_everything,
     selection_metric,
 )
-from ..runtime.loaders import _collator as _collator
-from ..runtime.loaders import _eval_loader as _eval_loader
-from ..runtime.loaders import _read as _read
+from ..runtime.inputs import default_loss as default_loss
 from ..runtime.loaders import loader_workers as loader_workers
+from ..runtime.loaders import make_collator as make_collator
 from ..runtime.loaders import make_loader
+from ..runtime.loaders import read_graphs as read_graphs
+from ..runtime.loaders import split_loader as split_loader
 from ..runtime.precision import Precision
 from .budget import NoTimeToTrain, RunCosts
-from .history import _History as _History
+from .history import History as History
 from .run_budget import PACE_WINDOW as PACE_WINDOW
 from .run_budget import RunBudget
-from .run_budget import _work as _work
+from .run_budget import batch_work as batch_work
 from .run_checkpoints import RunCheckpoints
-from .run_checkpoints import _portable as _portable
+from .run_checkpoints import portable_state as portable_state
 from .run_epochs import RunEpochs
 from .run_plan import TIMED_STEPS as TIMED_STEPS
 from .run_plan import RunPlan
 from .run_report import RunReport
-from .run_setup import _PER_LAUNCH_FIELDS as _PER_LAUNCH_FIELDS
+from .run_setup import PER_LAUNCH_FIELDS as PER_LAUNCH_FIELDS
 from .run_setup import RunSetup, first_missing
 from .run_state import log as log
 from .steps import (
@@ -222,7 +222,7 @@ class _Run(RunSetup, RunBudget, RunPlan, RunCheckpoints, RunEpochs, RunReport):
         if config.trees == "on":  # its passes draw nothing the network's training then lacks
             with torch.random.fork_rng(devices=[]):
                 self.trees = self._fit_trees(config, ckpt is None)
-        loss = config.loss or _default_loss(self.splits)
+        loss = config.loss or default_loss(self.splits)
         self.config = replace(config, model=self.model.config, loss=loss)  # config.json: both
         self.n_params = sum(p.numel() for p in self.model.parameters())
         self.metric = selection_metric(self.splits, loss)
@@ -256,7 +256,7 @@ class _Run(RunSetup, RunBudget, RunPlan, RunCheckpoints, RunEpochs, RunReport):
         rows: list[dict[str, Any]] = []
         if ckpt is not None:
             rows = self._restore(ckpt, ckpt_path)
-        self.history = _History(self.out, [], write=self.main)
+        self.history = History(self.out, [], write=self.main)
         for r in rows:
             self.history.add(r)
         self.net = self._wrap(self.model)

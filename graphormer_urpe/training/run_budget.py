@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..io.checkpoint import rng_state, save_checkpoint, set_rng_state
-from ..runtime.loaders import _read
+from ..runtime.loaders import read_graphs
 from ..runtime.precision import Precision
 from .budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, epochs_of
 from .run_state import RunState, log
@@ -30,7 +30,7 @@ PACE_WINDOW = 5.0
 """Seconds of steps over which a time-limited run measures its pace."""
 
 
-def _work(sizes: np.ndarray, index: Sequence[int]) -> float:
+def batch_work(sizes: np.ndarray, index: Sequence[int]) -> float:
     """A batch's padded size, ``B (n + 1)^2`` for its ``B`` graphs of at most ``n`` atoms
     (``sizes``: every graph's atom count): what its time follows."""
     index = np.asarray(index, dtype=np.int64)
@@ -76,13 +76,13 @@ class RunBudget(RunState):
         train_sizes = graph_sizes(splits.train)
         per_work, save_s = self._seconds_per_step(train_sizes)
         epoch = [b[ctx.rank :: ctx.world_size] for b in self.sampler.global_batches(0)]
-        step_s = per_work * float(np.mean([_work(train_sizes, b) for b in epoch]))
+        step_s = per_work * float(np.mean([batch_work(train_sizes, b) for b in epoch]))
         eval_s = {}
         for name in ("valid", "test"):
             dataset = getattr(splits, name)
             sizes = graph_sizes(dataset)
             loader = self.eval_loaders[name][0]
-            work = sum(_work(sizes, b) for b in loader.batch_sampler)
+            work = sum(batch_work(sizes, b) for b in loader.batch_sampler)
             per_work = self._seconds_per_eval(dataset, sizes, loader.batch_sampler)
             eval_s[name] = per_work * work if work else 0.0
         set_rng_state(saved, self.device)
@@ -158,7 +158,7 @@ class RunBudget(RunState):
         return [rng.choice(len(dataset), size=n, replace=False).tolist() for _ in range(count)]
 
     def _seconds_per_step(self, sizes: np.ndarray, batches: int = 5) -> tuple[float, float]:
-        """Seconds of a training step per unit of padded batch size (:func:`_work`), over
+        """Seconds of a training step per unit of padded batch size (:func:`batch_work`), over
         ``batches`` random batches on a copy of the model (one untimed step first; when the
         run captures its steps, every batch's shape is warmed up and captured first), and the
         seconds of writing a checkpoint of the copy's weights and optimizer state."""
@@ -176,14 +176,14 @@ class RunBudget(RunState):
         if static:  # each shape warmed up and captured, as the run will have it
             warm = [i for i in samples for _ in range(step.cycle.warmup + 1)]
         for i, index in enumerate(warm):
-            step(collate(_read(self.splits.train, index)), i)
+            step(collate(read_graphs(self.splits.train, index)), i)
         seconds = work = 0.0
         for i, index in enumerate(samples[1:]):
             start = self.now()
-            step(collate(_read(self.splits.train, index)), i)
+            step(collate(read_graphs(self.splits.train, index)), i)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            seconds, work = seconds + self.now() - start, work + _work(sizes, index)
+            seconds, work = seconds + self.now() - start, work + batch_work(sizes, index)
         save_s = 0.0
         if self.main:
             with tempfile.TemporaryDirectory(dir=self.out) as tmp:
@@ -196,7 +196,7 @@ class RunBudget(RunState):
     def _seconds_per_eval(
         self, dataset: Dataset, sizes: np.ndarray, split: Sequence[Sequence[int]], batches: int = 3
     ) -> float:
-        """Seconds per unit of padded batch size (:func:`_work`) to read, collate and run
+        """Seconds per unit of padded batch size (:func:`batch_work`) to read, collate and run
         (forward only) ``batches`` random batches of ``dataset`` (with a token budget, of
         ``split``, its loader's batches); one untimed batch first (every batch warmed up and
         captured first, when the run captures)."""
@@ -211,7 +211,7 @@ class RunBudget(RunState):
         seconds = work = 0.0
         for i, index in enumerate(warm + samples[1:]):
             start = self.now()
-            batch = collate(_read(dataset, index))
+            batch = collate(read_graphs(dataset, index))
             if self.forward is not None:
                 self.forward(batch)
             else:
@@ -220,7 +220,7 @@ class RunBudget(RunState):
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             if i >= len(warm):
-                seconds, work = seconds + self.now() - start, work + _work(sizes, index)
+                seconds, work = seconds + self.now() - start, work + batch_work(sizes, index)
         self.model.train()
         return seconds / work
 

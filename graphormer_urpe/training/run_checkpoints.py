@@ -64,7 +64,7 @@ class RunCheckpoints(RunState):
             "config": self.config.to_json(),
             "model": self.model.state_dict(),
             "optimizer": portable_optimizer_state(self.optimizer),
-            "scheduler": _portable(self.scheduler.state_dict()),
+            "scheduler": portable_state(self.scheduler.state_dict()),
             "scaler": self.precision.scaler.state_dict(),
             "rng": rng_state(self.device),
             "rng_ranks": ranks,
@@ -124,7 +124,7 @@ class RunCheckpoints(RunState):
         return int(shared[2]) and (self.stop["signal"] or signal.SIGTERM), bool(shared[3])
 
 
-def _portable(state: dict[str, Any]) -> dict[str, Any]:
+def portable_state(state: dict[str, Any]) -> dict[str, Any]:
     """A state dict with its 0-d tensors (a captured run's learning rates) as floats."""
     out = {}
     for k, v in state.items():

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..inference.prediction import _evaluate
+from ..inference.prediction import predict_split
 from ..io.checkpoint import TrainingInterrupted
 from ..runtime.capture import learning_rate
 from .run_state import RunState, log
@@ -26,7 +26,7 @@ class RunEpochs(RunState):
         """Every validation metric of the current weights (the selection metric among them)."""
         loader, index = self.eval_loaders["valid"]
         n, t = len(self.splits.valid), self.splits.num_targets
-        p = _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
+        p = predict_split(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
         return self.splits.evaluate(p, self.targets["valid"])
 
     def evaluate_starting_point(self) -> None:

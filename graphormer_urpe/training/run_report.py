@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..datasets.domain import split_similarity
 from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
-from ..inference.prediction import _evaluate
+from ..inference.prediction import predict_split
 from ..io.checkpoint import load_checkpoint, write_atomic
 from .budget import MIN_USEFUL_EPOCHS
 from .run_state import RunState, log
@@ -78,7 +78,9 @@ class RunReport(RunState):
         """The model's outputs ``[n, T]`` on ``split`` (``valid`` or ``test``)."""
         loader, index = self.eval_loaders[split]
         n, t = len(getattr(self.splits, split)), self.splits.num_targets
-        return _evaluate(self.model, loader, index, n, t, self.ctx, self.precision, self.forward)
+        return predict_split(
+            self.model, loader, index, n, t, self.ctx, self.precision, self.forward
+        )
 
     def _blend_trees(self, valid: Tensor, test: Tensor | None) -> dict[str, float]:
         """Choose the trees' blend on the validation outputs ``valid`` ``[n, T]`` (kept in

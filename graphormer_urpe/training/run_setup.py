@@ -21,7 +21,7 @@ from ..io.checkpoint import incompatible_checkpoint
 from ..runtime.capture import CaptureBackend, CapturedStep, default_backend
 from ..runtime.config import TrainConfig
 from ..runtime.inputs import build_model, dataset_targets, load_splits
-from ..runtime.loaders import _collator, _eval_loader, loader_workers
+from ..runtime.loaders import loader_workers, make_collator, split_loader
 from ..runtime.precision import Precision
 from ..runtime.sampler import EpochBatchSampler
 from .budget import Schedule
@@ -44,7 +44,7 @@ def first_missing(folder: Path) -> Path:
 
 
 # Fields a resumed run takes from the new command line; all others come from the checkpoint.
-_PER_LAUNCH_FIELDS = (
+PER_LAUNCH_FIELDS = (
     "out",
     "device",
     "checkpoint_every",
@@ -73,7 +73,7 @@ class RunSetup(RunState):
         path, ckpt = found
         with incompatible_checkpoint(path):
             saved = TrainConfig.from_dict(ckpt["config"])
-        config = replace(saved, **{f: getattr(config, f) for f in _PER_LAUNCH_FIELDS})
+        config = replace(saved, **{f: getattr(config, f) for f in PER_LAUNCH_FIELDS})
         log.info("resuming from %s (step %d)", path, ckpt["step"])
         return config, ckpt, path
 
@@ -254,7 +254,7 @@ class RunSetup(RunState):
             generator=torch.Generator(),  # the loader never draws from the global RNG
         )
         self.eval_loaders = {
-            name: _eval_loader(
+            name: split_loader(
                 getattr(splits, name),
                 self.model.config,
                 config.batch_size,
@@ -271,7 +271,7 @@ class RunSetup(RunState):
         ``batch_size`` graphs, or fitting ``max_tokens``)."""
         config = self.config
         static = config.batch_size if self.backend is not None else None
-        return _collator(self.model.config, self.device, static, config.max_tokens)
+        return make_collator(self.model.config, self.device, static, config.max_tokens)
 
     def _make_optimizer(
         self, ckpt: dict[str, Any] | None, ckpt_path: Path | None, warmup: int

@@ -33,7 +33,7 @@ from ..runtime.distributed import DistContext
 from ..runtime.precision import Precision
 from ..runtime.sampler import EpochBatchSampler
 from .budget import Pacer, RunCosts, Schedule
-from .history import _History
+from .history import History
 from .steps import StepTotals
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class RunState:
     train_graphs: int
     loss_sum: float
     loss_count: int
-    history: _History
+    history: History
     timed_out: bool
     wall_start: float
     on_epoch: Callable[[int, dict[str, float]], None] | None  # after each validated epoch
