@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from graphormer_urpe.training.checkpoint import (
+from graphormer_urpe.io.checkpoint import (
     SHIPPED,
     WEIGHTS,
     load_checkpoint,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from graphormer_urpe.io.checkpoint import rng_state, set_rng_state
 from graphormer_urpe.training import (
     CheckpointError,
     TrainConfig,
@@ -19,7 +20,6 @@ from graphormer_urpe.training import (
     masked_loss,
     save_checkpoint,
 )
-from graphormer_urpe.training.checkpoint import rng_state, set_rng_state
 
 
 def reference_lr(step, warmup, total, peak, end):

@@ -1,4 +1,5 @@
-"""Training: the loop, its budget and checkpoints, ensembles, pretrained weights and plots.
+"""Training: the loop (a :class:`~graphormer_urpe.training.trainer.Trainer` made of its budget,
+checkpoints, epoch loop and report), ensembles, pretrained weights and plots.
 
 What prediction needs lives one layer down: :mod:`graphormer_urpe.inference` (loading a
 checkpoint, predicting) over :mod:`graphormer_urpe.runtime` (configs, precision, captured
@@ -11,7 +12,7 @@ from .._lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        ".checkpoint": ["CheckpointError", "load_checkpoint", "save_checkpoint"],
+        "..io.checkpoint": ["CheckpointError", "load_checkpoint", "save_checkpoint"],
         "..runtime.config": ["TRAIN_PRESETS", "TrainConfig", "make_config"],
         ".ensemble": ["train_ensemble"],
         "..inference.ensemble": ["load_models"],
@@ -21,6 +22,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "..inference.prediction": ["predict"],
         "..runtime.inputs": ["resolve_device"],
         ".loop": ["train"],
+        ".trainer": ["Trainer"],
         ".plots": ["plot_run"],
         ".pretrained": [
             "InitReport",
