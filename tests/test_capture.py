@@ -571,7 +571,7 @@ def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):  # noqa
 @CUDA
 @pytest.mark.cuda
 def test_cuda_streamed_predictions_equal_the_cpus(tmp_path):
-    from graphormer_urpe.training import iter_predictions, load_model
+    from graphormer_urpe.inference import iter_predictions, load_model
 
     from .test_predict_stream import MIXED, _checkpoint
 

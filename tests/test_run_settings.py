@@ -16,8 +16,9 @@ import torch
 from graphormer_urpe import cli
 from graphormer_urpe.graph.model import Graphormer, get_preset
 from graphormer_urpe.io.checkpoint import load_checkpoint
+from graphormer_urpe.runtime import TRAIN_PRESETS, make_config
 from graphormer_urpe.runtime.config import plan_steps
-from graphormer_urpe.training import TRAIN_PRESETS, loop, make_config, run_setup
+from graphormer_urpe.training import loop, run_setup
 from graphormer_urpe.training.loop import make_optimizer, parameter_groups
 from graphormer_urpe.training.run_costs import CostProbe, batch_work
 from graphormer_urpe.training.trainer import Trainer

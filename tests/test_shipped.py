@@ -9,6 +9,7 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.datasets.descriptors import DESCRIPTOR_NAMES
+from graphormer_urpe.inference import load_model, predict_smiles
 from graphormer_urpe.io.checkpoint import (
     SHIPPED,
     WEIGHTS,
@@ -21,7 +22,6 @@ from graphormer_urpe.runtime.config import (
     make_config,
     resolve_mol_features,
 )
-from graphormer_urpe.training import load_model, predict_smiles
 from tests.test_cli import SMILES
 
 
