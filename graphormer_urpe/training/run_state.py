@@ -157,7 +157,7 @@ class RunProgress:
     epoch: int = 0
     start_batch: int = 0
     step: int = 0
-    best: float = math.nan
+    best: float = field(init=False)  # the best validation value so far (a start: the worst)
     best_epoch: int = -1
     best_metrics: dict[str, float] = field(default_factory=dict)
     train_seconds: float = 0.0
@@ -168,8 +168,7 @@ class RunProgress:
     wall_start: float = 0.0
 
     def __post_init__(self) -> None:
-        if math.isnan(self.best):
-            self.best = -math.inf if self.higher else math.inf
+        self.best = -math.inf if self.higher else math.inf
 
     def improves(self, value: float) -> bool:
         """Whether ``value`` of the selection metric beats the best so far."""
