@@ -254,7 +254,8 @@ def untrained_checkpoint(
     regression target ``y``, metric MAE; ``model_overrides``: model config fields), with the
     training-domain record ``domain`` (checkpoint form) where given; returns the model.
     Benchmarks of ``predict`` use it: speed does not depend on the weights."""
-    from graphormer_urpe.training import make_config, save_checkpoint
+    from graphormer_urpe.io.checkpoint import save_checkpoint
+    from graphormer_urpe.runtime import make_config
     from graphormer_urpe.training.loop import build_model
 
     torch.manual_seed(0)

@@ -303,7 +303,7 @@ def profile(ckpts: dict[str, Path], smi: Path, n: int, batch_size: int) -> dict:
     collating and the model in the main process."""
     from graphormer_urpe import GraphormerCollator
     from graphormer_urpe.datasets.store import featurize_chunk, flat_graphs, with_pointers
-    from graphormer_urpe.training import load_model, read_smiles
+    from graphormer_urpe.inference import load_model, read_smiles
 
     torch.set_num_threads(1)
     smiles = list(itertools.islice(read_smiles(smi), n))

@@ -409,10 +409,10 @@ class Trainer:
 
     def collator(self, batch_size: int) -> Any:
         """The collate function: static shapes of ``batch_size`` graphs when steps are captured."""
-        from graphormer_urpe.runtime.loaders import _collator
+        from graphormer_urpe.runtime.loaders import make_collator
 
         static = batch_size if self.backend is not None else None
-        return _collator(self.model.config, self.device, static)
+        return make_collator(self.model.config, self.device, static)
 
     def train_step(self, batch: Any) -> None:
         """One AdamW step on ``batch`` (the stepper copies it to the device)."""
@@ -422,13 +422,13 @@ class Trainer:
 
     def state(self) -> dict[str, Any]:
         """What the next call needs of the model and the optimizer."""
-        from graphormer_urpe.training.run_checkpoints import _portable
+        from graphormer_urpe.training.run_checkpoints import portable_state
 
         return {
             "model_config": self.model.config.to_dict(),
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
             "optimizer": compact_optimizer_state(self.optimizer),
-            "scheduler": _portable(self.scheduler.state_dict()),
+            "scheduler": portable_state(self.scheduler.state_dict()),
             "schedule": self.schedule.state(),
             "step": self.step,
         }

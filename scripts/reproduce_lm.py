@@ -42,6 +42,7 @@ if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
 
 from _reproduce import add_output_flags, label_schemes, set_up  # noqa: E402
 
+from graphormer_urpe.io.checkpoint import write_atomic  # noqa: E402
 from graphormer_urpe.sequence import (  # noqa: E402
     LM_PE_SCHEMES,
     LM_PRESETS,
@@ -51,7 +52,6 @@ from graphormer_urpe.sequence import (  # noqa: E402
 )
 from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
 from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
-from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
 PE_SCHEMES = LM_PE_SCHEMES
 SCHEME_LABELS = {

@@ -35,9 +35,9 @@ if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
 
 from _reproduce import add_output_flags, label_schemes, set_up  # noqa: E402
 
+from graphormer_urpe.io.checkpoint import write_atomic  # noqa: E402
 from graphormer_urpe.sequence import PE_SCHEMES, synthetic_config, train_synthetic  # noqa: E402
 from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
-from graphormer_urpe.training.checkpoint import write_atomic  # noqa: E402
 
 TASKS = ("pi", "etp")
 TASK_TITLES = {"pi": "Position Identification", "etp": "Even Token Prediction"}

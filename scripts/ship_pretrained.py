@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from graphormer_urpe.training.checkpoint import (
+from graphormer_urpe.io.checkpoint import (
     SHIPPED,
     WEIGHTS,
     load_checkpoint,
@@ -41,7 +41,7 @@ REFERENCE_SMILES = [
 
 def reference_outputs(path: Path) -> list[list[float]]:
     """The model's outputs ``[R, K]`` on :data:`REFERENCE_SMILES` (one batch, fp32, CPU)."""
-    from graphormer_urpe.training import load_model, predict_smiles
+    from graphormer_urpe.inference import load_model, predict_smiles
 
     model = load_model(path, "cpu")
     values, errors = predict_smiles(model, REFERENCE_SMILES, progress=False, workers=0)

@@ -36,8 +36,9 @@ from graphormer_urpe.datasets.store import CachedGraphDataset, MoleculeCache
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import UNREACHABLE, GraphormerFeatures
 from graphormer_urpe.graph.model import Graphormer, fit_tables, get_preset
-from graphormer_urpe.training import make_config, masked_loss, train
-from graphormer_urpe.training.checkpoint import load_checkpoint
+from graphormer_urpe.io.checkpoint import load_checkpoint
+from graphormer_urpe.runtime import make_config
+from graphormer_urpe.training import masked_loss, train
 
 TINY = dict(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=2)
 NONE_UNREADABLE = {f"unreadable_{k}": 0 for k in ("train", "valid", "test", "unsplit")}

@@ -4,6 +4,7 @@ ensemble's refusal and the short-run report. Wall-clock targets are measured by
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 
@@ -13,6 +14,8 @@ from graphormer_urpe import cli
 from graphormer_urpe.training import loop, run_budget, run_setup
 from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, Replans, RunCosts, Schedule
 from graphormer_urpe.training.loop import linear_schedule
+from graphormer_urpe.training.run_costs import CostProbe
+from graphormer_urpe.training.trainer import Trainer
 
 from .test_cli import _train_args
 from .test_resume import table  # noqa: F401 - the fixture
@@ -129,13 +132,14 @@ def steady_clock(monkeypatch) -> list[float]:
 
     load = [1.0]
 
-    def measured(self) -> RunCosts:
-        x = load[-1]
-        steps, every = len(self.sampler), self.config.eval_every
-        return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
+    class SteadyProbe(CostProbe):
+        def measure(self) -> RunCosts:
+            x = load[-1]
+            steps, every = self.data.steps_per_epoch, self.launch.config.eval_every
+            return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
 
     monkeypatch.setattr(time, "perf_counter", tick)
-    monkeypatch.setattr(run_budget.RunBudget, "_measure_costs", measured)
+    monkeypatch.setattr(loop, "Trainer", functools.partial(Trainer, probe=SteadyProbe))
     return load
 
 
@@ -158,13 +162,14 @@ def test_the_refusal_names_a_budget_that_then_fits(
     # gives each member at least MIN_USEFUL_EPOCHS epochs as planned
     steady_clock.append(1.3)
     planned: list[float] = []
-    real = loop._Run.__init__
+    steady = loop.Trainer
 
-    def record(self, *a, **kw):
-        real(self, *a, **kw)
-        planned.append(self.total / len(self.sampler))
+    def record(*a, **kw):
+        trainer = steady(*a, **kw)
+        planned.append(trainer.progress.total / trainer.data.steps_per_epoch)
+        return trainer
 
-    monkeypatch.setattr(loop._Run, "__init__", record)
+    monkeypatch.setattr(loop, "Trainer", record)
     assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(tmp_path / "b")]) == 0
     assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS
 

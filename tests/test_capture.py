@@ -10,6 +10,7 @@ static buffers. The CUDA tests at the end run the real graphs.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from graphormer_urpe.runtime.capture import (
     EagerGraphs,
     portable_optimizer_state,
 )
+from graphormer_urpe.runtime.loaders import make_collator
 from graphormer_urpe.training import loop
 from graphormer_urpe.training.loop import (
     Precision,
@@ -40,6 +42,7 @@ from graphormer_urpe.training.loop import (
     step_body,
     train_step,
 )
+from graphormer_urpe.training.trainer import Trainer
 
 from .conftest import graph_zoo
 from .test_cli import _train_args
@@ -420,11 +423,11 @@ def stand_in_capture(monkeypatch, backend_type: type = EagerGraphs) -> list:
     run), on any device; returns the list of the backends made."""
     backends: list = []
 
-    def backend(self):
+    def backend(config, ctx, precision):
         backends.append(backend_type())
         return backends[-1]
 
-    monkeypatch.setattr(loop._Run, "_capture_backend", backend)
+    monkeypatch.setattr(loop, "Trainer", functools.partial(Trainer, backend=backend))
     return backends
 
 
@@ -479,7 +482,9 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
     cpu = torch.device("cpu")
     want, y_want = loop.predict(
-        model, DataLoader(graphs, batch_size=8, collate_fn=loop._collator(model.config, cpu)), cpu
+        model,
+        DataLoader(graphs, batch_size=8, collate_fn=make_collator(model.config, cpu)),
+        cpu,
     )
     backends: list[EagerGraphs] = []
     monkeypatch.setattr(
@@ -566,7 +571,7 @@ def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):  # noqa
 @CUDA
 @pytest.mark.cuda
 def test_cuda_streamed_predictions_equal_the_cpus(tmp_path):
-    from graphormer_urpe.training import iter_predictions, load_model
+    from graphormer_urpe.inference import iter_predictions, load_model
 
     from .test_predict_stream import MIXED, _checkpoint
 

@@ -22,7 +22,7 @@ import torch
 from graphormer_urpe import Graphormer, URPEAttention, collate, urpe_attention
 from graphormer_urpe.attention.core import _AttentionCore
 from graphormer_urpe.graph.model import fit_tables
-from graphormer_urpe.training.checkpoint import rng_state, set_rng_state
+from graphormer_urpe.io.checkpoint import rng_state, set_rng_state
 from graphormer_urpe.training.loop import (
     Precision,
     StepTotals,

@@ -30,7 +30,7 @@ from graphormer_urpe.datasets.store import (
     build_molecule_cache,
     featurize_chunk,
 )
-from graphormer_urpe.training import iter_predictions, load_model
+from graphormer_urpe.inference import iter_predictions, load_model
 
 from .conftest import SHARED_DATA
 from .test_cli import TINY_MODEL

@@ -28,8 +28,9 @@ from graphormer_urpe.inference.embeddings_io import (
 )
 from graphormer_urpe.inference.loading import load_model
 from graphormer_urpe.inference.predict_io import Prediction
+from graphormer_urpe.io.checkpoint import save_checkpoint
+from graphormer_urpe.runtime import make_config
 from graphormer_urpe.runtime.inputs import build_model
-from graphormer_urpe.training import make_config, save_checkpoint
 
 from .test_predict_stream import BAD, VALID
 

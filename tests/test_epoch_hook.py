@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphormer_urpe.training import make_config
+from graphormer_urpe.runtime import make_config
 from graphormer_urpe.training.loop import train
 
 from .test_cli import SMILES

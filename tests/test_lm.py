@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from graphormer_urpe.cli.sequence import add_lm_parser, run_lm
+from graphormer_urpe.io.checkpoint import TrainingInterrupted, load_checkpoint
 from graphormer_urpe.sequence import (
     CorpusUnavailableError,
     TransformerXL,
@@ -33,7 +34,6 @@ from graphormer_urpe.sequence import lm as lm_module
 from graphormer_urpe.sequence.lm import batchify, cosine_warmup
 from graphormer_urpe.sequence.model import RelativePositionTable
 from graphormer_urpe.sequence.xl_attention import SegmentAttention
-from graphormer_urpe.training.checkpoint import TrainingInterrupted, load_checkpoint
 
 from .test_sequence import run_tiny_command
 

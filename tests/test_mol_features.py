@@ -22,8 +22,9 @@ from graphormer_urpe.graph.batch import _flatten
 from graphormer_urpe.graph.flat import FlatGraphs
 from graphormer_urpe.graph.interop import InteropError, config_to_hf
 from graphormer_urpe.graph.model import fit_tables, get_preset
+from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime.config import TrainConfig
-from graphormer_urpe.training import init_from_checkpoint, save_checkpoint
+from graphormer_urpe.training import init_from_checkpoint
 
 from .conftest import graph_zoo
 from .test_cli import SMILES, _train_args

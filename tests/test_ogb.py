@@ -640,7 +640,7 @@ def test_cli_preprocess_train_evaluate_submit(tmp_path, capsys):
     assert done["predictions"] == 3 and done["partial"] is True
     with np.load(tmp_path / "s" / "y_pred_pcqm4m-v2_test-dev.npz") as z:
         written = z["y_pred"]
-    from graphormer_urpe.training import load_model
+    from graphormer_urpe.inference import load_model
     from graphormer_urpe.training.loop import make_loader, predict
 
     lm = load_model(ckpt, "cpu")

@@ -20,21 +20,22 @@ import torch
 
 from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
 from graphormer_urpe.datasets import featurize_smiles
-from graphormer_urpe.inference import predict_io, stream
+from graphormer_urpe.inference import (
+    iter_predictions,
+    load_model,
+    predict_io,
+    predict_smiles,
+    read_smiles,
+    stream,
+)
 from graphormer_urpe.inference.stream import (
     SORT_WINDOW,
     Prediction,
     default_threads,
     write_predictions_csv,
 )
-from graphormer_urpe.training import (
-    iter_predictions,
-    load_model,
-    make_config,
-    predict_smiles,
-    read_smiles,
-    save_checkpoint,
-)
+from graphormer_urpe.io.checkpoint import save_checkpoint
+from graphormer_urpe.runtime import make_config
 from graphormer_urpe.training.loop import build_model
 
 VALID = [

@@ -22,8 +22,8 @@ from graphormer_urpe.datasets.descriptors import (
 )
 from graphormer_urpe.datasets.nci import read_nci_smiles
 from graphormer_urpe.datasets.pretrain import DescriptorTargets, read_smiles_list
+from graphormer_urpe.io.checkpoint import load_checkpoint
 from graphormer_urpe.runtime.config import make_config
-from graphormer_urpe.training.checkpoint import load_checkpoint
 from graphormer_urpe.training.pretrained import init_from_checkpoint
 
 from .test_cli import TINY_MODEL

@@ -25,7 +25,7 @@ from graphormer_urpe.datasets import featurize_smiles
 from graphormer_urpe.datasets.nci import read_nci_smiles
 from graphormer_urpe.graph.interop import InteropError, hf_inputs
 from graphormer_urpe.graph.model import Graphormer, fit_tables
-from graphormer_urpe.training import evaluate_checkpoint
+from graphormer_urpe.inference import evaluate_checkpoint
 from graphormer_urpe.training.pretrained import (
     convert_checkpoint,
     export_huggingface,

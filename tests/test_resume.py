@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from graphormer_urpe import cli
+from graphormer_urpe.io.checkpoint import CheckpointKeeper, load_checkpoint, write_atomic
 from graphormer_urpe.training import steps
-from graphormer_urpe.training.checkpoint import CheckpointKeeper, load_checkpoint, write_atomic
 
 from .test_cli import SMILES, _train_args
 

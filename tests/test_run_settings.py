@@ -15,10 +15,13 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.graph.model import Graphormer, get_preset
+from graphormer_urpe.io.checkpoint import load_checkpoint
+from graphormer_urpe.runtime import TRAIN_PRESETS, make_config
 from graphormer_urpe.runtime.config import plan_steps
-from graphormer_urpe.training import TRAIN_PRESETS, loop, make_config, run_budget, run_setup
-from graphormer_urpe.training.checkpoint import load_checkpoint
+from graphormer_urpe.training import loop, run_setup
 from graphormer_urpe.training.loop import make_optimizer, parameter_groups
+from graphormer_urpe.training.run_costs import CostProbe, batch_work
+from graphormer_urpe.training.trainer import Trainer
 
 from .test_cli import _train_args
 from .test_resume import table  # noqa: F401 - the shared 40-molecule CSV fixture
@@ -183,18 +186,29 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     validation, the test, the best and last checkpoints), over a step plus its share of the
     epoch's checkpoint and of the validation (with its best checkpoint) every ``eval_every``
     epochs."""
+    import functools
     import math
     import types
 
     frozen = types.SimpleNamespace(perf_counter=lambda: 1000.0)
-    monkeypatch.setattr(loop, "time", frozen)
     monkeypatch.setattr(cli, "time", frozen)  # the command's start, read by cli.main
     # stubbed times large enough that the budget holds a few epochs of steps (each one runs)
     step_s, batch_s, save_s = 2.0, 1.0, 0.5
-    # every batch one unit of padded size: the measured seconds per unit are per batch
-    monkeypatch.setattr(run_budget, "_work", lambda sizes, index: 1.0)
-    monkeypatch.setattr(loop._Run, "_seconds_per_step", lambda self, sizes: (step_s, save_s))
-    monkeypatch.setattr(loop._Run, "_seconds_per_eval", lambda self, ds, sizes, split: batch_s)
+
+    class FixedProbe(CostProbe):
+        """Every batch one unit of padded size: the measured seconds per unit are per batch."""
+
+        def work(self, sizes, index):
+            return 1.0
+
+        def seconds_per_step(self, sizes, batches=5):
+            return step_s, save_s
+
+        def seconds_per_eval(self, dataset, sizes, split, batches=3):
+            return batch_s
+
+    trainer = functools.partial(Trainer, clock=frozen.perf_counter, probe=FixedProbe)
+    monkeypatch.setattr(loop, "Trainer", trainer)
     args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
     i = args.index("--epochs")
     del args[i : i + 2]
@@ -348,5 +362,5 @@ def test_a_batchs_work_is_its_padded_size():
         largest = 0
         for i in index:
             largest = max(largest, int(sizes[i]))
-        assert loop._work(sizes, index) == len(index) * (largest + 1) ** 2
-    assert loop._work(sizes, []) == 0.0
+        assert batch_work(sizes, index) == len(index) * (largest + 1) ** 2
+    assert batch_work(sizes, []) == 0.0

@@ -9,18 +9,18 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.datasets.descriptors import DESCRIPTOR_NAMES
-from graphormer_urpe.runtime.config import (
-    PRETRAINED_MOL_FEATURES,
-    make_config,
-    resolve_mol_features,
-)
-from graphormer_urpe.training import load_model, predict_smiles
-from graphormer_urpe.training.checkpoint import (
+from graphormer_urpe.inference import load_model, predict_smiles
+from graphormer_urpe.io.checkpoint import (
     SHIPPED,
     WEIGHTS,
     CheckpointError,
     load_checkpoint,
     resolve_checkpoint,
+)
+from graphormer_urpe.runtime.config import (
+    PRETRAINED_MOL_FEATURES,
+    make_config,
+    resolve_mol_features,
 )
 from tests.test_cli import SMILES
 

@@ -10,16 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.training import (
+from graphormer_urpe.io.checkpoint import (
     CheckpointError,
-    TrainConfig,
-    linear_schedule,
     load_checkpoint,
-    make_config,
-    masked_loss,
+    rng_state,
     save_checkpoint,
+    set_rng_state,
 )
-from graphormer_urpe.training.checkpoint import rng_state, set_rng_state
+from graphormer_urpe.runtime import TrainConfig, make_config
+from graphormer_urpe.training import linear_schedule, masked_loss
 
 
 def reference_lr(step, warmup, total, peak, end):
@@ -152,7 +151,7 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path):
 def test_unreadable_checkpoints_say_in_words_what_is_wrong(tmp_path):
     import zipfile
 
-    from graphormer_urpe.training import load_model
+    from graphormer_urpe.inference import load_model
 
     save_checkpoint(tmp_path / "good.pt", {"w": torch.randn(1000), "config": "{}"})
     data = (tmp_path / "good.pt").read_bytes()
@@ -201,7 +200,9 @@ def test_make_config_presets_and_overrides():
 def test_fp16_trains_with_a_grad_scaler_whose_state_is_checkpointed(tmp_path):
     import csv
 
-    from graphormer_urpe.training import load_checkpoint, make_config, train
+    from graphormer_urpe.io.checkpoint import load_checkpoint
+    from graphormer_urpe.runtime import make_config
+    from graphormer_urpe.training import train
 
     from .test_cli import SMILES
 
@@ -230,3 +231,24 @@ def test_fp16_trains_with_a_grad_scaler_whose_state_is_checkpointed(tmp_path):
     assert math.isfinite(metrics["best_valid_mae"]) and math.isfinite(metrics["test_mae"])
     scaler = load_checkpoint(tmp_path / "run" / "last.pt")["scaler"]
     assert scaler["scale"] > 0 and "_growth_tracker" in scaler  # an enabled scaler's state
+
+
+def test_names_of_other_packages_still_import_from_training_with_a_warning():
+    """The names ``graphormer_urpe.training`` re-exported from runtime, inference and
+    io.checkpoint are those packages' objects, each with a warning that names its package;
+    the package's own names come without one."""
+    import importlib
+    import warnings
+
+    from graphormer_urpe import training
+
+    assert training.MOVED["load_model"] == "graphormer_urpe.inference"
+    for name, home in training.MOVED.items():
+        with pytest.warns(DeprecationWarning, match=f"import it from {home}"):
+            value = getattr(training, name)
+        assert value is getattr(importlib.import_module(home), name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in training.__all__:
+            assert getattr(training, name) is not None
+        assert set(training.MOVED).isdisjoint(training.__all__)

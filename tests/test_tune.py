@@ -353,7 +353,8 @@ def test_a_baseline_value_the_space_does_not_hold_is_left_to_the_sampler():
 
 
 def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_path, monkeypatch):
-    from graphormer_urpe.training import loop, make_config
+    from graphormer_urpe.runtime import make_config
+    from graphormer_urpe.training import loop
     from graphormer_urpe.tuning import search
     from graphormer_urpe.tuning.config import TuneConfig
     from graphormer_urpe.tuning.trial import PROGRESS_STEPS, run_trial
@@ -403,8 +404,9 @@ def test_a_re_planned_trial_is_repeated_with_the_steps_and_warm_up_it_ended_with
 ):
     """A trial whose pacer re-planned 541 steps to 757 keeps 757 and its 81 warm-up steps
     for ``train --config``; one that kept its plan keeps its config as written."""
+    from graphormer_urpe.runtime import make_config
     from graphormer_urpe.runtime.config import plan_steps
-    from graphormer_urpe.training import loop, make_config
+    from graphormer_urpe.training import loop
     from graphormer_urpe.tuning.config import TuneConfig
     from graphormer_urpe.tuning.trial import CONFIG_ATTR, run_trial
 

@@ -26,6 +26,7 @@ __all__ = [
     "build_model",
     "load_splits",
     "selection_metric",
+    "default_loss",
 ]
 
 
@@ -99,7 +100,7 @@ def load_splits(config: TrainConfig, mol_features_record: dict | None = None):
     )
 
 
-def _default_loss(splits: DatasetSplits) -> str:
+def default_loss(splits: DatasetSplits) -> str:
     """The regression loss when none is given: squared error for ``csv:`` datasets (a user's
     own data, as Chemprop), L1 for the benchmarks (whose metric is MAE)."""
     return "mse" if names_table(splits.name) else "l1"

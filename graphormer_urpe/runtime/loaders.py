@@ -16,7 +16,7 @@ from ..graph.shapes import StaticShapes, token_length
 from .distributed import DistContext
 from .sampler import token_batches
 
-__all__ = ["make_loader", "loader_workers"]
+__all__ = ["make_loader", "loader_workers", "make_collator", "split_loader", "read_graphs"]
 
 
 def make_loader(
@@ -52,7 +52,7 @@ def loader_workers(requested: int | None, device: torch.device) -> int:
     return min(8, max(1, (os.cpu_count() or 2) - 2))
 
 
-def _collator(
+def make_collator(
     config: GraphormerConfig,
     device: torch.device,
     static_batch: int | None = None,
@@ -68,7 +68,7 @@ def _collator(
     return GraphormerCollator(config.multi_hop_max_dist, config.spatial_pos_max, pad, static)
 
 
-def _eval_loader(
+def split_loader(
     dataset: Dataset,
     config: GraphormerConfig,
     batch_size: int,
@@ -82,7 +82,7 @@ def _eval_loader(
     sorted by size and cut to the token budget (:func:`~graphormer_urpe.runtime.sampler.
     token_batches`)."""
     index = torch.arange(ctx.rank, len(dataset), ctx.world_size)
-    collate = _collator(config, ctx.device, batch_size if static else None, max_tokens)
+    collate = make_collator(config, ctx.device, batch_size if static else None, max_tokens)
     if max_tokens is None:
         batches = [index[i : i + batch_size].tolist() for i in range(0, len(index), batch_size)]
     else:
@@ -105,7 +105,7 @@ def _eval_loader(
     return loader, index
 
 
-def _read(dataset: Dataset, index: list[int]) -> list:
+def read_graphs(dataset: Dataset, index: list[int]) -> list:
     """The graphs ``index`` of ``dataset``, read as a ``DataLoader`` reads a batch (through
     ``__getitems__`` where the dataset has it: the stores decode a batch at once)."""
     many = getattr(dataset, "__getitems__", None)

@@ -129,12 +129,13 @@ def _refuse_short_members(config: TrainConfig, members: int, start: float, out: 
 
     made = None if out.exists() else first_missing(out)
 
-    def check(run: Any) -> None:
-        epochs = run.total / len(run.sampler)
+    def check(run: Any) -> None:  # run: the set-up Trainer
+        per_epoch, total = run.data.steps_per_epoch, run.progress.total
+        epochs = total / per_epoch
         if epochs >= MIN_USEFUL_EPOCHS or run.costs is None:
             return
         c = run.costs
-        steps = MIN_USEFUL_EPOCHS * len(run.sampler)
+        steps = MIN_USEFUL_EPOCHS * per_epoch
         # each member: its set-up, its steps and finish, and its pacer's reserve
         member = (c.setup + c.seconds_for(steps) + RESERVE_SECONDS) / (1 - RESERVE_FRACTION)
         need = (members * member + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
@@ -144,7 +145,7 @@ def _refuse_short_members(config: TrainConfig, members: int, start: float, out: 
             shutil.rmtree(made, ignore_errors=True)
         raise EnsembleBudgetError(
             f"--ensemble {members} --time-limit {config.time_limit:g}: each member would "
-            f"train {epochs:.2g} epochs ({run.total} steps of {len(run.sampler)} per epoch; "
+            f"train {epochs:.2g} epochs ({total} steps of {per_epoch} per epoch; "
             f"{c.step:.3g} s per step measured here); a useful schedule needs at least "
             f"{MIN_USEFUL_EPOCHS} epochs per member: give --time-limit "
             f"{math.ceil(10 * need) / 10:g} or more, or fewer members"

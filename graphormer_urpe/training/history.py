@@ -9,8 +9,10 @@ from typing import Any
 
 from ..io.checkpoint import write_atomic
 
+__all__ = ["History"]
 
-class _History:
+
+class History:
     """Per-epoch metric rows: CSV (rewritten atomically) and TensorBoard when installed."""
 
     def __init__(self, out: Path, rows: list[dict[str, Any]], write: bool = True) -> None:
@@ -52,5 +54,6 @@ class _History:
             self.tb.flush()
 
     def close(self) -> None:
+        """Close the TensorBoard writer (the CSV is complete after every :meth:`add`)."""
         if self.tb is not None:
             self.tb.close()

@@ -17,12 +17,20 @@ import torch
 
 from ..io.checkpoint import load_checkpoint
 
-__all__ = ["plot_run", "plot_curves", "plot_attn_scale", "plot_comparison"]
+__all__ = [
+    "plot_run",
+    "plot_curves",
+    "plot_attn_scale",
+    "plot_comparison",
+    "pyplot",
+    "save_figure",
+]
 
 log = logging.getLogger(__name__)
 
 
-def _pyplot():
+def pyplot():
+    """Matplotlib's ``pyplot`` on the file-only Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +39,8 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
+    """Write ``fig`` to the PNG ``path`` atomically (a temporary file, then renamed)."""
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=120, bbox_inches="tight")
     tmp.replace(path)
@@ -47,7 +56,7 @@ def _rows(history_csv: Path) -> list[dict[str, str]]:
 
 def plot_curves(history_csv: Path, out: Path) -> Path:
     """Training loss and validation metric per epoch → ``out`` (PNG)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = _rows(history_csv)
     valid_key = next((k for k in rows[0] if k.startswith("valid_")), None)
     epochs = [int(r["epoch"]) for r in rows]
@@ -60,7 +69,7 @@ def plot_curves(history_csv: Path, out: Path) -> Path:
         ax[1].set(xlabel="epoch", ylabel=valid_key, title=f"validation {valid_key[6:]}")
     for a in ax:
         a.grid(alpha=0.3)
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -75,7 +84,7 @@ def plot_attn_scale(checkpoint: Path, out: Path) -> Path | None:
     if scale is None:
         return None
     token = ckpt["model"]["encoder.spatial_scale.graph_token_scale"]  # [2, H]
-    plt = _pyplot()
+    plt = pyplot()
     tables, buckets, heads = scale.shape
     dist = torch.arange(buckets - 1)  # row r holds distance r - 1; row 0 is padding
     cols = min(tables, 4)
@@ -98,7 +107,7 @@ def plot_attn_scale(checkpoint: Path, out: Path) -> Path | None:
         f"column {token[1].mean():.2f} on average; last point = {buckets - 2}+ hops)"
     )
     fig.tight_layout()
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -108,7 +117,7 @@ def plot_comparison(run_dirs: list[str | Path], out: str | Path) -> Path:
 
     Each run is labelled by its attention kind, preset and seed (from ``config.json``).
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     key = None
     for run in map(Path, run_dirs):
@@ -125,7 +134,7 @@ def plot_comparison(run_dirs: list[str | Path], out: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     out = Path(out)
-    _save(fig, out)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..io.checkpoint import write_atomic
 from ..runtime.config import TrainConfig
-from ..training.plots import _pyplot, _save
+from ..training.plots import pyplot, save_figure
 from .trial import CONFIG_ATTR
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _plot_history(trials: list[optuna.trial.FrozenTrial], problem: Problem, path
     points = [(t.number, t.value) for t in trials if t.value is not None and math.isfinite(t.value)]
     if not points:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     xs, ys = zip(*sorted(points), strict=True)
     pick = max if problem.maximize else min
@@ -128,7 +128,7 @@ def _plot_history(trials: list[optuna.trial.FrozenTrial], problem: Problem, path
     ax.set_ylabel(f"valid {problem.objective}")
     ax.set_title("optimisation history")
     ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return True
 
@@ -151,12 +151,12 @@ def _plot_importances(study: optuna.Study, path: Path) -> bool:
         return False
     if not importances:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     names = list(importances)[::-1]
     fig, ax = plt.subplots(figsize=(6, 0.4 * len(names) + 1.2))
     ax.barh(names, [importances[n] for n in names])
     ax.set_xlabel("importance (fANOVA)")
     ax.set_title("parameter importances")
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return True
