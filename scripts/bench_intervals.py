@@ -172,7 +172,7 @@ def scaffold_halves(smiles: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """The validation molecules in two halves that share no scaffold (families in a seeded
     random order, each to the smaller half): calibrated on one and read on the other, a
     calibrator's coverage on new scaffolds is estimated from validation molecules alone."""
-    from graphormer_urpe.datasets.splitting import murcko_scaffold
+    from graphormer_urpe.datasets.split_indices import murcko_scaffold
 
     families: dict[str, list[int]] = {}
     for i, s in enumerate(smiles):

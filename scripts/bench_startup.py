@@ -89,7 +89,7 @@ def build_checkpoint(path: Path) -> None:
     training-domain record as big as records get: 10,000 fingerprints (RDKit's 5,000 NCI
     molecules twice), which ``predict`` loads and searches as for a trained checkpoint."""
     from graphormer_urpe.datasets.domain import FINGERPRINT_CAP, record_of_smiles
-    from graphormer_urpe.datasets.nci import read_nci_smiles
+    from graphormer_urpe.datasets.sources.nci import read_nci_smiles
 
     smiles = read_nci_smiles()
     smiles = (smiles * (FINGERPRINT_CAP // len(smiles) + 1))[:FINGERPRINT_CAP]

@@ -81,7 +81,7 @@ LOG = logging.getLogger("pretrain_v2")
 
 
 def _read_lines(path: Path) -> list[str]:
-    from graphormer_urpe.datasets.pretrain import read_smiles_list
+    from graphormer_urpe.datasets.sources.pretrain import read_smiles_list
 
     return [s for s in read_smiles_list(path)[0] if s]
 
@@ -167,11 +167,11 @@ def featurize(data: Path, work: Path, order: Sequence[str], workers: int) -> Non
     """Build the store (graphs + descriptors) of each shard in ``order``, with ``workers``
     processes, and record each finished one in :func:`ready_path` (name -> store folder,
     molecules); a store already built in ``work`` (an earlier call on this machine) is reused."""
-    from graphormer_urpe.datasets.descriptors import descriptor_set_id
-    from graphormer_urpe.datasets.source import store_dir
+    from graphormer_urpe.datasets.featurizers.descriptors import descriptor_set_id
     from graphormer_urpe.datasets.store import MoleculeCache
-    from graphormer_urpe.datasets.store_build import build_molecule_cache
-    from graphormer_urpe.datasets.store_format import cache_is_complete
+    from graphormer_urpe.datasets.store.build import build_molecule_cache
+    from graphormer_urpe.datasets.store.format import cache_is_complete
+    from graphormer_urpe.datasets.store.location import store_dir
     from graphormer_urpe.io.files import write_atomic
 
     manifest = json.loads((data / "manifest.json").read_text())
@@ -226,9 +226,9 @@ class ShardedDescriptors:
         return 1 << 62
 
     def shard(self, k: int) -> Any:
-        """Shard ``k``'s :class:`~graphormer_urpe.datasets.pretrain.DescriptorTargets`."""
+        """Shard ``k``'s :class:`~graphormer_urpe.datasets.sources.pretrain.DescriptorTargets`."""
         if k not in self._sets:
-            from graphormer_urpe.datasets.pretrain import DescriptorTargets
+            from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets
             from graphormer_urpe.datasets.store import MoleculeCache
 
             entry = _read_json(self.ready, {})[self.names[k]]
@@ -451,7 +451,7 @@ class Trainer:
 
 def validate(trainer: Trainer, dataset: Any, batch_size: int) -> dict[str, float]:
     """Mean MAE, RMSE and R² over the descriptors of ``dataset`` (normalised units)."""
-    from graphormer_urpe.datasets.pretrain import descriptor_metrics
+    from graphormer_urpe.datasets.sources.pretrain import descriptor_metrics
     from graphormer_urpe.inference.prediction import predict_dataset
 
     trainer.model.eval()
@@ -483,8 +483,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader
 
-    from graphormer_urpe.datasets.descriptors import DESCRIPTOR_NAMES, DescriptorNormalizer
-    from graphormer_urpe.datasets.pretrain import DescriptorTargets
+    from graphormer_urpe.datasets.featurizers.descriptors import (
+        DESCRIPTOR_NAMES,
+        DescriptorNormalizer,
+    )
+    from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets
     from graphormer_urpe.datasets.store import MoleculeCache
     from graphormer_urpe.graph.config import GraphormerConfig
     from graphormer_urpe.io.files import write_atomic

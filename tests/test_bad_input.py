@@ -31,7 +31,7 @@ from graphormer_urpe.datasets import (
     ogb_smiles_to_graph,
     zinc_mol_to_graph,
 )
-from graphormer_urpe.datasets.smiles_csv import open_csv
+from graphormer_urpe.datasets.sources.smiles_csv import open_csv
 from graphormer_urpe.datasets.store import CachedGraphDataset, MoleculeCache
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import UNREACHABLE, GraphormerFeatures

@@ -20,7 +20,7 @@ import torch
 from networkx.algorithms import isomorphism
 from torch_geometric.datasets import ZINC
 
-import graphormer_urpe.datasets.chunks as chunks_module
+import graphormer_urpe.datasets.store.chunks as chunks_module
 from graphormer_urpe.datasets import (
     FEATURIZERS,
     ZINC_ATOM_TYPES,
@@ -43,8 +43,8 @@ from graphormer_urpe.datasets import (
     scaffold_split,
     zinc_mol_to_graph,
 )
-from graphormer_urpe.datasets.smiles_csv import open_csv
-from graphormer_urpe.datasets.zinc_target import cycle_basis, largest_ring_penalty
+from graphormer_urpe.datasets.sources.penalized_logp import cycle_basis, largest_ring_penalty
+from graphormer_urpe.datasets.sources.smiles_csv import open_csv
 from graphormer_urpe.graph.features import GraphormerFeatures, has_graphormer_features
 from tests.conftest import SHARED_DATA
 

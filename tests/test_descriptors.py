@@ -10,16 +10,17 @@ import pytest
 from rdkit import Chem
 from rdkit.Chem import Descriptors
 
-from graphormer_urpe.datasets import descriptors as desc
-from graphormer_urpe.datasets.descriptors import (
+from graphormer_urpe.datasets.featurizers import descriptors as desc
+from graphormer_urpe.datasets.featurizers.descriptors import (
     DESCRIPTOR_NAMES,
     EXCLUDED,
     DescriptorNormalizer,
     compute_descriptors,
     descriptor_set_id,
 )
-from graphormer_urpe.datasets.source import MoleculeRecords, open_store, store_dir
 from graphormer_urpe.datasets.store import MoleculeCache, build_molecule_cache
+from graphormer_urpe.datasets.store.location import store_dir
+from graphormer_urpe.datasets.store.records import MoleculeRecords, open_store
 
 FIXTURE = [
     "CCO",
@@ -230,16 +231,16 @@ def test_two_builders_of_one_store_at_once_build_it_once(tmp_path, monkeypatch):
     import threading
     import time
 
-    from graphormer_urpe.datasets import source
+    from graphormer_urpe.datasets.store import records as store_records
 
-    real, builds = source.build_molecule_cache, []
+    real, builds = store_records.build_molecule_cache, []
 
     def slow_build(*args, **kw):  # holds the build open long enough for the other to arrive
         builds.append(threading.get_ident())
         time.sleep(0.5)
         return real(*args, **kw)
 
-    monkeypatch.setattr(source, "build_molecule_cache", slow_build)
+    monkeypatch.setattr(store_records, "build_molecule_cache", slow_build)
     records = MoleculeRecords(
         rows=np.arange(len(FIXTURE)),
         targets=np.zeros((len(FIXTURE), 0)),

@@ -38,7 +38,7 @@ from graphormer_urpe.datasets import (
     open_lsc,
     preprocess_lsc,
 )
-from graphormer_urpe.datasets.pcqm import PCQM4M, PCQM4MV2, load_split_dict
+from graphormer_urpe.datasets.sources.pcqm_files import PCQM4M, PCQM4MV2, load_split_dict
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import GraphormerFeatures, graph_structure
 from graphormer_urpe.inference.submit import SubmissionError, write_submission

@@ -15,13 +15,13 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.datasets import load_dataset
-from graphormer_urpe.datasets.descriptors import (
+from graphormer_urpe.datasets.featurizers.descriptors import (
     DESCRIPTOR_NAMES,
     DescriptorNormalizer,
     compute_descriptors,
 )
-from graphormer_urpe.datasets.nci import read_nci_smiles
-from graphormer_urpe.datasets.pretrain import DescriptorTargets, read_smiles_list
+from graphormer_urpe.datasets.sources.nci import read_nci_smiles
+from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets, read_smiles_list
 from graphormer_urpe.runtime.config import make_config
 from graphormer_urpe.training.checkpoint import load_checkpoint
 from graphormer_urpe.training.pretrained import init_from_checkpoint

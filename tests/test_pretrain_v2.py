@@ -125,7 +125,7 @@ def test_a_resumed_call_continues_the_run(v2, tmp_path):
     ready = v2.ready_path(work, data)
     assert set(v2._ready_counts(ready)) == {v2.VALID, *names}
 
-    from graphormer_urpe.datasets.descriptors import DescriptorNormalizer
+    from graphormer_urpe.datasets.featurizers.descriptors import DescriptorNormalizer
     from graphormer_urpe.datasets.store import MoleculeCache
 
     first = MoleculeCache(v2._read_json(ready, {})[names[0]]["store"])

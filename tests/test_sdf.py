@@ -16,8 +16,8 @@ import pytest
 from rdkit import Chem
 
 from graphormer_urpe import cli
-from graphormer_urpe.datasets.sdf import iter_sdf_molecules, read_sdf
-from graphormer_urpe.datasets.sdf_text import iter_sdf_blocks, sdf_properties, sdf_title
+from graphormer_urpe.datasets.sources.sdf import iter_sdf_molecules, read_sdf
+from graphormer_urpe.datasets.sources.sdf_blocks import iter_sdf_blocks, sdf_properties, sdf_title
 
 from .test_cli import SMILES, TINY_MODEL
 

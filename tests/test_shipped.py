@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphormer_urpe import cli
-from graphormer_urpe.datasets.descriptors import DESCRIPTOR_NAMES
+from graphormer_urpe.datasets.featurizers.descriptors import DESCRIPTOR_NAMES
 from graphormer_urpe.runtime.config import (
     PRETRAINED_MOL_FEATURES,
     make_config,

@@ -17,10 +17,10 @@ from graphormer_urpe.datasets import (
     load_dataset,
     load_nci5k,
     read_nci_smiles,
-    store_build,
     store_dir,
 )
-from graphormer_urpe.datasets import chunks as chunks_module
+from graphormer_urpe.datasets.store import build as store_build
+from graphormer_urpe.datasets.store import chunks as chunks_module
 from graphormer_urpe.graph.features import GraphormerFeatures
 
 SMILES = [

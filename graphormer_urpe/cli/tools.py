@@ -19,7 +19,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from torch_geometric.data import Batch
 
     from ..datasets import featurize_smiles
-    from ..datasets.nci import read_nci_smiles
+    from ..datasets.sources.nci import read_nci_smiles
     from ..graph import Graphormer, GraphormerFeatures, get_preset
     from ..graph.model import fit_tables
 

@@ -100,7 +100,7 @@ def run_train(args: argparse.Namespace) -> int:
     labelled with the ZINC target, the small preset, on the CPU in a few minutes. Preset
     values apply unless a flag overrides them."""
     if args.config is None and args.dataset:  # a table's head: checked before any import
-        from ..datasets.table_head import check_table_head
+        from ..datasets.sources.table_check import check_table_head
 
         check_table_head(args.dataset, args.smiles_column, args.target_columns, args.split_column)
     from ..training import train

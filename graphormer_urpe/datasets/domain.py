@@ -30,7 +30,7 @@ bonds and atom count), so the training split (read from the store) and new molec
 chunk arrays of :func:`~.store.featurize_chunk`) are described by the same code; only the
 fingerprints need the RDKit molecule. Graph-only stores (no SMILES) give a record without
 fingerprints; :attr:`DomainRecord.checks` says what a record can check. What a molecule is
-made of is read by :mod:`.graph_facts`.
+made of is read by :mod:`.composition`.
 
 Example::
 
@@ -54,10 +54,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .fingerprints import morgan_bits, nearest_index
-from .graph_facts import OTHER_CHARGE, GraphFacts, fragment_counts, graph_facts
-from .graph_facts import _zinc_type_table as _zinc_type_table
-from .graph_facts import species_key as _species_key
+from .composition import OTHER_CHARGE, GraphFacts, fragment_counts, graph_facts
+from .composition import _zinc_type_table as _zinc_type_table
+from .composition import species_key as _species_key
+from .featurizers.fingerprints import morgan_bits, nearest_index
 
 if TYPE_CHECKING:
     from rdkit import Chem
@@ -355,7 +355,7 @@ class DomainRecord:
 
     def nearest_similarity(self, query: np.ndarray) -> np.ndarray:
         """``[Q]`` float32 Tanimoto similarity of each query's nearest recorded fingerprint
-        (:class:`~.fingerprints.NearestIndex`, built once per process).
+        (:class:`~.featurizers.fingerprints.NearestIndex`, built once per process).
 
         Args:
             query: ``[Q, bits]`` uint8 0 / 1 fingerprints (:func:`morgan_bits`).

@@ -3,9 +3,10 @@ r"""Per-molecule features joined to the graph representation: ``--mol-features``
 Two kinds, alone or together (``rdkit2d+morgan``: descriptors first, then counts):
 
 * ``rdkit2d``: Chemprop's ``--features_generators rdkit_2d_normalized`` in this library's
-  terms: each molecule's 202 RDKit 2D descriptors (:mod:`.descriptors`, computed once and
-  cached in the store with the graphs), normalised with statistics of the *training* split
-  only (:class:`~.descriptors.DescriptorNormalizer`: robust centring and scaling, clipped to
+  terms: each molecule's 202 RDKit 2D descriptors (:mod:`.featurizers.descriptors`, computed
+  once and cached in the store with the graphs), normalised with statistics of the *training*
+  split only (:class:`~.featurizers.descriptors.DescriptorNormalizer`: robust centring and
+  scaling, clipped to
   ±5, missing values 0);
 * ``morgan``: Chemprop's ``morgan_count`` featurizer: the 2048-bit Morgan count fingerprint
   of radius 2 (ECFP4 counts, what the small-data benchmark's random forest reads as bits),
@@ -30,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .descriptors import DescriptorNormalizer, compute_descriptors
-from .splitting import SPLITS
+from .featurizers.descriptors import DescriptorNormalizer, compute_descriptors
+from .split_indices import SPLITS
 from .store import CachedGraphDataset, MoleculeCache
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def morgan_counts(smiles: Sequence[str], radius: int, bits: int) -> np.ndarray:
     255 (a SMILES RDKit cannot read: a row of zeros)."""
     from rdkit import Chem
 
-    from .fingerprints import morgan_generator
+    from .featurizers.fingerprints import morgan_generator
 
     gen = morgan_generator(radius, bits)
     out = np.zeros((len(smiles), bits), dtype=np.uint8)

@@ -3,27 +3,27 @@ r"""The dataset registry: a name → the store of its source → train / valid /
 ==================  ===========================================  ==============  ==========
 name                source (module)                              default root    featurizer
 ==================  ===========================================  ==============  ==========
-``nci5k``           RDKit's 5k NCI molecules (:mod:`.nci`)       (ships with     ``ogb``
+``nci5k``           RDKit's 5k NCI molecules (:mod:`.sources.nci`)       (ships with     ``ogb``
                                                                  RDKit)
-``zinc``            ZINC subset (:mod:`.zinc`, PyG's raw files)  ``data/ZINC``   ``zinc``
-``zinc-full``       full ZINC (:mod:`.zinc`)                     ``data/ZINC``   ``zinc``
-``csv:PATH``        a SMILES CSV (:mod:`.smiles_csv`)            (the file)      ``ogb``
+``zinc``            ZINC subset (:mod:`.sources.zinc`, PyG's raw files)  ``data/ZINC``   ``zinc``
+``zinc-full``       full ZINC (:mod:`.sources.zinc`)                     ``data/ZINC``   ``zinc``
+``csv:PATH``        a SMILES CSV (:mod:`.sources.smiles_csv`)            (the file)      ``ogb``
 ``csv:A,B,C``       separate train, valid, test CSV files        (the files)     ``ogb``
 ``sdf:PATH``        an SD file, its SD properties as columns     (the file)      ``ogb``
-                    (:mod:`.sdf`; also ``csv:X.sdf``)
-``pcqm4mv2``        OGB-LSC PCQM4Mv2 (:mod:`.pcqm`; test =       ``data``        ``ogb``
+                    (:mod:`.sources.sdf`; also ``csv:X.sdf``)
+``pcqm4mv2``        OGB-LSC PCQM4Mv2 (:mod:`.sources.pcqm`; test =       ``data``        ``ogb``
                     test-dev)
 ``pcqm4m``          OGB-LSC PCQM4M v1 (test: unlabelled)         ``data``        ``ogb``
-``ogbg-mol*``       OGB molecule sets (:mod:`.ogbg`)             ``data``        ``ogb``
+``ogbg-mol*``       OGB molecule sets (:mod:`.sources.ogbg_mol`)             ``data``        ``ogb``
 ``pretrain:PATH``   any SMILES file; targets: normalised RDKit   (the file)      ``ogb``
-                    2D descriptors (:mod:`.pretrain`)
+                    2D descriptors (:mod:`.sources.pretrain`)
 ==================  ===========================================  ==============  ==========
 
 Every source goes into one memory-mapped store (:mod:`.store`, in the cache folder of
-:mod:`.source`), built once in parallel chunks (``workers``) and reused; each split is a
+:mod:`.store.records`), built once in parallel chunks (``workers``) and reused; each split is a
 :class:`~graphormer_urpe.datasets.store.CachedGraphDataset` whose batches decode the path
 features when they are read. :func:`load_dataset` then applies the input policy
-(:func:`~graphormer_urpe.datasets.policy.apply_input_policy`).
+(:func:`~graphormer_urpe.datasets.input_policy.apply_input_policy`).
 """
 
 from __future__ import annotations
@@ -36,19 +36,20 @@ from functools import partial
 import numpy as np
 
 from .dataset_splits import DatasetSplits, unreadable_by_split
+from .input_policy import apply_input_policy
 from .metrics import classification_metrics
 from .mol_features import needs_descriptors, with_mol_features
-from .nci import NCI5K_PATH, open_nci
-from .ogbg import OGBGEvaluator, open_ogbg
-from .pcqm import LSC_DATASETS, load_lsc_splits
-from .policy import apply_input_policy
-from .sdf_text import is_sdf
-from .smiles_csv import open_csv
-from .source import check_strict
+from .sources.nci import NCI5K_PATH, open_nci
+from .sources.ogbg_mol import OGBGEvaluator, open_ogbg
+from .sources.pcqm import load_lsc_splits
+from .sources.pcqm_files import LSC_DATASETS
+from .sources.sdf_blocks import is_sdf
+from .sources.smiles_csv import open_csv
+from .sources.zinc import ZINC_DEFAULT_ROOT, open_zinc
 from .spec import DATASET_NAMES, DatasetSpec, parse_dataset_spec, table_paths
-from .splitting import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
+from .split_indices import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
 from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache
-from .zinc import ZINC_DEFAULT_ROOT, open_zinc
+from .store.records import check_strict
 
 __all__ = [
     "DATASET_NAMES",
@@ -387,7 +388,7 @@ def load_dataset(
             (OGB sets accept only ``ogb``).
         max_nodes: leave training graphs with more than this many atoms out (logged);
             validation and test graphs are always kept. ``None``: no limit.
-        cache_dir: the folder of the stores (default: :func:`~.source.default_cache_dir`).
+        cache_dir: the folder of the stores (default: :func:`~.store.location.default_cache_dir`).
         workers: processes that build a missing store.
         task: CSV: ``"regression"`` or ``"classification"`` (binary labels: BCE, ROC-AUC and
             PRC-AUC); the other sets have their own task.
@@ -398,7 +399,7 @@ def load_dataset(
 
     Returns:
         The :class:`DatasetSplits`, filtered by
-        :func:`~graphormer_urpe.datasets.policy.apply_input_policy`.
+        :func:`~graphormer_urpe.datasets.input_policy.apply_input_policy`.
 
     Raises:
         ValueError: unknown name, featuriser or split method; bad CSV columns; an empty split
@@ -441,7 +442,7 @@ def load_dataset(
         else:
             splits = load_ogbg(name, root, multi_hop_max_dist, **store)
     elif spec.kind == "pretrain":
-        from .pretrain import load_pretrain
+        from .sources.pretrain import load_pretrain
 
         splits = load_pretrain(
             spec.location, multi_hop_max_dist, smiles_column=smiles_column, seed=seed, **store

@@ -93,13 +93,14 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
     import torch
 
     from graphormer_urpe.datasets import preprocess_lsc
-    from graphormer_urpe.datasets.pcqm import LSC_DATASETS, _store_dir, load_split_dict
-    from graphormer_urpe.datasets.source import file_digest
+    from graphormer_urpe.datasets.sources.pcqm import _store_dir
+    from graphormer_urpe.datasets.sources.pcqm_files import LSC_DATASETS, load_split_dict
     from graphormer_urpe.datasets.store import (
         META_FILE,
         MoleculeCache,
         cache_is_complete,
     )
+    from graphormer_urpe.datasets.store.location import file_digest
 
     src_root = work / "pcqm-sample"
     if not src_root.exists():
@@ -167,6 +168,6 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
 
 
 def _split_names() -> list[str]:
-    from graphormer_urpe.datasets.pcqm import LSC_DATASETS
+    from graphormer_urpe.datasets.sources.pcqm_files import LSC_DATASETS
 
     return list(LSC_DATASETS["pcqm4mv2"].splits)

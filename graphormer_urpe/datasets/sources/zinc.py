@@ -31,13 +31,14 @@ from pathlib import Path
 import numpy as np
 from torch_geometric.datasets import ZINC
 
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .store import GraphDict, MoleculeCache
+from ..store import GraphDict, MoleculeCache
+from ..store.location import file_digest, store_dir
+from ..store.records import MoleculeRecords, open_store
+from .download import DatasetUnavailableError
 
 __all__ = [
     "ZINC_DEFAULT_ROOT",
     "ZINC_RAW_FILES",
-    "DatasetUnavailableError",
     "zinc_raw_layout_help",
     "ensure_zinc_files",
     "read_zinc",
@@ -57,10 +58,6 @@ ZINC_RAW_FILES: tuple[str, ...] = (
 )
 _SPLITS = ("train", "val", "test")
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, zipfile.BadZipFile)
-
-
-class DatasetUnavailableError(FileNotFoundError):
-    """A dataset's files are missing and could not be downloaded."""
 
 
 def zinc_raw_layout_help(root: str | os.PathLike[str]) -> str:

@@ -9,7 +9,7 @@ Layout under ``root`` (what OGB's zip unpacks to; ``data`` by default)::
 
 When ``data.csv.gz`` and ``split_dict.pt`` are both absent they are downloaded from OGB's URL
 (the zip is unpacked into ``root``); offline this fails within the socket timeout with a
-:class:`~graphormer_urpe.datasets.zinc.DatasetUnavailableError` that says where to put the
+:class:`~.download.DatasetUnavailableError` that says where to put the
 files.
 
 What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
@@ -22,7 +22,8 @@ What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
   (:func:`load_split_dict`), then checked (1-D integer arrays inside the data).
 * **Scale.** The processed data is a memory-mapped cache (:mod:`~graphormer_urpe.datasets.store`):
   built in parallel, resumable chunks (its size: docs/results/code-notes.md), opened without reading
-  the arrays and read lazily; nothing is unpickled. It lives in the cache folder (:mod:`.source`),
+  the arrays and read lazily; nothing is unpickled. It lives in the cache folder
+  (:mod:`..store.location`),
   under ``pcqm/<name>-<hash>/`` where the hash is that of ``data.csv.gz`` (editing the file rebuilds
   it); it does not depend on ``multi_hop_max_dist`` (applied when graphs are read).
 * **Failures.** Molecules RDKit cannot parse are listed by index in the cache's
@@ -30,8 +31,8 @@ What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
   split lost which rows); :func:`~graphormer_urpe.inference.submit.submit_checkpoint` refuses
   to write a submission when a test molecule is missing.
 
-The datasets' facts are in :mod:`.lsc_info`, their raw files (layout, download, safe split
-loading, the SMILES table) in :mod:`.lsc_files`; this module builds and opens the cache.
+The datasets' facts are in :mod:`.pcqm_files`, their raw files (layout, download, safe split
+loading, the SMILES table) in :mod:`.pcqm_files`; this module builds and opens the cache.
 
 The metric is OGB's: ``ogb.lsc.PCQM4Mv2Evaluator`` (``PCQM4MEvaluator`` for v1) MAE over the
 molecules that have a label (:class:`LSCEvaluator`). In the
@@ -51,15 +52,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .lsc_files import _NETWORK_ERRORS as _NETWORK_ERRORS
-from .lsc_files import _download as _download
-from .lsc_files import _numpy_safe_globals as _numpy_safe_globals
-from .lsc_files import _root as _root
-from .lsc_files import ensure_lsc_files, load_split_dict, lsc_layout_help, read_lsc_csv
-from .lsc_info import LSC_DATASETS, LSC_DEFAULT_ROOT, PCQM4M, PCQM4MV2, LSCInfo
-from .lsc_info import lsc_dataset as _info
-from .source import file_digest, store_dir
-from .store import (
+from ..store import (
     DEFAULT_CHUNK_SIZE,
     CachedGraphDataset,
     MoleculeCache,
@@ -67,19 +60,19 @@ from .store import (
     cache_is_complete,
     existing_cache_report,
 )
+from ..store.location import file_digest, store_dir
+from .pcqm_files import (
+    LSCInfo,
+    ensure_lsc_files,
+    load_split_dict,
+    read_lsc_csv,
+)
+from .pcqm_files import _root as _root
+from .pcqm_files import lsc_dataset as _info
 
 __all__ = [
-    "LSCInfo",
-    "LSC_DATASETS",
-    "LSC_DEFAULT_ROOT",
-    "PCQM4MV2",
-    "PCQM4M",
     "LSCEvaluator",
     "LSCData",
-    "lsc_layout_help",
-    "ensure_lsc_files",
-    "load_split_dict",
-    "read_lsc_csv",
     "preprocess_lsc",
     "open_lsc",
     "load_lsc_splits",
@@ -119,7 +112,7 @@ def preprocess_lsc(
         chunk_size: molecules per chunk (the resumable unit) of a new build.
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
-        cache_dir: the cache folder (:func:`~.source.default_cache_dir`).
+        cache_dir: the cache folder (:func:`~..store.location.default_cache_dir`).
 
     Returns:
         The :class:`~graphormer_urpe.datasets.store.CacheReport` as a dict, plus
@@ -309,7 +302,7 @@ def open_lsc(
         root: the dataset root (default ``data``).
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
-        cache_dir: the cache folder (:func:`~.source.default_cache_dir`).
+        cache_dir: the cache folder (:func:`~..store.location.default_cache_dir`).
         workers, chunk_size: the build's processes and chunk size, when the store is
             missing or unfinished (:func:`preprocess_lsc`).
     """
@@ -362,8 +355,8 @@ def load_lsc_splits(
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
     """
-    from .dataset_splits import DatasetSplits
-    from .featurize import InvalidMoleculeError
+    from ..dataset_splits import DatasetSplits
+    from ..featurizers.molecule_graphs import InvalidMoleculeError
 
     info = _info(name)
     data = open_lsc(

@@ -16,7 +16,7 @@ OGB 1.3.6's ``PygGraphPropPredDataset`` calls ``input()`` when ``RELEASE_v<versi
 missing and when a download is over 1 GB, ``exit()`` when declined, and ``print`` throughout.
 Here nothing prompts; a missing release file is logged; the download (``master.csv``'s URL)
 runs under a socket timeout and, offline, fails fast with a
-:class:`~graphormer_urpe.datasets.zinc.DatasetUnavailableError` that says where to put the
+:class:`~.download.DatasetUnavailableError` that says where to put the
 files; OGB's prints go to the debug log. A ``split_dict.pt`` shortcut is loaded with
 ``weights_only=True`` and only numpy's index arrays allow-listed.
 """
@@ -43,11 +43,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .download import download_file
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .splitting import SPLITS
-from .store import MoleculeCache
-from .zinc import DatasetUnavailableError
+from ..split_indices import SPLITS
+from ..store import MoleculeCache
+from ..store.location import file_digest, store_dir
+from ..store.records import MoleculeRecords, open_store
+from .download import DatasetUnavailableError, download_file
 
 __all__ = [
     "OGBG_DEFAULT_ROOT",
@@ -234,7 +234,7 @@ def ensure_ogbg_files(
 
 def read_ogbg_split(name: str, folder: Path) -> dict[str, np.ndarray]:
     """OGB's split (``split/<type>/{train,valid,test}.csv.gz``, or a ``split_dict.pt``)."""
-    from .pcqm import load_split_dict
+    from .pcqm_files import load_split_dict
 
     path = folder / "split" / _meta(name)["split"]
     if (path / "split_dict.pt").is_file():

@@ -1,5 +1,5 @@
 """The store's format: its file names and arrays, what a build reports, whether a store is
-complete (:mod:`.store` describes the whole)."""
+complete (:mod:`~graphormer_urpe.datasets.store` describes the whole)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 r"""``csv:PATH``: a SMILES table (``.csv`` or ``.csv.gz``) with numeric target columns.
 
 :func:`read_smiles_csv` reads the file into
-:class:`~graphormer_urpe.datasets.source.MoleculeRecords`; the store featurises them. The
+:class:`~graphormer_urpe.datasets.store.records.MoleculeRecords`; the store featurises them. The
 rules:
 
 * **Invalid SMILES** (unparsable, empty, no atoms, or atoms the featuriser cannot encode) are
   recorded by the store with their row and reason, logged and left out; ``strict=True`` turns
-  them into an :class:`~graphormer_urpe.datasets.featurize.InvalidMoleculeError` naming the
+  them into an :class:`~..featurizers.molecule_graphs.InvalidMoleculeError` naming the
   file, the rows and the SMILES. A file in which no molecule is valid is an error.
 * **Missing target values** (empty cells, ``NA``, ``nan``, ...) become ``NaN`` and the molecule
   is kept: training and evaluation mask ``NaN`` targets out. A non-numeric or infinite target
@@ -30,10 +30,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .sdf_text import is_sdf
-from .source import MoleculeRecords, check_strict, file_digest, open_store, store_dir
-from .store import MoleculeCache
-from .table_head import NA_STRINGS, describe_csv_row, describe_sdf_record
+from ..store import MoleculeCache
+from ..store.location import file_digest, store_dir
+from ..store.records import MoleculeRecords, check_strict, open_store
+from .sdf_blocks import is_sdf
+from .table_check import NA_STRINGS, describe_csv_row, describe_sdf_record
 from .table_records import table_records
 
 __all__ = [
@@ -136,7 +137,8 @@ def open_csv(
         split_column: a column of split labels, stored as split codes.
         cache_dir: the cache folder.
         workers: processes building the store.
-        strict: raise :class:`~.featurize.InvalidMoleculeError` when any row is invalid.
+        strict: raise :class:`~..featurizers.molecule_graphs.InvalidMoleculeError` when any row
+            is invalid.
         descriptors: a store that also holds each molecule's RDKit 2D descriptors (its own
             folder; a store without them is never reused for this).
     """

@@ -473,7 +473,7 @@ def zinc_mol_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
 
 def ogb_smiles_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
     """Featurise a molecule with OGB's ``smiles2graph`` features
-    (:func:`~graphormer_urpe.datasets.ogb_graph.ogb_mol_graph`).
+    (:func:`~graphormer_urpe.datasets.featurizers.ogb_features.ogb_mol_graph`).
 
     Args:
         mol_or_smiles: a SMILES string or an RDKit molecule.
@@ -487,7 +487,7 @@ def ogb_smiles_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
     """
     from torch_geometric.data import Data
 
-    from .ogb_graph import ogb_mol_graph
+    from .ogb_features import ogb_mol_graph
 
     mol, _ = _as_mol(mol_or_smiles)
     graph = ogb_mol_graph(mol)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 
-from .splitting import SPLITS
+from .split_indices import SPLITS
 from .store import CachedGraphDataset
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 r"""``pretrain:PATH``: any SMILES file as a self-supervised pretraining set.
 
-The targets of every molecule are its RDKit 2D descriptors (:mod:`.descriptors`), normalised
-with statistics of the training molecules, so pretraining is multi-target regression through
-the regular training loop (``graphormer-urpe pretrain``).
+The targets of every molecule are its RDKit 2D descriptors (:mod:`..featurizers.descriptors`),
+normalised with statistics of the training molecules, so pretraining is multi-target regression
+through the regular training loop (``graphormer-urpe pretrain``).
 
 * **Input**: a ``.smi`` / ``.txt`` file (optionally ``.gz``) with one SMILES a line (a name may
   follow after whitespace; a first line ``smiles`` or the ``smiles_column`` name is a header),
@@ -36,10 +36,11 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .descriptors import DescriptorNormalizer, descriptor_set_id
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .splitting import random_split
-from .store import CachedGraphDataset, MoleculeCache
+from ..featurizers.descriptors import DescriptorNormalizer, descriptor_set_id
+from ..split_indices import random_split
+from ..store import CachedGraphDataset, MoleculeCache
+from ..store.location import file_digest, store_dir
+from ..store.records import MoleculeRecords, open_store
 
 __all__ = [
     "PRETRAIN_FRACTIONS",
@@ -145,9 +146,9 @@ class DescriptorTargets(CachedGraphDataset):
     ``normalizer.transform(descriptors)`` (finite; missing values are 0).
 
     Args:
-        *args, **kwargs: those of :class:`~.store.CachedGraphDataset` (``cache``: a store
+        *args, **kwargs: those of :class:`~..store.CachedGraphDataset` (``cache``: a store
             built with ``descriptors=True``; ``positions``, ``multi_hop_max_dist``, ``name``).
-        normalizer: the fitted :class:`~.descriptors.DescriptorNormalizer`.
+        normalizer: the fitted :class:`~..featurizers.descriptors.DescriptorNormalizer`.
     """
 
     def __init__(self, *args: Any, normalizer: DescriptorNormalizer, **kwargs: Any) -> None:
@@ -231,7 +232,7 @@ def load_pretrain(
     cache_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
 ) -> Any:
-    """The :class:`~.registry.DatasetSplits` of a pretraining SMILES file (see module doc).
+    """The :class:`~..registry.DatasetSplits` of a pretraining SMILES file (see module doc).
 
     Args:
         path: the ``.smi`` / ``.txt`` / ``.csv`` file (``.gz`` too).
@@ -241,7 +242,7 @@ def load_pretrain(
         cache_dir: the cache folder.
         workers: processes building the store.
     """
-    from .dataset_splits import DatasetSplits, unreadable_by_split
+    from ..dataset_splits import DatasetSplits, unreadable_by_split
 
     cache = open_pretrain(path, smiles_column, cache_dir=cache_dir, workers=workers)
     parts = random_split(len(cache), PRETRAIN_FRACTIONS, seed)

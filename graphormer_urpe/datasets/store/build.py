@@ -1,5 +1,5 @@
 """Building a store: chunks planned, featurised in parallel, resumed after an interruption,
-merged (:mod:`.store` describes the whole)."""
+merged (:mod:`~graphormer_urpe.datasets.store` describes the whole)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .chunks import ChunkTask, GraphDict, _build_chunk
-from .store_format import (
+from .format import (
     _CHUNK_ARRAYS,
     _MAX_LOGGED_FAILURES,
     _OPTIONAL_CHUNK_ARRAYS,
@@ -35,7 +35,7 @@ from .store_format import (
     _row_text,
     cache_is_complete,
 )
-from .store_read import MoleculeCache
+from .read import MoleculeCache
 
 __all__ = ["build_molecule_cache", "existing_cache_report"]
 
@@ -47,7 +47,7 @@ logger = logging.getLogger("graphormer_urpe.datasets.store")  # the store's log,
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
-    from ..io import write_atomic
+    from ...io import write_atomic
 
     write_atomic(path, json.dumps(obj))
 
@@ -419,7 +419,7 @@ def build_molecule_cache(
 
 def _descriptor_meta(nonfinite: np.ndarray | None) -> dict[str, Any]:
     """``meta.json["descriptors"]``: set, names, and per descriptor the non-finite values."""
-    from .descriptors import DESCRIPTOR_NAMES, descriptor_set_id
+    from ..featurizers.descriptors import DESCRIPTOR_NAMES, descriptor_set_id
 
     counts = np.zeros(len(DESCRIPTOR_NAMES), np.int64) if nonfinite is None else nonfinite
     return {

@@ -3,13 +3,13 @@ r"""``nci5k``: an embedded molecule set that needs no download.
 RDKit ships the first 5,000 molecules of the NCI open database
 (``<RDDataDir>/NCI/first_5k.tpsa.csv``: a comment line, then ``SMILES,TPSA`` lines). This
 dataset labels each molecule with the ZINC benchmark's target,
-:func:`~graphormer_urpe.datasets.zinc_target.penalized_logp`, and featurises it with OGB's
+:func:`~.penalized_logp.penalized_logp`, and featurises it with OGB's
 features (NCI has elements and charges outside ZINC's 28 atom types). It is a small, real,
 always-available regression task for smoke tests, tutorials and CI.
 
 Molecules whose SMILES do not parse, or whose target cannot be computed, are reported (row and
-SMILES) and left out, with the count logged. The store (:mod:`.source`) is keyed by the source
-file's bytes, the RDKit version (the target depends on it), the featuriser and ``limit``.
+SMILES) and left out, with the count logged. The store (:mod:`..store.location`) is keyed by
+the source file's bytes, the RDKit version (the target depends on it), the featuriser and ``limit``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import numpy as np
 from rdkit import RDConfig, rdBase
 from tqdm.auto import tqdm
 
-from .featurize import InvalidMoleculeError, parse_smiles
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .store import MoleculeCache, MoleculeFailure
-from .zinc_target import penalized_logp
+from ..featurizers.molecule_graphs import InvalidMoleculeError, parse_smiles
+from ..store import MoleculeCache, MoleculeFailure
+from ..store.location import file_digest, store_dir
+from ..store.records import MoleculeRecords, open_store
+from .penalized_logp import penalized_logp
 
 __all__ = [
     "NCI5K_PATH",

@@ -1,6 +1,6 @@
 """Reading a store: the memory-mapped arrays (:class:`MoleculeCache`) and the dataset of a
 split (:class:`CachedGraphDataset`), whose batches get their Graphormer features as they are
-read (:mod:`.store` describes the whole)."""
+read (:mod:`~graphormer_urpe.datasets.store` describes the whole)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..graph.fast_features import _ranges, batched_graph_structure
-from ..graph.flat import FlatGraphs
-from .store_format import (
+from ...graph.fast_features import _ranges, batched_graph_structure
+from ...graph.flat import FlatGraphs
+from .format import (
     _CACHE_ARRAYS,
     CACHE_FORMAT,
     META_FILE,
@@ -293,7 +293,7 @@ class MoleculeCache:
 
 
 class MolFeatureSource(Protocol):
-    """What a split needs of its molecule features (:class:`~.mol_features.MolFeatureMaker`)."""
+    """What a split needs of its molecule features (:class:`~..mol_features.MolFeatureMaker`)."""
 
     def check(self, cache: MoleculeCache) -> None:
         """``ValueError`` unless ``cache`` holds what the features are computed from."""
@@ -313,7 +313,7 @@ class CachedGraphDataset(Dataset):
         positions: ``[N]`` cache positions of this split's graphs, in order.
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
         name: the split's name, for messages.
-        mol_features: a fitted :class:`~.mol_features.MolFeatureMaker`: each ``Data`` then
+        mol_features: a fitted :class:`~..mol_features.MolFeatureMaker`: each ``Data`` then
             carries ``mol_x`` ``[1, K]`` float32, its molecule features (the model joins
             them to the graph token); ``None``: none.
     """
