@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -23,7 +24,9 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(
-    package: str, exports: Mapping[str, Iterable[str]]
+    package: str,
+    exports: Mapping[str, Iterable[str]],
+    renamed: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
     """The module ``__getattr__``, ``__dir__`` and ``__all__`` of a package with lazy public
     names.
@@ -32,6 +35,8 @@ def lazy_exports(
         package: the package's ``__name__``.
         exports: submodule (relative, e.g. ``".graph.model"``) → the names it defines that the
             package re-exports.
+        renamed: a public name's previous name → its name now; the previous name still
+            resolves, with a ``DeprecationWarning``, and is not in ``__all__``.
 
     Returns:
         ``(__getattr__, __dir__, __all__)``, to bind at the package's module level.
@@ -41,8 +46,18 @@ def lazy_exports(
         __getattr__, __dir__, __all__ = lazy_exports(__name__, {".model": ["Graphormer"]})
     """
     where = {name: module for module, names in exports.items() for name in names}
+    previous = dict(renamed or {})
 
     def __getattr__(name: str) -> Any:
+        if name in previous:
+            new = previous[name]
+            warnings.warn(
+                f"{package}.{name} is deprecated: use {package}.{new} (the old name goes in the "
+                "next minor release)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return __getattr__(new)
         namespace = sys.modules[package].__dict__
         module = where.get(name)
         if module is not None:

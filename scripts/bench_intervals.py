@@ -81,7 +81,7 @@ def run_recipe(name: str, split: Path, seed: int, a: argparse.Namespace) -> None
     cmd += ["--mol-features", "rdkit2d", "--seed", str(seed), "--threads", "1", "--no-progress"]
     cmd += ["--ensemble", str(a.ensemble)] if a.ensemble > 1 else []
     cmd += ["--epochs", str(a.epochs)] if a.epochs else ["--time-limit", str(a.minutes)]
-    cmd += ["--out", str(split / "run"), "--cache-dir", str(split / "store")]
+    cmd += ["--out", str(split / "run"), "--store-dir", str(split / "store")]
     _call(cmd, split / "train.log")
     (split / "trained").touch()
 

@@ -11,7 +11,7 @@ process and its children:
   10,000 fingerprints (the most a record keeps), built first in a temporary folder;
 * ``train``: ``graphormer-urpe train --max-steps 1`` on the default dataset (the embedded NCI
   molecules), into a temporary folder; its dataset store is built once, untimed, before the
-  timed runs (``--cache-dir`` in the temporary folder);
+  timed runs (``--store-dir`` in the temporary folder);
 * ``torch``: ``python -c "import torch"``, the floor under ``predict`` on this machine at this
   moment (a reference: not a command of the package, measured for this checkout only).
 
@@ -105,7 +105,7 @@ def cli_args(name: str, work: Path, ckpt: Path, run: str) -> list[str]:
     if name == "predict":
         return ["predict", "--checkpoint", str(ckpt), "--smiles", "CCO", "--no-progress"]
     out, cache = work / "runs" / run, work / "cache"
-    return ["train", "--max-steps", "1", "--out", str(out), "--cache-dir", str(cache)] + [
+    return ["train", "--max-steps", "1", "--out", str(out), "--store-dir", str(cache)] + [
         "--no-progress"
     ]
 

@@ -27,7 +27,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         args.data_root,
         args.device or "auto",
         progress=not args.no_progress,
-        cache_dir=args.cache_dir,
+        cache_dir=args.store_dir,
         workers=args.workers,
     )
     out = args.output or os.path.join(
@@ -46,7 +46,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         default="test",
         help="split to evaluate (default test)",
     )
-    _shared(p, "--data-root", "--cache-dir")
+    _shared(p, "--data-root", "--store-dir")
     p.add_argument(
         "--workers", type=int, default=1, help="processes that build a missing store (default 1)"
     )

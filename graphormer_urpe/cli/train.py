@@ -186,7 +186,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules of a SMILES
     file: multi-target regression on the normalised descriptors (smooth L1 by default, mean
     over descriptors), with the training loop, checkpoints, --resume, --time-limit, torchrun
-    and presets of train. The molecules and their descriptors are cached in a store (built
+    and presets of train. The molecules and their descriptors are kept in a store (built
     once, in parallel with --preprocess-workers); a random 1%% of the molecules selects the
     best checkpoint, another 1%% is the test split. The checkpoints record the descriptor
     names, their normalisation and the RDKit version; fine-tune with train --init-from
@@ -213,7 +213,7 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
         help="SMILES file: .smi / .txt (one SMILES a line, a name may follow; .gz too) or "
         ".csv / .csv.gz with --smiles-column",
     )
-    _shared(d, "--smiles-column", "--cache-dir")
+    _shared(d, "--smiles-column", "--store-dir")
     d.add_argument(
         "--preprocess-workers",
         type=positive_int,

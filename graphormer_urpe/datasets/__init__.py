@@ -33,7 +33,10 @@ Example::
 For your own PyG datasets, :class:`~graphormer_urpe.graph.features.GraphormerFeatures` is the
 ``pre_transform`` that stores the same features on each ``Data``.
 
-The public names are imported from their modules on first use (PEP 562).
+The public names are imported from their modules on first use (PEP 562). The names from before
+the store was called a store (``MoleculeCache``, ``CachedGraphDataset``,
+``build_molecule_cache``, ``default_cache_dir``, ``CACHE_ENV``, and ``store_dir``, now
+``store_folder``) still resolve, with a ``DeprecationWarning``, until the next minor release.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ],
         ".sources.smiles_csv": ["open_csv", "read_smiles_csv"],
         ".spec": ["DatasetSpec", "parse_dataset_spec"],
-        ".store.location": ["CACHE_ENV", "default_cache_dir", "store_dir"],
+        ".store.location": ["STORE_ENV", "default_store_dir", "store_folder"],
         ".store.records": ["MoleculeRecords", "open_store"],
         ".split_indices": [
             "DEFAULT_FRACTIONS",
@@ -94,10 +97,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "scaffold_split",
         ],
         ".store": [
-            "CachedGraphDataset",
-            "MoleculeCache",
+            "StoreGraphDataset",
+            "MoleculeStore",
             "MoleculeFailure",
-            "build_molecule_cache",
+            "build_molecule_store",
             "decode_graphs",
             "featurize_chunk",
             "with_pointers",
@@ -105,5 +108,13 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ".sources.zinc": ["ZINC_DEFAULT_ROOT", "open_zinc"],
         ".sources.download": ["DatasetUnavailableError"],
         ".sources.penalized_logp": ["penalized_logp"],
+    },
+    renamed={
+        "CACHE_ENV": "STORE_ENV",
+        "CachedGraphDataset": "StoreGraphDataset",
+        "MoleculeCache": "MoleculeStore",
+        "build_molecule_cache": "build_molecule_store",
+        "default_cache_dir": "default_store_dir",
+        "store_dir": "store_folder",
     },
 )

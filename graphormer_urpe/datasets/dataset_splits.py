@@ -30,7 +30,7 @@ class DatasetSplits:
 
     Attributes:
         name: the dataset name (``"nci5k"``, ``"zinc"``, ``"csv:<path>"``, ...).
-        train: a :class:`~graphormer_urpe.datasets.store.CachedGraphDataset`; each ``Data``
+        train: a :class:`~graphormer_urpe.datasets.store.StoreGraphDataset`; each ``Data``
             has integer ``x`` ``[N, F]``, ``edge_index`` ``[2, E]``, integer ``edge_attr``,
             ``y`` ``[1, T]`` float (``NaN`` = missing) and the ``GraphormerFeatures``
             attributes, decoded from the store when read.

@@ -386,7 +386,7 @@ def split_similarity(
         record = DomainRecord.from_dict(record)
     if record is None or record.fingerprints is None:
         return None
-    if not getattr(dataset.cache, "has_smiles", False):
+    if not getattr(dataset.store, "has_smiles", False):
         return None
     return record.smiles_similarity(dataset.smiles())
 
@@ -424,7 +424,7 @@ def domain_record(
     """The record of a training split, read from its store.
 
     Args:
-        dataset: a :class:`~.store.CachedGraphDataset` (anything else: ``None``).
+        dataset: a :class:`~.store.StoreGraphDataset` (anything else: ``None``).
         featurizer: its featuriser (``"ogb"`` or ``"zinc"``).
         cap: the most fingerprints kept (a seeded sample beyond it).
         seed: the sample's seed.
@@ -432,19 +432,19 @@ def domain_record(
     Returns:
         The record; with fingerprints where the store keeps SMILES.
     """
-    from .store import CachedGraphDataset, _gather
+    from .store import StoreGraphDataset, _gather
 
-    if not isinstance(dataset, CachedGraphDataset) or len(dataset) == 0:
+    if not isinstance(dataset, StoreGraphDataset) or len(dataset) == 0:
         return None
-    arrays, positions = dataset.cache.open(), dataset.positions
+    arrays, positions = dataset.store.open(), dataset.positions
     blocks = (
         _gather(arrays, positions[start : start + _BLOCK])
         for start in range(0, positions.size, _BLOCK)
     )
     record = _composition(blocks, featurizer)
-    if dataset.cache.has_smiles:
+    if dataset.store.has_smiles:
         pick = _sample(len(dataset), cap, seed)
-        smiles = dataset.cache.smiles(positions[pick])
+        smiles = dataset.store.smiles(positions[pick])
         _add_fingerprints(record, _parse(smiles), len(dataset), cap, seed)
     return record
 

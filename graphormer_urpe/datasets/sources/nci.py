@@ -23,8 +23,8 @@ from rdkit import RDConfig, rdBase
 from tqdm.auto import tqdm
 
 from ..featurizers.molecule_graphs import InvalidMoleculeError, parse_smiles
-from ..store import MoleculeCache, MoleculeFailure
-from ..store.location import file_digest, store_dir
+from ..store import MoleculeFailure, MoleculeStore
+from ..store.location import file_digest, store_folder
 from ..store.records import MoleculeRecords, open_store
 from .penalized_logp import penalized_logp
 
@@ -33,7 +33,7 @@ __all__ = [
     "NCI5K_TARGET",
     "read_nci_smiles",
     "read_nci",
-    "nci_store_dir",
+    "nci_store_folder",
     "open_nci",
 ]
 
@@ -73,11 +73,11 @@ def read_nci_smiles(path: str = NCI5K_PATH, limit: int | None = None) -> list[st
 NCI5K_TARGET = "penalized_logp"
 
 
-def nci_store_dir(
+def nci_store_folder(
     source: str = NCI5K_PATH,
     featurizer: str = "ogb",
     limit: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """The store folder of the NCI molecules read with these options."""
     if limit is not None and limit < 1:
@@ -91,7 +91,7 @@ def nci_store_dir(
         "limit": limit,
     }
     size = "all" if limit is None else f"first{limit}"
-    return store_dir("nci5k", f"{featurizer}-{size}", identity, cache_dir)
+    return store_folder("nci5k", f"{featurizer}-{size}", identity, store_dir)
 
 
 def _target(smiles: str) -> tuple[float | None, str]:
@@ -137,12 +137,12 @@ def open_nci(
     featurizer: str = "ogb",
     limit: int | None = None,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     progress: bool | None = None,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store of the NCI molecules (built on first use)."""
-    folder = nci_store_dir(source, featurizer, limit, cache_dir)
+    folder = nci_store_folder(source, featurizer, limit, store_dir)
     description = "nci5k" if source == NCI5K_PATH else f"nci5k ({source})"
     return open_store(
         folder,

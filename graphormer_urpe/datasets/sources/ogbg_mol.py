@@ -44,8 +44,8 @@ import torch
 from torch import Tensor
 
 from ..split_indices import SPLITS
-from ..store import MoleculeCache
-from ..store.location import file_digest, store_dir
+from ..store import MoleculeStore
+from ..store.location import file_digest, store_folder
 from ..store.records import MoleculeRecords, open_store
 from .download import DatasetUnavailableError, download_file
 
@@ -322,12 +322,12 @@ def open_ogbg(
     name: str,
     root: str | os.PathLike[str] | None = None,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     download: bool = True,
     download_timeout: float = 30.0,
     progress: bool | None = None,
-) -> tuple[MoleculeCache, OGBGInfo]:
+) -> tuple[MoleculeStore, OGBGInfo]:
     """The store of an ``ogbg-mol*`` set (built on first use) and its :class:`OGBGInfo`."""
     folder = ensure_ogbg_files(
         name,
@@ -338,15 +338,15 @@ def open_ogbg(
     files = [folder / "raw" / f for f in OGBG_RAW_FILES]
     files += sorted((folder / "split").rglob("*.*"))
     identity = {str(f.relative_to(folder)): file_digest(f) for f in files if f.is_file()}
-    cache = open_store(
-        store_dir("ogbg", name, identity, cache_dir),
+    store = open_store(
+        store_folder("ogbg", name, identity, store_dir),
         lambda: read_ogbg(name, folder),
         featurizer="ogb",
         description=name,
         workers=workers,
         progress=progress,
     )
-    return cache, ogbg_info(name, folder)
+    return store, ogbg_info(name, folder)
 
 
 class OGBGEvaluator:

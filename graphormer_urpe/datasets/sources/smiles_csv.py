@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..store import MoleculeCache
-from ..store.location import file_digest, store_dir
+from ..store import MoleculeStore
+from ..store.location import file_digest, store_folder
 from ..store.records import MoleculeRecords, check_strict, open_store
 from .sdf_blocks import is_sdf
 from .table_check import NA_STRINGS, describe_csv_row, describe_sdf_record
@@ -40,7 +40,7 @@ from .table_records import table_records
 __all__ = [
     "read_smiles_csv",
     "open_csv",
-    "csv_store_dir",
+    "csv_store_folder",
     "describe_csv_row",
     "NA_STRINGS",
 ]
@@ -56,10 +56,10 @@ def _stem(path: Path) -> str:
     return name
 
 
-def csv_store_dir(
+def csv_store_folder(
     path: str | os.PathLike[str],
     options: dict,
-    cache_dir: str | os.PathLike[str] | None,
+    store_dir: str | os.PathLike[str] | None,
 ) -> Path:
     """The store folder of a CSV file read with ``options`` (columns, featuriser): under
     ``csv/``, or ``sdf/`` for an SD file (where a store of the same file built under ``csv/``
@@ -69,9 +69,9 @@ def csv_store_dir(
         raise FileNotFoundError(f"SMILES CSV file not found: {path}")
     identity = {"sha256": file_digest(path), **options}
     if not is_sdf(path):
-        return store_dir("csv", _stem(path), identity, cache_dir)
-    folder = store_dir("sdf", _stem(path), identity, cache_dir)
-    older = store_dir("csv", _stem(path), identity, cache_dir)
+        return store_folder("csv", _stem(path), identity, store_dir)
+    folder = store_folder("sdf", _stem(path), identity, store_dir)
+    older = store_folder("csv", _stem(path), identity, store_dir)
     return older if not folder.exists() and older.exists() else folder
 
 
@@ -121,11 +121,11 @@ def open_csv(
     target_columns: Sequence[str] | None = None,
     split_column: str | None = None,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     strict: bool = False,
     descriptors: bool = False,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store of a SMILES CSV, built on first use (see :func:`read_smiles_csv`), or of an
     SD file (``.sdf``, ``.sdf.gz``; :mod:`.sdf`: its SD properties are the columns).
 
@@ -135,7 +135,7 @@ def open_csv(
         featurizer: ``"ogb"`` or ``"zinc"``.
         target_columns: the target columns (``None``: every numeric column).
         split_column: a column of split labels, stored as split codes.
-        cache_dir: the cache folder.
+        store_dir: the store folder.
         workers: processes building the store.
         strict: raise :class:`~..featurizers.molecule_graphs.InvalidMoleculeError` when any row
             is invalid.
@@ -158,8 +158,8 @@ def open_csv(
 
         read, describe, offset = partial(read_sdf, path, targets, split_column), None, None
         identity["smiles_column"] = "sdf"
-    cache = open_store(
-        csv_store_dir(path, identity, cache_dir),
+    store = open_store(
+        csv_store_folder(path, identity, store_dir),
         read,
         featurizer=featurizer,
         description=str(path),
@@ -168,12 +168,12 @@ def open_csv(
         descriptors=descriptors,
     )
     if strict:
-        check_strict(cache, str(path), describe or describe_sdf_record)
-    elif cache.failures:
+        check_strict(store, str(path), describe or describe_sdf_record)
+    elif store.failures:
         logger.info(
             "%s: %d row(s) were left out (listed in %s)",
             path,
-            len(cache.failures),
-            cache.cache_dir / "meta.json",
+            len(store.failures),
+            store.folder / "meta.json",
         )
-    return cache
+    return store

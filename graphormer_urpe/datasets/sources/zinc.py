@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 from torch_geometric.datasets import ZINC
 
-from ..store import GraphDict, MoleculeCache
-from ..store.location import file_digest, store_dir
+from ..store import GraphDict, MoleculeStore
+from ..store.location import file_digest, store_folder
 from ..store.records import MoleculeRecords, open_store
 from .download import DatasetUnavailableError
 
@@ -179,12 +179,12 @@ def open_zinc(
     root: str | os.PathLike[str] = ZINC_DEFAULT_ROOT,
     subset: bool = True,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     download: bool = True,
     download_timeout: float = 30.0,
     progress: bool | None = None,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store of ZINC (subset or full), built from the raw files on first use.
 
     Raises:
@@ -195,13 +195,13 @@ def open_zinc(
     names = ZINC_RAW_FILES if subset else ZINC_RAW_FILES[:3]
     identity = {f: file_digest(raw / f) for f in names}
     label = "subset" if subset else "full"
-    cache = open_store(
-        store_dir("zinc", label, {"subset": subset, **identity}, cache_dir),
+    store = open_store(
+        store_folder("zinc", label, {"subset": subset, **identity}, store_dir),
         lambda: read_zinc(raw, subset),
         featurizer="zinc",
         description=f"ZINC {label}",
         workers=workers,
         progress=progress,
     )
-    logger.info("ZINC %s: %d graphs in %s", label, len(cache), cache.cache_dir)
-    return cache
+    logger.info("ZINC %s: %d graphs in %s", label, len(store), store.folder)
+    return store

@@ -1,8 +1,7 @@
 r"""The store behind every dataset: memory-mapped molecules, built in parallel chunks, read lazily.
 
-A store (a "cache" in the names below) is a folder of flat numpy arrays (``.npy``, opened
-with ``mmap_mode="r"``) plus ``meta.json``. For ``M`` molecules with ``N_m`` atoms and ``E_m``
-directed bonds:
+A store is a folder of flat numpy arrays (``.npy``, opened with ``mmap_mode="r"``) plus
+``meta.json``. For ``M`` molecules with ``N_m`` atoms and ``E_m`` directed bonds:
 
 ================  ===================  ======================================================
 array             shape                content
@@ -12,7 +11,7 @@ array             shape                content
 ``edge_attr``     ``[sum E, F_e]``     bond features (OGB: ``F_e = 3``)
 ``y``             ``[M, T]`` float32   targets, ``NaN`` = missing (e.g. the test splits)
 ``node_ptr``      ``[M + 1]`` int64    offsets into ``x``; likewise ``edge_ptr``
-``source_index``  ``[M]`` int64        the source row of each cached molecule
+``source_index``  ``[M]`` int64        the source row of each stored molecule
 ``smiles_bytes``  ``[sum len]`` uint8  SMILES (UTF-8) of SMILES sources; ``smiles_ptr``
                                        ``[M + 1]`` their offsets
 ``split``         ``[M]`` int8         split codes (0 train, 1 valid, 2 test) when the
@@ -33,7 +32,7 @@ out is identical to what :class:`~graphormer_urpe.graph.features.GraphormerFeatu
 (Format 1 also kept two ``[N, N]`` shortest-path matrices per molecule, 2 bytes per atom
 pair that reading never used; its stores are left alone and rebuilt under format 2.)
 
-**Building** (:func:`build_molecule_cache`) splits the source rows into fixed chunks (the chunk
+**Building** (:func:`build_molecule_store`) splits the source rows into fixed chunks (the chunk
 size is recorded in ``plan.json`` on the first run). Each chunk is featurised (OGB's features,
 :mod:`..featurizers.ogb_features`, or the ZINC featuriser; sources of ready graphs such as
 ZINC's pickles and OGB's raw files skip this step) and written to ``chunks/<id>/`` atomically
@@ -48,7 +47,7 @@ in the same worker processes, from the same SMILES), raw and unnormalised;
 ``meta.json["descriptors"]`` records the descriptor set and RDKit version
 (:func:`~..featurizers.descriptors.descriptor_set_id`), the names and how many values per
 descriptor were not finite. The option is part of the build plan, and sources put it in
-their store's key (:func:`~.location.store_dir`), so a store built without descriptors is
+their store's key (:func:`~.location.store_folder`), so a store built without descriptors is
 never reused for a request with them: that builds its own store. They cost several times the
 featurisation (measured: docs/results/code-notes.md).
 
@@ -59,28 +58,28 @@ a submission refuses).
 
 **The code**: :mod:`.format` (file names, arrays, reports), :mod:`.chunks` (featurising
 and writing one chunk), :mod:`.build` (planning, running and merging the chunks) and
-:mod:`.read` (:class:`MoleculeCache`, :class:`CachedGraphDataset`); this module gives
+:mod:`.read` (:class:`MoleculeStore`, :class:`StoreGraphDataset`); this module gives
 their public names.
 """
 
 from __future__ import annotations
 
-from .build import build_molecule_cache, existing_cache_report
+from .build import build_molecule_store, existing_store_report
 from .chunks import GraphDict, featurize_chunk, featurize_smiles_list, graph_arrays, write_chunk
 from .format import (
-    CACHE_FORMAT,
     DEFAULT_CHUNK_SIZE,
     FEATURIZER_NAMES,
     META_FILE,
     SPLIT_NAMES,
-    CacheReport,
+    STORE_FORMAT,
     ChunkResult,
     MoleculeFailure,
-    cache_is_complete,
+    StoreReport,
+    store_is_complete,
 )
 from .read import (
-    CachedGraphDataset,
-    MoleculeCache,
+    MoleculeStore,
+    StoreGraphDataset,
     _gather,
     decode_graphs,
     flat_graphs,
@@ -88,22 +87,22 @@ from .read import (
 )
 
 __all__ = [  # the code is in store_format, chunks, store_build and store_read
-    "CACHE_FORMAT",
+    "STORE_FORMAT",
     "DEFAULT_CHUNK_SIZE",
     "FEATURIZER_NAMES",
     "META_FILE",
     "SPLIT_NAMES",
-    "CacheReport",
-    "CachedGraphDataset",
+    "StoreReport",
+    "StoreGraphDataset",
     "ChunkResult",
     "GraphDict",
-    "MoleculeCache",
+    "MoleculeStore",
     "MoleculeFailure",
     "_gather",
-    "build_molecule_cache",
-    "cache_is_complete",
+    "build_molecule_store",
+    "store_is_complete",
     "decode_graphs",
-    "existing_cache_report",
+    "existing_store_report",
     "featurize_chunk",
     "featurize_smiles_list",
     "flat_graphs",

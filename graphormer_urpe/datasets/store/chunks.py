@@ -246,9 +246,9 @@ def featurize_chunk(
         featurizer: ``"ogb"`` or ``"zinc"``.
         rows: ``[R]`` source rows (default ``first_index, first_index + 1, ...``).
         split: ``[R]`` split codes kept with the graphs.
-        keep_smiles: store the SMILES of the cached graphs too.
+        keep_smiles: store the SMILES of the stored graphs too.
         descriptors: add ``descriptors`` ``[G, K]`` float32, the RDKit 2D descriptors of the
-            cached graphs (:func:`~..featurizers.descriptors.compute_descriptors`).
+            stored graphs (:func:`~..featurizers.descriptors.compute_descriptors`).
         mols: a list that the ``G`` RDKit molecules of the graphs are appended to, in order.
 
     Returns:

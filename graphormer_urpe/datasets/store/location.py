@@ -1,38 +1,60 @@
 r"""Where stores live: one folder for all of them, and each source's store in it.
 
-One cache folder for all stores: ``cache_dir`` when given (the CLI's ``--cache-dir``), else
-the ``GRAPHORMER_URPE_CACHE`` environment variable, else ``$XDG_CACHE_HOME/graphormer-urpe``
-(``~/.cache/graphormer-urpe``). A store's folder is ``<cache>/<kind>/<label>-<key>/`` where
-``key`` hashes the source's identity (the SHA-256 of its file(s)) with every option that
-changes the stored graphs (featuriser, columns, limit, the format version): the same file with
-the same options reuses its store, anything changed builds a new one next to it. Deleting a
-store's folder is always safe: the next use builds it again.
+One store folder for all stores: ``store_dir`` when given (the CLI's ``--store-dir``), else
+the ``GRAPHORMER_URPE_STORE`` environment variable, else ``$XDG_CACHE_HOME/graphormer-urpe``
+(``~/.cache/graphormer-urpe``: stores can always be rebuilt, so they live with the user's
+caches). A store's folder is ``<store_dir>/<kind>/<label>-<key>/`` where ``key`` hashes the
+source's identity (the SHA-256 of its file(s)) with every option that changes the stored graphs
+(featuriser, columns, limit, the format version): the same file with the same options reuses
+its store, anything changed builds a new one next to it. Deleting a store's folder is always
+safe: the next use builds it again.
+
+The environment variable's previous name, ``GRAPHORMER_URPE_CACHE``, is still read (with a
+logged warning) until the next minor release.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-from .format import CACHE_FORMAT
+from .format import STORE_FORMAT
 
-__all__ = ["CACHE_ENV", "default_cache_dir", "file_digest", "store_dir"]
+__all__ = ["STORE_ENV", "default_store_dir", "file_digest", "store_folder"]
 
-CACHE_ENV = "GRAPHORMER_URPE_CACHE"
-"""Environment variable naming the cache folder (overridden by an explicit ``cache_dir``)."""
+logger = logging.getLogger(__name__)
+
+STORE_ENV = "GRAPHORMER_URPE_STORE"
+"""Environment variable naming the store folder (overridden by an explicit ``store_dir``)."""
+
+OLD_STORE_ENV = "GRAPHORMER_URPE_CACHE"
+"""The variable's previous name, read when :data:`STORE_ENV` is not set (deprecated: it goes
+in the next minor release)."""
 
 
-def default_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The cache folder: ``cache_dir``, else ``$GRAPHORMER_URPE_CACHE``, else
-    ``$XDG_CACHE_HOME/graphormer-urpe`` (``~/.cache/graphormer-urpe``)."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
+@functools.cache
+def _warn_old_env() -> None:
+    """Say once per process that :data:`OLD_STORE_ENV` is deprecated."""
+    logger.warning("%s is deprecated: set %s instead", OLD_STORE_ENV, STORE_ENV)
+
+
+def default_store_dir(store_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The store folder: ``store_dir``, else ``$GRAPHORMER_URPE_STORE`` (else the deprecated
+    ``$GRAPHORMER_URPE_CACHE``), else ``$XDG_CACHE_HOME/graphormer-urpe``
+    (``~/.cache/graphormer-urpe``)."""
+    if store_dir is not None:
+        return Path(store_dir).expanduser()
+    if os.environ.get(STORE_ENV):
+        return Path(os.environ[STORE_ENV]).expanduser()
+    if os.environ.get(OLD_STORE_ENV):
+        _warn_old_env()
+        return Path(os.environ[OLD_STORE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
     return Path(base).expanduser() / "graphormer-urpe"
 
@@ -46,18 +68,18 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def store_dir(
-    kind: str, label: str, identity: dict[str, Any], cache_dir: str | os.PathLike[str] | None
+def store_folder(
+    kind: str, label: str, identity: dict[str, Any], store_dir: str | os.PathLike[str] | None
 ) -> Path:
-    """The folder of a source's store: ``<cache>/<kind>/<label>-<hash of identity>``.
+    """The folder of a source's store: ``<store_dir>/<kind>/<label>-<hash of identity>``.
 
     Args:
         kind: the source kind (``csv``, ``nci5k``, ``zinc``, ``ogbg``, ``pcqm``).
         label: a readable name (e.g. the file's stem), sanitised.
         identity: everything the stored graphs depend on (file digests, options).
-        cache_dir: the cache folder (see :func:`default_cache_dir`).
+        store_dir: the folder of all stores (see :func:`default_store_dir`).
     """
-    payload = json.dumps({"format": CACHE_FORMAT, **identity}, sort_keys=True, default=str)
+    payload = json.dumps({"format": STORE_FORMAT, **identity}, sort_keys=True, default=str)
     key = hashlib.sha256(payload.encode()).hexdigest()[:16]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:60] or "data"
-    return default_cache_dir(cache_dir) / kind / f"{safe}-{key}"
+    return default_store_dir(store_dir) / kind / f"{safe}-{key}"

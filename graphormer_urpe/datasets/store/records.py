@@ -4,7 +4,7 @@ Every source module (:mod:`..sources.smiles_csv`, :mod:`..sources.nci`, :mod:`..
 :mod:`..sources.ogbg_mol`, :mod:`..sources.pcqm`) reads its files into :class:`MoleculeRecords`
 (SMILES or ready graphs, targets, optional split labels, the rows it rejected itself) and hands
 them to :func:`open_store`, which builds the memory-mapped store (:mod:`.`) once in the folder
-:func:`~.location.store_dir` names and reuses it afterwards.
+:func:`~.location.store_folder` names and reuses it afterwards.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 from filelock import FileLock
 
 from ..featurizers.molecule_graphs import InvalidMoleculeError
-from .build import build_molecule_cache
+from .build import build_molecule_store
 from .chunks import GraphDict
-from .format import MoleculeFailure, cache_is_complete
-from .read import MoleculeCache
+from .format import MoleculeFailure, store_is_complete
+from .read import MoleculeStore
 
 __all__ = [
     "MoleculeRecords",
@@ -67,12 +67,12 @@ def open_store(
     progress: bool | None = None,
     extra_meta: dict[str, Any] | None = None,
     descriptors: bool = False,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The finished store in ``folder``; built from ``read()`` first when it is missing or
     unfinished (an interrupted build resumes with its finished chunks).
 
     Args:
-        folder: from :func:`store_dir`.
+        folder: from :func:`store_folder`.
         read: reads the source (called only when the store must be built).
         featurizer: ``"ogb"`` or ``"zinc"`` (for SMILES records; recorded for graphs).
         description: the source in messages (e.g. the file path).
@@ -81,17 +81,17 @@ def open_store(
         extra_meta: more entries for the store's ``meta.json``.
         descriptors: store the RDKit 2D descriptors too (:mod:`..featurizers.descriptors`); put
             :func:`~..featurizers.descriptors.descriptor_set_id` in the identity given to
-            :func:`store_dir`, so that a store without them is not taken for one with them.
+            :func:`store_folder`, so that a store without them is not taken for one with them.
     """
-    if not cache_is_complete(folder):
+    if not store_is_complete(folder):
         folder.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(folder.with_name(folder.name + ".lock")):  # one builder at a time
-            if not cache_is_complete(folder):  # else another process built it meanwhile
+            if not store_is_complete(folder):  # else another process built it meanwhile
                 records = read()
                 logger.info(
                     "%s: building its store in %s (%d workers)", description, folder, workers
                 )
-                build_molecule_cache(
+                build_molecule_store(
                     folder,
                     records.smiles,
                     records.targets,
@@ -109,18 +109,18 @@ def open_store(
                     descriptors=descriptors,
                 )
                 del records
-    cache = MoleculeCache(folder)
-    if descriptors and not cache.has_descriptors:
+    store = MoleculeStore(folder)
+    if descriptors and not store.has_descriptors:
         raise ValueError(
             f"{folder} holds a store without descriptors; its key must name the descriptor "
             "option (remove the folder to rebuild it)"
         )
-    if len(cache) == 0:
+    if len(store) == 0:
         raise ValueError(
-            f"{description}: no valid molecule among {cache.meta['rows']} rows; "
-            + failure_summary(cache.failures, description)
+            f"{description}: no valid molecule among {store.meta['rows']} rows; "
+            + failure_summary(store.failures, description)
         )
-    return cache
+    return store
 
 
 def failure_summary(
@@ -135,7 +135,7 @@ def failure_summary(
 
 
 def check_strict(
-    cache: MoleculeCache,
+    store: MoleculeStore,
     description: str,
     describe_row: Callable[[int], str] = lambda r: f"row {r}",
 ) -> None:
@@ -144,7 +144,7 @@ def check_strict(
     Raises:
         InvalidMoleculeError: naming the source, the rows and the SMILES.
     """
-    failures = cache.failures
+    failures = store.failures
     if failures:
         raise InvalidMoleculeError(
             failure_summary(failures, description, describe_row), failures[0].smiles
