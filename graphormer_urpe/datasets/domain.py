@@ -54,9 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .composition import OTHER_CHARGE, GraphFacts, fragment_counts, graph_facts
-from .composition import _zinc_type_table as _zinc_type_table
-from .composition import species_key as _species_key
+from .composition import OTHER_CHARGE, GraphFacts, fragment_counts, graph_facts, species_key
 from .featurizers.fingerprints import morgan_bits, nearest_index
 
 if TYPE_CHECKING:
@@ -305,7 +303,7 @@ class DomainRecord:
         g = facts.atoms.size
         graph = np.repeat(np.arange(g), facts.atoms)  # [sum atoms] the graph of each atom
         new_element = ~np.isin(facts.atomic_number, self.species[:, 0])
-        new_pair = ~np.isin(facts.keys, _species_key(self.species[:, 0], self.species[:, 1]))
+        new_pair = ~np.isin(facts.keys, species_key(self.species[:, 0], self.species[:, 1]))
         new_pair &= ~new_element
         out = np.zeros(g, dtype=bool)
         out[graph[new_element | new_pair]] = True
@@ -432,13 +430,13 @@ def domain_record(
     Returns:
         The record; with fingerprints where the store keeps SMILES.
     """
-    from .store import StoreGraphDataset, _gather
+    from .store import StoreGraphDataset, gather_arrays
 
     if not isinstance(dataset, StoreGraphDataset) or len(dataset) == 0:
         return None
     arrays, positions = dataset.store.open(), dataset.positions
     blocks = (
-        _gather(arrays, positions[start : start + _BLOCK])
+        gather_arrays(arrays, positions[start : start + _BLOCK])
         for start in range(0, positions.size, _BLOCK)
     )
     record = _composition(blocks, featurizer)
@@ -487,7 +485,7 @@ def _composition(blocks: Iterable[dict[str, np.ndarray]], featurizer: str) -> Do
         molecules += facts.atoms.size
         max_fragments = max(max_fragments, int(facts.fragments.max(initial=0)))
         max_atoms = max(max_atoms, int(facts.atoms.max(initial=0)))
-    pairs = [(k // 1000, k % 1000 - 500) for k in sorted(keys)]  # see _species_key
+    pairs = [(k // 1000, k % 1000 - 500) for k in sorted(keys)]  # see species_key
     species = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     return DomainRecord(featurizer, molecules, species, max_fragments, max_atoms)
 

@@ -93,7 +93,7 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
     import torch
 
     from graphormer_urpe.datasets import preprocess_lsc
-    from graphormer_urpe.datasets.sources.pcqm import _store_folder
+    from graphormer_urpe.datasets.sources.pcqm import lsc_store_folder
     from graphormer_urpe.datasets.sources.pcqm_files import LSC_DATASETS, load_split_dict
     from graphormer_urpe.datasets.store import (
         META_FILE,
@@ -134,7 +134,7 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
         folder / "split_dict.pt",
     )
     digest = file_digest(folder / "raw" / "data.csv.gz")
-    dst = _store_folder(LSC_DATASETS["pcqm4mv2"], folder / "raw" / "data.csv.gz", None)
+    dst = lsc_store_folder(LSC_DATASETS["pcqm4mv2"], folder / "raw" / "data.csv.gz", None)
     if store_is_complete(dst):
         return
     dst.mkdir(parents=True, exist_ok=True)

@@ -68,7 +68,6 @@ from .pcqm_files import (
     load_split_dict,
     read_lsc_csv,
 )
-from .pcqm_files import _root as _root
 from .pcqm_files import lsc_dataset as _info
 
 __all__ = [
@@ -84,7 +83,9 @@ logger = logging.getLogger(__name__)
 _STORE_VERSION = 1
 
 
-def _store_folder(info: LSCInfo, csv_path: Path, store_dir: str | os.PathLike[str] | None) -> Path:
+def lsc_store_folder(
+    info: LSCInfo, csv_path: Path, store_dir: str | os.PathLike[str] | None
+) -> Path:
     identity = {"sha256": file_digest(csv_path), "version": _STORE_VERSION}
     return store_folder("pcqm", info.name, identity, store_dir)
 
@@ -126,7 +127,7 @@ def preprocess_lsc(
     load_split_dict(folder / "split_dict.pt", info.splits)  # fails now, not after the build
     csv_path = folder / "raw" / "data.csv.gz"
     digest = file_digest(csv_path)
-    store_path = _store_folder(info, csv_path, store_dir)
+    store_path = lsc_store_folder(info, csv_path, store_dir)
     read_seconds = 0.0
     if store_is_complete(store_path):
         report = existing_store_report(store_path, workers)
@@ -319,7 +320,7 @@ def open_lsc(
     """
     info = _info(name)
     folder = ensure_lsc_files(info, root, download=download, progress=progress)
-    store_path = _store_folder(info, folder / "raw" / "data.csv.gz", store_dir)
+    store_path = lsc_store_folder(info, folder / "raw" / "data.csv.gz", store_dir)
     if not store_is_complete(store_path):
         logger.info(
             "%s: no finished store in %s; preprocessing with %d worker(s) (run "

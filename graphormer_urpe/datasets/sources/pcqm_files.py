@@ -128,7 +128,7 @@ def lsc_dataset(name: str) -> LSCInfo:
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, zipfile.BadZipFile)
 
 
-def _root(root: str | os.PathLike[str] | None) -> Path:
+def lsc_root(root: str | os.PathLike[str] | None) -> Path:
     return Path(LSC_DEFAULT_ROOT if root is None else root)
 
 
@@ -181,7 +181,7 @@ def ensure_lsc_files(
         DatasetUnavailableError: files missing and not downloadable, or only one of the two
             present (the message says where to put them).
     """
-    root = _root(root)
+    root = lsc_root(root)
     folder = root / info.folder
     needed = [folder / "raw" / "data.csv.gz", folder / "split_dict.pt"]
     missing = [p for p in needed if not p.is_file()]

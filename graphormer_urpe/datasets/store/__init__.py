@@ -80,9 +80,9 @@ from .format import (
 from .read import (
     MoleculeStore,
     StoreGraphDataset,
-    _gather,
     decode_graphs,
     flat_graphs,
+    gather_arrays,
     with_pointers,
 )
 
@@ -98,7 +98,7 @@ __all__ = [  # the code is in store_format, chunks, store_build and store_read
     "GraphDict",
     "MoleculeStore",
     "MoleculeFailure",
-    "_gather",
+    "gather_arrays",
     "build_molecule_store",
     "store_is_complete",
     "decode_graphs",

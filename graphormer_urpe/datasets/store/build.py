@@ -18,21 +18,21 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .chunks import ChunkTask, GraphDict, _build_chunk
+from .chunks import ChunkTask, GraphDict, build_chunk
 from .format import (
-    _CHUNK_ARRAYS,
-    _MAX_LOGGED_FAILURES,
-    _OPTIONAL_CHUNK_ARRAYS,
+    CHUNK_ARRAYS,
     CHUNKS_DIR,
     DEFAULT_CHUNK_SIZE,
+    MAX_LOGGED_FAILURES,
     META_FILE,
+    OPTIONAL_CHUNK_ARRAYS,
     PLAN_FILE,
     STORE_FORMAT,
     ChunkResult,
     MoleculeFailure,
     StoreReport,
-    _pointer,
-    _row_text,
+    counts_to_pointer,
+    row_text,
     store_is_complete,
 )
 from .read import MoleculeStore
@@ -116,18 +116,18 @@ def _merge_chunks(folder: Path, num_chunks: int, meta: dict[str, Any]) -> None:
     """Concatenate the chunks into the final arrays (through temporary files)."""
     chunk_dirs = [folder / CHUNKS_DIR / f"{c:06d}" for c in range(num_chunks)]
     present = {p.stem for p in chunk_dirs[0].glob("*.npy")}
-    names = [n for n in _CHUNK_ARRAYS + _OPTIONAL_CHUNK_ARRAYS if n in present]
+    names = [n for n in CHUNK_ARRAYS + OPTIONAL_CHUNK_ARRAYS if n in present]
     parts = {n: [np.load(d / f"{n}.npy", mmap_mode="r") for d in chunk_dirs] for n in names}
     counts = {
         n: np.concatenate([np.asarray(a, dtype=np.int64) for a in parts[n]])
         for n in ("num_nodes", "num_edges") + (("smiles_len",) if "smiles_len" in parts else ())
     }
     ptrs = {
-        "node_ptr": _pointer(counts["num_nodes"]),
-        "edge_ptr": _pointer(counts["num_edges"]),
+        "node_ptr": counts_to_pointer(counts["num_nodes"]),
+        "edge_ptr": counts_to_pointer(counts["num_edges"]),
     }
     if "smiles_len" in counts:
-        ptrs["smiles_ptr"] = _pointer(counts["smiles_len"])
+        ptrs["smiles_ptr"] = counts_to_pointer(counts["smiles_len"])
     tmp = folder / f".merge.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -210,10 +210,10 @@ def _run_tasks(tasks: list[ChunkTask], workers: int, bar: tqdm) -> dict[str, flo
     try:
         if workers == 1 or len(tasks) <= 1:
             for task in tasks:
-                _account(_build_chunk(task), stage, bar)
+                _account(build_chunk(task), stage, bar)
         else:
             with _mp_context().Pool(min(workers, len(tasks))) as pool:
-                for r in pool.imap_unordered(_build_chunk, tasks):
+                for r in pool.imap_unordered(build_chunk, tasks):
                     _account(r, stage, bar)
     finally:
         bar.close()
@@ -439,8 +439,8 @@ def _log_failures(
     description: str, failures: list[MoleculeFailure], rows: int, line_offset: int | None
 ) -> None:
     for n, f in enumerate(failures):
-        level = logging.WARNING if n < _MAX_LOGGED_FAILURES else logging.DEBUG
-        where = _row_text(f.index, line_offset)
+        level = logging.WARNING if n < MAX_LOGGED_FAILURES else logging.DEBUG
+        where = row_text(f.index, line_offset)
         logger.log(level, "%s: %s %r left out: %s", description, where, f.smiles, f.reason)
     if failures:
         logger.warning(

@@ -313,7 +313,7 @@ class ChunkTask:
     descriptors: bool = False
 
 
-def _build_chunk(task: ChunkTask) -> ChunkResult:
+def build_chunk(task: ChunkTask) -> ChunkResult:
     """Featurise and write one chunk (runs in a worker process)."""
     if task.graphs is not None:  # a source of ready graphs (ZINC, ogbg-mol*)
         t0 = time.perf_counter()

@@ -22,8 +22,8 @@ META_FILE = "meta.json"
 PLAN_FILE = "plan.json"
 CHUNKS_DIR = "chunks"
 DEFAULT_CHUNK_SIZE = 20_000
-_MAX_LOGGED_FAILURES = 20
-_CHUNK_ARRAYS = (
+MAX_LOGGED_FAILURES = 20
+CHUNK_ARRAYS = (
     "x",
     "edge_index",
     "edge_attr",
@@ -32,8 +32,8 @@ _CHUNK_ARRAYS = (
     "num_edges",
     "source_index",
 )
-_OPTIONAL_CHUNK_ARRAYS = ("smiles_bytes", "smiles_len", "split", "descriptors")
-_STORE_ARRAYS = (
+OPTIONAL_CHUNK_ARRAYS = ("smiles_bytes", "smiles_len", "split", "descriptors")
+STORE_ARRAYS = (
     "x",
     "edge_index",
     "edge_attr",
@@ -128,15 +128,15 @@ def store_is_complete(folder: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _pointer(counts: np.ndarray) -> np.ndarray:
+def counts_to_pointer(counts: np.ndarray) -> np.ndarray:
     ptr = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr
 
 
-def _store_bytes(folder: Path) -> int:
+def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
-def _row_text(row: int, line_offset: int | None) -> str:
+def row_text(row: int, line_offset: int | None) -> str:
     return f"row {row}" if line_offset is None else f"row {row} (line {row + line_offset})"

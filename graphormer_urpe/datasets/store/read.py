@@ -19,13 +19,13 @@ from torch.utils.data import Dataset
 from ...graph.fast_features import _ranges, batched_graph_structure
 from ...graph.flat import FlatGraphs
 from .format import (
-    _STORE_ARRAYS,
     META_FILE,
+    STORE_ARRAYS,
     STORE_FORMAT,
     MoleculeFailure,
-    _pointer,
-    _row_text,
-    _store_bytes,
+    counts_to_pointer,
+    folder_bytes,
+    row_text,
     store_is_complete,
 )
 
@@ -52,12 +52,12 @@ def with_pointers(chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     offsets that :func:`decode_graphs` reads, as a finished store has them."""
     n = np.asarray(chunk["num_nodes"], dtype=np.int64)
     out = dict(chunk)
-    out["node_ptr"] = _pointer(n)
-    out["edge_ptr"] = _pointer(np.asarray(chunk["num_edges"], dtype=np.int64))
+    out["node_ptr"] = counts_to_pointer(n)
+    out["edge_ptr"] = counts_to_pointer(np.asarray(chunk["num_edges"], dtype=np.int64))
     return out
 
 
-def _gather(arrays: dict[str, np.ndarray], positions: np.ndarray) -> dict[str, np.ndarray]:
+def gather_arrays(arrays: dict[str, np.ndarray], positions: np.ndarray) -> dict[str, np.ndarray]:
     """The molecules at ``positions`` of store arrays, concatenated in that order."""
     node_ptr, edge_ptr = arrays["node_ptr"], arrays["edge_ptr"]
     n0, e0 = node_ptr[positions], edge_ptr[positions]
@@ -93,7 +93,7 @@ def flat_graphs(
     """
     if multi_hop_max_dist < 1:
         raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
-    raw = _gather(arrays, np.asarray(indices, dtype=np.int64).reshape(-1))
+    raw = gather_arrays(arrays, np.asarray(indices, dtype=np.int64).reshape(-1))
     s = batched_graph_structure(
         raw["num_nodes"], raw["edge_index"], raw["num_edges"], raw["edge_attr"], multi_hop_max_dist
     )
@@ -181,7 +181,7 @@ class MoleculeStore:
         """Memory-map every array (idempotent) and return them by name."""
         if self._arrays is None:
             arrays = {}
-            for name in self.meta.get("arrays", _STORE_ARRAYS):
+            for name in self.meta.get("arrays", STORE_ARRAYS):
                 path = self.folder / f"{name}.npy"
                 try:
                     # a plain ndarray view of the map: slicing np.memmap is slower
@@ -237,7 +237,7 @@ class MoleculeStore:
 
     def describe_row(self, row: int) -> str:
         """Where source row ``row`` is, for messages (``"row r (line l)"`` for text files)."""
-        return _row_text(row, self.meta.get("line_offset"))
+        return row_text(row, self.meta.get("line_offset"))
 
     def smiles(self, positions: Sequence[int] | np.ndarray) -> list[str]:
         """The SMILES of the graphs at ``positions`` (the store must keep them)."""
@@ -271,7 +271,7 @@ class MoleculeStore:
     @property
     def nbytes(self) -> int:
         """Size of the store on disk."""
-        return _store_bytes(self.folder)
+        return folder_bytes(self.folder)
 
     def graphs(self, indices: Sequence[int], multi_hop_max_dist: int = 5) -> list[Data]:
         """The graphs at store positions ``indices`` (see :func:`decode_graphs`)."""
