@@ -13,7 +13,8 @@ The package is cut by concept:
   once in parallel resumable chunks, kept in the folder :mod:`.store.location` names);
   batches decode the path features when they are read.
 * :mod:`.featurizers`: molecules into numbers: the graph featurisers
-  (:mod:`.featurizers.molecule_graphs`), RDKit 2D descriptors, Morgan fingerprints.
+  (:mod:`.featurizers.molecule_graphs`: ZINC's atom types, OGB's features), RDKit 2D
+  descriptors, Morgan fingerprints.
 * beside them, a module each: the dataset names (:mod:`.spec`, the one parser of dataset
   names: :class:`~.spec.DatasetSpec`), the name → splits registry (:mod:`.registry`), the
   splits a loader returns (:mod:`.dataset_splits`) and how they are drawn
@@ -52,15 +53,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "compute_descriptors",
             "descriptor_set_id",
         ],
-        ".featurizers.molecule_graphs": [
-            "FEATURIZERS",
-            "ZINC_ATOM_TYPES",
-            "InvalidMoleculeError",
-            "UnknownAtomTypeError",
-            "featurize_smiles",
-            "ogb_smiles_to_graph",
-            "zinc_mol_to_graph",
-        ],
+        ".featurizers.molecule_graphs": ["FEATURIZERS", "featurize_smiles", "ogb_smiles_to_graph"],
+        ".featurizers.smiles": ["InvalidMoleculeError"],
+        ".featurizers.zinc_atoms": ["ZINC_ATOM_TYPES", "UnknownAtomTypeError", "zinc_mol_to_graph"],
         ".metrics": ["regression_metrics"],
         ".sources.nci": ["NCI5K_PATH", "open_nci", "read_nci", "read_nci_smiles"],
         ".sources.ogbg_mol": ["OGBGEvaluator", "OGBGInfo", "ogbg_molecule_names", "open_ogbg"],

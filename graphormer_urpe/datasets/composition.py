@@ -77,7 +77,7 @@ def zinc_type_table() -> tuple[np.ndarray, np.ndarray]:
     """``([28] atomic numbers, [28] charges)`` of the ZINC atom types."""
     from rdkit import Chem
 
-    from .featurizers.molecule_graphs import ZINC_ATOM_TYPES
+    from .featurizers.zinc_atoms import ZINC_ATOM_TYPES
 
     table = Chem.GetPeriodicTable()
     names = [t.split() for t in ZINC_ATOM_TYPES]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .featurizers.molecule_graphs import parse_smiles
+from .featurizers.smiles import parse_smiles
 
 __all__ = [
     "SPLITS",

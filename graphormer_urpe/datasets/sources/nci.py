@@ -22,7 +22,7 @@ import numpy as np
 from rdkit import RDConfig, rdBase
 from tqdm.auto import tqdm
 
-from ..featurizers.molecule_graphs import InvalidMoleculeError, parse_smiles
+from ..featurizers.smiles import InvalidMoleculeError, parse_smiles
 from ..store import MoleculeFailure, MoleculeStore
 from ..store.location import file_digest, store_folder
 from ..store.records import MoleculeRecords, open_store

@@ -368,7 +368,7 @@ def load_lsc_splits(
         progress: show progress bars.
     """
     from ..dataset_splits import DatasetSplits
-    from ..featurizers.molecule_graphs import InvalidMoleculeError
+    from ..featurizers.smiles import InvalidMoleculeError
 
     info = _info(name)
     data = open_lsc(

@@ -6,7 +6,7 @@ rules:
 
 * **Invalid SMILES** (unparsable, empty, no atoms, or atoms the featuriser cannot encode) are
   recorded by the store with their row and reason, logged and left out; ``strict=True`` turns
-  them into an :class:`~..featurizers.molecule_graphs.InvalidMoleculeError` naming the
+  them into an :class:`~..featurizers.smiles.InvalidMoleculeError` naming the
   file, the rows and the SMILES. A file in which no molecule is valid is an error.
 * **Missing target values** (empty cells, ``NA``, ``nan``, ...) become ``NaN`` and the molecule
   is kept: training and evaluation mask ``NaN`` targets out. A non-numeric or infinite target
@@ -137,7 +137,7 @@ def open_csv(
         split_column: a column of split labels, stored as split codes.
         store_dir: the store folder.
         workers: processes building the store.
-        strict: raise :class:`~..featurizers.molecule_graphs.InvalidMoleculeError` when any row
+        strict: raise :class:`~..featurizers.smiles.InvalidMoleculeError` when any row
             is invalid.
         descriptors: a store that also holds each molecule's RDKit 2D descriptors (its own
             folder; a store without them is never reused for this).

@@ -26,7 +26,7 @@ __all__ = ["GraphDict", "featurize_chunk", "featurize_smiles_list", "graph_array
 
 
 def _failure_reason(smiles: str, exc: BaseException | None, featurizer: str = "ogb") -> str:
-    from ..featurizers.molecule_graphs import InvalidMoleculeError, parse_smiles
+    from ..featurizers.smiles import InvalidMoleculeError, parse_smiles
 
     if isinstance(exc, InvalidMoleculeError):
         return str(exc)
@@ -119,7 +119,7 @@ def featurize_smiles_list(
                     errors[offset] = err
             graphs = concat_graphs(one_by_one)
             if mols is not None:
-                from ..featurizers.molecule_graphs import parse_smiles
+                from ..featurizers.smiles import parse_smiles
 
                 mols.extend(parse_smiles(texts[k]) for k in kept)
         failures = [

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from ..featurizers.molecule_graphs import InvalidMoleculeError
+from ..featurizers.smiles import InvalidMoleculeError
 from .build import build_molecule_store
 from .chunks import GraphDict
 from .format import MoleculeFailure, store_is_complete
