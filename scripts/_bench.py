@@ -82,7 +82,7 @@ def molecules(
                     smiles.extend(line.split(",")[0] for line in fh)
                 source = "zinc"
     if not smiles:
-        from graphormer_urpe.datasets.nci import read_nci_smiles
+        from graphormer_urpe.datasets.sources.nci import read_nci_smiles
 
         smiles = read_nci_smiles()
     kept: list[str] = []

@@ -236,7 +236,7 @@ def run_urpe(
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
     cmd += ["--target-columns", ENDPOINTS[endpoint], "--init-from", "pretrained"]
     cmd += ["--seed", str(seed), "--threads", "1", *extra]
-    cmd += ["--out", str(out / "run"), "--no-progress", "--cache-dir", str(out / "store")]
+    cmd += ["--out", str(out / "run"), "--no-progress", "--store-dir", str(out / "store")]
     if members > 1:
         cmd += ["--ensemble", str(members)]
     cmd += a.train_args

@@ -108,7 +108,7 @@ def run(a: argparse.Namespace, name: str, seed: int) -> dict:
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
     cmd += ["--target-columns", *task.targets, "--seed", str(seed), "--threads", "1"]
     cmd += ["--time-limit", f"{minutes:.3f}", "--out", str(out / "run"), "--no-progress"]
-    cmd += ["--cache-dir", str(out / "cache")]
+    cmd += ["--store-dir", str(out / "cache")]
     if task.classification:
         cmd += ["--task", "classification"]
     if a.init_from:

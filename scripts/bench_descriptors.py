@@ -2,8 +2,8 @@
 
 Prints JSON: milliseconds per molecule (median of ``--repeats``) on real MOSES SMILES for
 
-* ``descriptors``: :func:`graphormer_urpe.datasets.descriptors.compute_descriptors` (parse +
-  the 202 descriptors of ``rdkit2d-v1``), what the store adds per molecule;
+* ``descriptors``: :func:`graphormer_urpe.datasets.compute_descriptors` (parse + the 202
+  descriptors of ``rdkit2d-v1``), what the store adds per molecule;
 * ``rdkit_all_217``: every function of RDKit's ``Descriptors._descList`` called alone, the
   cost of the unfiltered list;
 * ``featurize``: OGB's graph features of the same SMILES (what a store always computes);
@@ -28,12 +28,12 @@ import torch
 from rdkit import Chem, rdBase
 from rdkit.Chem import Descriptors
 
-from graphormer_urpe.datasets.descriptors import (
+from graphormer_urpe.datasets.featurizers.descriptors import (
     DESCRIPTOR_NAMES,
     compute_descriptors,
     descriptor_functions,
 )
-from graphormer_urpe.datasets.ogb_graph import ogb_smiles_graph
+from graphormer_urpe.datasets.featurizers.ogb_features import ogb_smiles_graph
 
 
 def _ms_per_molecule(fn: Callable[[], None], count: int, repeats: int) -> float:
@@ -70,7 +70,7 @@ def _per_descriptor(smiles: list[str]) -> dict[str, float]:
 
 def _smiles(count: int, smoke: bool) -> list[str]:
     if smoke:
-        from graphormer_urpe.datasets.nci import read_nci_smiles
+        from graphormer_urpe.datasets.sources.nci import read_nci_smiles
 
         return list(read_nci_smiles(limit=count))
     from _moses import moses_smiles_file

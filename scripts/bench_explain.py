@@ -82,7 +82,7 @@ def train(
 ) -> Path:
     run = work / "run"
     args = ["train", "--dataset", f"csv:{table}", "--data-root", str(work / "data")]
-    args += ["--cache-dir", str(work / "cache"), "--target-columns", "logp"]
+    args += ["--store-dir", str(work / "cache"), "--target-columns", "logp"]
     args += ["--split-column", "split", "--out", str(run), "--threads", str(threads)]
     args += ["--no-progress", *(["--init-from", init] if init else [])]
     if smoke:

@@ -81,7 +81,7 @@ def run_recipe(name: str, split: Path, seed: int, a: argparse.Namespace) -> None
     cmd += ["--mol-features", "rdkit2d", "--seed", str(seed), "--threads", "1", "--no-progress"]
     cmd += ["--ensemble", str(a.ensemble)] if a.ensemble > 1 else []
     cmd += ["--epochs", str(a.epochs)] if a.epochs else ["--time-limit", str(a.minutes)]
-    cmd += ["--out", str(split / "run"), "--cache-dir", str(split / "store")]
+    cmd += ["--out", str(split / "run"), "--store-dir", str(split / "store")]
     _call(cmd, split / "train.log")
     (split / "trained").touch()
 
@@ -172,7 +172,7 @@ def scaffold_halves(smiles: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """The validation molecules in two halves that share no scaffold (families in a seeded
     random order, each to the smaller half): calibrated on one and read on the other, a
     calibrator's coverage on new scaffolds is estimated from validation molecules alone."""
-    from graphormer_urpe.datasets.splitting import murcko_scaffold
+    from graphormer_urpe.datasets.split_indices import murcko_scaffold
 
     families: dict[str, list[int]] = {}
     for i, s in enumerate(smiles):

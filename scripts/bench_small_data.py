@@ -215,7 +215,7 @@ def run_ours(
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
     cmd += ["--target-columns", *task.targets, "--seed", str(seed), "--threads", "1"]
     cmd += ["--time-limit", f"{minutes:.3f}", "--out", str(out / "run"), "--no-progress"]
-    cmd += ["--cache-dir", str(out / "cache"), *extra]
+    cmd += ["--store-dir", str(out / "cache"), *extra]
     if task.classification:
         cmd += ["--task", "classification"]
     if init is not None:

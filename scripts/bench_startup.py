@@ -11,7 +11,7 @@ process and its children:
   10,000 fingerprints (the most a record keeps), built first in a temporary folder;
 * ``train``: ``graphormer-urpe train --max-steps 1`` on the default dataset (the embedded NCI
   molecules), into a temporary folder; its dataset store is built once, untimed, before the
-  timed runs (``--cache-dir`` in the temporary folder);
+  timed runs (``--store-dir`` in the temporary folder);
 * ``torch``: ``python -c "import torch"``, the floor under ``predict`` on this machine at this
   moment (a reference: not a command of the package, measured for this checkout only).
 
@@ -89,7 +89,7 @@ def build_checkpoint(path: Path) -> None:
     training-domain record as big as records get: 10,000 fingerprints (RDKit's 5,000 NCI
     molecules twice), which ``predict`` loads and searches as for a trained checkpoint."""
     from graphormer_urpe.datasets.domain import FINGERPRINT_CAP, record_of_smiles
-    from graphormer_urpe.datasets.nci import read_nci_smiles
+    from graphormer_urpe.datasets.sources.nci import read_nci_smiles
 
     smiles = read_nci_smiles()
     smiles = (smiles * (FINGERPRINT_CAP // len(smiles) + 1))[:FINGERPRINT_CAP]
@@ -105,7 +105,7 @@ def cli_args(name: str, work: Path, ckpt: Path, run: str) -> list[str]:
     if name == "predict":
         return ["predict", "--checkpoint", str(ckpt), "--smiles", "CCO", "--no-progress"]
     out, cache = work / "runs" / run, work / "cache"
-    return ["train", "--max-steps", "1", "--out", str(out), "--cache-dir", str(cache)] + [
+    return ["train", "--max-steps", "1", "--out", str(out), "--store-dir", str(cache)] + [
         "--no-progress"
     ]
 

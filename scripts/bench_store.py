@@ -116,7 +116,7 @@ def _folder_bytes(folder: Path) -> int:
 
 def _train_cmd(csv: Path, cache: str, steps: int, out: str) -> list[str]:
     cmd = [*CLI, "train", "--dataset", f"csv:{csv}", "--target-columns", "y"]
-    cmd += ["--split-column", "split", "--max-steps", str(steps), "--cache-dir", cache]
+    cmd += ["--split-column", "split", "--max-steps", str(steps), "--store-dir", cache]
     return cmd + ["--out", out, "--no-progress", "--threads", "2", "--device", "cpu"]
 
 
@@ -128,7 +128,7 @@ def bench_scale(sizes: list[int], workers: int, steps: int) -> list[dict]:
         with tempfile.TemporaryDirectory() as tmp:
             cache = os.path.join(tmp, "cache")
             cmd = [*CLI, "preprocess", "--dataset", f"csv:{csv}", "--workers", str(workers)]
-            cmd += ["--cache-dir", cache, "--target-columns", "y", "--split-column", "split"]
+            cmd += ["--store-dir", cache, "--target-columns", "y", "--split-column", "split"]
             build = measure_memory([*cmd, "--no-progress"])
             size = _folder_bytes(Path(cache))
             train = measure_memory(_train_cmd(csv, cache, steps, os.path.join(tmp, "run")))
@@ -153,7 +153,9 @@ def _throughput_once(root: Path, cache: str, steps: int, out: str) -> float:
     cmd += ["--target-columns", "y", "--featurizer", "zinc", "--preset", "zinc-slim"]
     cmd += ["--max-steps", str(steps), "--out", out, "--no-progress", "--threads", "2"]
     cmd += ["--device", "cpu", "--batch-size", "128"]
-    env = {**os.environ, "PYTHONPATH": str(root), "GRAPHORMER_URPE_CACHE": cache}
+    # the baseline, an older commit, may read the variable's previous name
+    stores = {"GRAPHORMER_URPE_STORE": cache, "GRAPHORMER_URPE_CACHE": cache}
+    env = {**os.environ, "PYTHONPATH": str(root), **stores}
     subprocess.run(cmd, check=True, env=env, cwd=out.rsplit("/", 1)[0], capture_output=True)
     with open(os.path.join(out, "metrics.json")) as fh:
         return float(json.load(fh)["graphs_per_second"])

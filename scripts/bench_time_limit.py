@@ -93,9 +93,9 @@ def main() -> None:
         work = Path(tmp)
         data, source = dataset_flags(work)
         threads = ["--threads", str(a.threads)] if a.threads else []
-        extra = ["--no-progress", "--cache-dir", str(work / "cache"), *threads]
+        extra = ["--no-progress", "--store-dir", str(work / "cache"), *threads]
         if not a.smoke:  # a first call: the store is built inside the budget
-            cold = [*CLI, *data, "--no-progress", "--cache-dir", str(work / "cold-cache")]
+            cold = [*CLI, *data, "--no-progress", "--store-dir", str(work / "cold-cache")]
             cold += [*threads, "--out", str(work / "single-cold"), "--time-limit", str(a.minutes)]
             results["single_cold_store"] = run(cold, a.minutes, False, work / "single-cold")
         # the store is built once beforehand, as a user's second call finds it

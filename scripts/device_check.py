@@ -26,7 +26,7 @@ status, error text and seconds):
   ``scripts/bench_attention.py`` (the attention product alone, fused kernel against the
   unfused paths, at both sizes); ``graphormer-urpe train`` end to end (its defaults: captured
   steps) from a PCQM4Mv2
-  memory-mapped cache of the sample replicated to 200,000+ molecules, with loader workers and
+  memory-mapped store of the sample replicated to 200,000+ molecules, with loader workers and
   pinned memory, so that data loading is inside the figure, and its ratio to the benchmarked
   step's rate;
 * ``fidelity``: the ZINC stand-in (``zinc/train.csv`` -> ``zinc/val.csv``, ZINC featuriser,
@@ -39,7 +39,7 @@ status, error text and seconds):
   runs in a call of its own.
 
 Everything is passed as explicit flags, so that changes of the CLI's defaults do not change
-what is measured. Working files (dataset caches, runs) go to ``--work`` (a temporary folder
+what is measured. Working files (dataset stores, runs) go to ``--work`` (a temporary folder
 by default); ``--out`` receives at most 8 files: ``device_report.json``,
 ``fidelity_curves.png``, ``logs.tar.gz`` (every log, benchmark JSON, run history and config)
 and the four runs' ``best.pt`` as ``best_<attention>_seed<k>.pt``.
@@ -171,7 +171,7 @@ __all__ = [
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for the report and the packed outputs")
-    p.add_argument("--work", default=None, help="folder for caches and runs (default: a temp dir)")
+    p.add_argument("--work", default=None, help="folder for stores and runs (default: a temp dir)")
     p.add_argument("--data", default=None, help="data folder with zinc/ and pcqm4mv2-sample/")
     p.add_argument("--smoke", action="store_true", help="the whole check on the CPU at tiny sizes")
     p.add_argument(
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     data = data_dir(args)
     if args.prepare:
         work = Path(args.work)
-        os.environ.setdefault("GRAPHORMER_URPE_CACHE", str(work / "stores"))
+        os.environ.setdefault("GRAPHORMER_URPE_STORE", str(work / "stores"))
         if args.prepare == "zinc":
             prepare_zinc(work, data, args.smoke)
         else:

@@ -81,7 +81,7 @@ LOG = logging.getLogger("pretrain_v2")
 
 
 def _read_lines(path: Path) -> list[str]:
-    from graphormer_urpe.datasets.pretrain import read_smiles_list
+    from graphormer_urpe.datasets.sources.pretrain import read_smiles_list
 
     return [s for s in read_smiles_list(path)[0] if s]
 
@@ -167,11 +167,11 @@ def featurize(data: Path, work: Path, order: Sequence[str], workers: int) -> Non
     """Build the store (graphs + descriptors) of each shard in ``order``, with ``workers``
     processes, and record each finished one in :func:`ready_path` (name -> store folder,
     molecules); a store already built in ``work`` (an earlier call on this machine) is reused."""
-    from graphormer_urpe.datasets.descriptors import descriptor_set_id
-    from graphormer_urpe.datasets.source import store_dir
-    from graphormer_urpe.datasets.store import MoleculeCache
-    from graphormer_urpe.datasets.store_build import build_molecule_cache
-    from graphormer_urpe.datasets.store_format import cache_is_complete
+    from graphormer_urpe.datasets.featurizers.descriptors import descriptor_set_id
+    from graphormer_urpe.datasets.store import MoleculeStore
+    from graphormer_urpe.datasets.store.build import build_molecule_store
+    from graphormer_urpe.datasets.store.format import store_is_complete
+    from graphormer_urpe.datasets.store.location import store_folder
     from graphormer_urpe.io.files import write_atomic
 
     manifest = json.loads((data / "manifest.json").read_text())
@@ -180,13 +180,13 @@ def featurize(data: Path, work: Path, order: Sequence[str], workers: int) -> Non
     for name in order:
         entry = manifest["shards"][name]
         identity = {"sha256": entry["sha256"], "descriptors": descriptor_set_id()}
-        folder = store_dir("pretrain_v2", name, identity, work / "stores")
+        folder = store_folder("pretrain_v2", name, identity, work / "stores")
         t0 = time.perf_counter()
-        reused = cache_is_complete(folder)  # built by an earlier call on this machine
+        reused = store_is_complete(folder)  # built by an earlier call on this machine
         text = lzma.decompress((data / entry["file"]).read_bytes()).decode()
         smiles = text.splitlines()
         chunk = max(256, math.ceil(len(smiles) / (2 * workers)))  # every worker busy
-        build_molecule_cache(
+        build_molecule_store(
             folder,
             smiles,
             np.zeros((len(smiles), 0)),
@@ -198,7 +198,7 @@ def featurize(data: Path, work: Path, order: Sequence[str], workers: int) -> Non
             progress=False,
             description=name,
         )
-        cache = MoleculeCache(folder)
+        cache = MoleculeStore(folder)
         ready[name] = {
             "store": str(folder),
             "molecules": len(cache),
@@ -226,13 +226,13 @@ class ShardedDescriptors:
         return 1 << 62
 
     def shard(self, k: int) -> Any:
-        """Shard ``k``'s :class:`~graphormer_urpe.datasets.pretrain.DescriptorTargets`."""
+        """Shard ``k``'s :class:`~graphormer_urpe.datasets.sources.pretrain.DescriptorTargets`."""
         if k not in self._sets:
-            from graphormer_urpe.datasets.pretrain import DescriptorTargets
-            from graphormer_urpe.datasets.store import MoleculeCache
+            from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets
+            from graphormer_urpe.datasets.store import MoleculeStore
 
             entry = _read_json(self.ready, {})[self.names[k]]
-            cache = MoleculeCache(entry["store"])
+            cache = MoleculeStore(entry["store"])
             positions = np.arange(len(cache), dtype=np.int64)
             self._sets[k] = DescriptorTargets(
                 cache, positions, self.hops, self.names[k], normalizer=self.normalizer
@@ -451,7 +451,7 @@ class Trainer:
 
 def validate(trainer: Trainer, dataset: Any, batch_size: int) -> dict[str, float]:
     """Mean MAE, RMSE and R² over the descriptors of ``dataset`` (normalised units)."""
-    from graphormer_urpe.datasets.pretrain import descriptor_metrics
+    from graphormer_urpe.datasets.sources.pretrain import descriptor_metrics
     from graphormer_urpe.inference.prediction import predict_dataset
 
     trainer.model.eval()
@@ -483,9 +483,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader
 
-    from graphormer_urpe.datasets.descriptors import DESCRIPTOR_NAMES, DescriptorNormalizer
-    from graphormer_urpe.datasets.pretrain import DescriptorTargets
-    from graphormer_urpe.datasets.store import MoleculeCache
+    from graphormer_urpe.datasets.featurizers.descriptors import (
+        DESCRIPTOR_NAMES,
+        DescriptorNormalizer,
+    )
+    from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets
+    from graphormer_urpe.datasets.store import MoleculeStore
     from graphormer_urpe.graph.config import GraphormerConfig
     from graphormer_urpe.io.files import write_atomic
     from graphormer_urpe.io.parts import load_from_parts, parts_manifest, save_in_parts
@@ -539,9 +542,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if state is not None:
             normalizer = DescriptorNormalizer.from_dict(state["descriptors"])
         else:  # fitted once, on the first training shard, and carried from then on
-            cache = MoleculeCache(ready[order[1]]["store"])
+            cache = MoleculeStore(ready[order[1]]["store"])
             normalizer = DescriptorNormalizer.fit(cache.descriptors[:], cache.descriptor_names)
-        valid_cache = MoleculeCache(ready[VALID]["store"])
+        valid_cache = MoleculeStore(ready[VALID]["store"])
         valid_set = DescriptorTargets(
             valid_cache, np.arange(len(valid_cache)), config.multi_hop_max_dist, VALID,
             normalizer=normalizer,

@@ -101,7 +101,7 @@ def run_tuned(a: argparse.Namespace, best: Path, split: Path, seed: int, model: 
         return json.loads(done.read_text())
     out.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((best / "config.json").read_text())
-    cfg.update(dataset=_files(split), seed=seed, out=str(out / "run"), cache_dir=str(out / "cache"))
+    cfg.update(dataset=_files(split), seed=seed, out=str(out / "run"), store_dir=str(out / "cache"))
     if model == "tuned":  # the warm-up as the same fraction of the re-planned steps
         fraction = cfg["warmup_fraction"]
         if fraction is None:  # a trial re-planned by its pacer records its warm-up in steps

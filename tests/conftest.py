@@ -120,11 +120,12 @@ def one_thread():
 
 
 @pytest.fixture(autouse=True)
-def store_cache(tmp_path_factory, monkeypatch) -> Path:
-    """Every test builds its dataset stores in a fresh cache folder of its own (never the
+def store_dir(tmp_path_factory, monkeypatch) -> Path:
+    """Every test builds its dataset stores in a fresh store folder of its own (never the
     user's ``~/.cache``); subprocesses inherit it through the environment variable."""
-    folder = tmp_path_factory.mktemp("store-cache")
-    monkeypatch.setenv("GRAPHORMER_URPE_CACHE", str(folder))
+    folder = tmp_path_factory.mktemp("stores")
+    monkeypatch.setenv("GRAPHORMER_URPE_STORE", str(folder))
+    monkeypatch.delenv("GRAPHORMER_URPE_CACHE", raising=False)  # the variable's previous name
     return folder
 
 

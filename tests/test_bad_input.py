@@ -24,15 +24,15 @@ from graphormer_urpe.datasets import (
     InvalidMoleculeError,
     UnknownAtomTypeError,
     apply_input_policy,
-    build_molecule_cache,
+    build_molecule_store,
     featurize_smiles,
     graph_sizes,
     load_dataset,
     ogb_smiles_to_graph,
     zinc_mol_to_graph,
 )
-from graphormer_urpe.datasets.smiles_csv import open_csv
-from graphormer_urpe.datasets.store import CachedGraphDataset, MoleculeCache
+from graphormer_urpe.datasets.sources.smiles_csv import open_csv
+from graphormer_urpe.datasets.store import MoleculeStore, StoreGraphDataset
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import UNREACHABLE, GraphormerFeatures
 from graphormer_urpe.graph.model import Graphormer, fit_tables, get_preset
@@ -65,14 +65,14 @@ def _csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _csv_store(path: Path, target_columns: list[str], featurizer: str = "ogb") -> MoleculeCache:
+def _csv_store(path: Path, target_columns: list[str], featurizer: str = "ogb") -> MoleculeStore:
     """The store of a whole CSV file (no split), the one ``load_dataset`` uses for it."""
     return open_csv(path, "smiles", featurizer, target_columns)
 
 
-def _whole(cache: MoleculeCache, multi_hop_max_dist: int = 5) -> CachedGraphDataset:
+def _whole(store: MoleculeStore, multi_hop_max_dist: int = 5) -> StoreGraphDataset:
     """Every graph of a store, in source order."""
-    return CachedGraphDataset(cache, np.arange(len(cache)), multi_hop_max_dist, "all")
+    return StoreGraphDataset(store, np.arange(len(store)), multi_hop_max_dist, "all")
 
 
 def _forward(graphs: list, featurizer: str, **model: object) -> torch.Tensor:
@@ -96,17 +96,17 @@ def test_invalid_smiles_are_skipped_with_row_and_smiles_or_raise_under_strict(tm
     smiles = GOOD[:3] + ["C1CC("] + GOOD[3:6] + ["XYZ"] + GOOD[6:]
     path = _csv(tmp_path / "mols.csv", [{"smiles": s, "y": float(i)} for i, s in enumerate(smiles)])
     with caplog.at_level(logging.WARNING):
-        cache = _csv_store(path, ["y"])
-    assert len(cache) == len(GOOD) and cache.meta["rows"] == len(smiles)
-    assert [(f.index, f.smiles) for f in cache.failures] == [(3, "C1CC("), (7, "XYZ")]
-    assert all("C1CC(" in f.reason or "XYZ" in f.reason for f in cache.failures)
+        store = _csv_store(path, ["y"])
+    assert len(store) == len(GOOD) and store.meta["rows"] == len(smiles)
+    assert [(f.index, f.smiles) for f in store.failures] == [(3, "C1CC("), (7, "XYZ")]
+    assert all("C1CC(" in f.reason or "XYZ" in f.reason for f in store.failures)
     assert re.search(re.escape(f"{path}: row 3 ") + r"(\(line 5\) )?'C1CC\('", caplog.text)
     assert re.search(r"row 7 (\(line 9\) )?'XYZ'", caplog.text)
     assert f"{path}: 2 of {len(smiles)} molecules could not be featurised" in caplog.text
-    assert cache.source_index.tolist() == [r for r in range(len(smiles)) if r not in (3, 7)]
-    assert cache.smiles(range(len(cache))) == GOOD
+    assert store.source_index.tolist() == [r for r in range(len(smiles)) if r not in (3, 7)]
+    assert store.smiles(range(len(store))) == GOOD
     # the reasons stay with the store
-    meta = json.loads((cache.cache_dir / "meta.json").read_text())
+    meta = json.loads((store.folder / "meta.json").read_text())
     assert [f["index"] for f in meta["failures"]] == [3, 7]
 
     with pytest.raises(InvalidMoleculeError) as info:
@@ -120,8 +120,8 @@ def test_skipped_row_warnings_give_the_file_line(tmp_path, caplog):
     rows = [{"smiles": s, "y": 1.0} for s in GOOD[:3] + ["C1CC("]]
     path = _csv(tmp_path / "line.csv", rows)
     with caplog.at_level(logging.WARNING):
-        cache = _csv_store(path, ["y"])
-    assert [f.index for f in cache.failures] == [3]
+        store = _csv_store(path, ["y"])
+    assert [f.index for f in store.failures] == [3]
     assert f"{path}: row 3 (line 5) 'C1CC('" in caplog.text
 
 
@@ -137,9 +137,9 @@ def test_empty_molecules_are_invalid(tmp_path, caplog):
     rows[1]["smiles"] = ""
     path = _csv(tmp_path / "empty.csv", rows)
     with caplog.at_level(logging.WARNING):
-        cache = _csv_store(path, ["y"])
-    assert len(cache) == 3 and [f.index for f in cache.failures] == [1]
-    assert cache.failures[0].reason == "empty SMILES ''"
+        store = _csv_store(path, ["y"])
+    assert len(store) == 3 and [f.index for f in store.failures] == [1]
+    assert store.failures[0].reason == "empty SMILES ''"
     assert re.search(r"row 1 (\(line 3\) )?'' left out: empty SMILES", caplog.text)
     with pytest.raises(InvalidMoleculeError, match=r"row 1 \(line 3\) '': empty SMILES"):
         load_dataset(f"csv:{path}", target_columns=["y"], strict=True)
@@ -154,11 +154,11 @@ def test_single_atom_is_a_valid_graph_that_trains(tmp_path):
         assert torch.isfinite(_forward([g], featurizer)).all()  # alone in its batch
         mixed = _forward([g, features(featurize_smiles("CCO", featurizer))], featurizer)
         assert mixed.shape == (2, 1) and torch.isfinite(mixed).all()
-    # through a cached dataset too
+    # through a stored dataset too
     rows = [{"smiles": s, "y": float(i)} for i, s in enumerate(["C", "O", "[Na+]", "CCO"])]
-    cache = _csv_store(_csv(tmp_path / "one.csv", rows), ["y"])
-    ds = _whole(cache)
-    assert len(ds) == 4 and not cache.failures and graph_sizes(ds).tolist() == [1, 1, 1, 3]
+    store = _csv_store(_csv(tmp_path / "one.csv", rows), ["y"])
+    ds = _whole(store)
+    assert len(ds) == 4 and not store.failures and graph_sizes(ds).tolist() == [1, 1, 1, 3]
     assert ds[2].spatial_pos.tolist() == [0] and ds[2].edge_index.shape == (2, 0)
     assert torch.isfinite(_forward([ds[i] for i in range(4)], "ogb")).all()
 
@@ -181,9 +181,9 @@ def test_salts_stay_one_disconnected_graph(tmp_path, caplog):
         assert torch.isfinite(_forward(graphs, featurizer, spatial_pos_max=20)).all()
     rows = [{"smiles": s, "y": 1.0} for s in ["CC(=O)[O-].[Na+]", "[Na+].[Cl-]", "CCO"]]
     with caplog.at_level(logging.WARNING):
-        cache = _csv_store(_csv(tmp_path / "s.csv", rows), ["y"])
-    assert len(cache) == 3 and not cache.failures and "left out" not in caplog.text
-    ds = _whole(cache)
+        store = _csv_store(_csv(tmp_path / "s.csv", rows), ["y"])
+    assert len(store) == 3 and not store.failures and "left out" not in caplog.text
+    ds = _whole(store)
     assert graph_sizes(ds).tolist() == [5, 2, 3]
     assert (ds[1].spatial_pos == UNREACHABLE).sum() == 2  # two ions, unreachable from each other
 
@@ -198,15 +198,15 @@ def test_unknown_zinc_atom_types_are_named_and_skipped_or_raise(tmp_path, caplog
     smiles = GOOD[:4] + ["C[Se]C"] + GOOD[4:6] + ["[C-]#[O+]"]
     path = _csv(tmp_path / "z.csv", [{"smiles": s, "y": 1.0} for s in smiles])
     with caplog.at_level(logging.WARNING):
-        cache = _csv_store(path, ["y"], featurizer="zinc")
-    assert len(cache) == 6 and [f.index for f in cache.failures] == [4, 7]
+        store = _csv_store(path, ["y"], featurizer="zinc")
+    assert len(store) == 6 and [f.index for f in store.failures] == [4, 7]
     assert re.search(r"row 4 (\(line 6\) )?'C\[Se\]C'", caplog.text)
     assert "atom 1 has type 'Se'" in caplog.text
     assert re.search(r"row 7 (\(line 9\) )?'\[C-\]#\[O\+\]'", caplog.text)
     assert "2 of 8 molecules could not be featurised" in caplog.text
     # the OGB featuriser encodes both: a store of its own with no failure
     ogb = _csv_store(path, ["y"], featurizer="ogb")
-    assert ogb.cache_dir != cache.cache_dir and len(ogb) == 8 and not ogb.failures
+    assert ogb.folder != store.folder and len(ogb) == 8 and not ogb.failures
     with pytest.raises(InvalidMoleculeError) as info:
         load_dataset(f"csv:{path}", target_columns=["y"], featurizer="zinc", strict=True)
     msg = str(info.value)
@@ -381,24 +381,24 @@ def test_max_nodes_drops_oversize_graphs_from_train_only(tmp_path, caplog):
         load_dataset(f"csv:{path}", max_nodes=0, **kwargs)
 
 
-def test_max_nodes_on_a_memory_mapped_cache(tmp_path, caplog):
+def test_max_nodes_on_a_memory_mapped_store(tmp_path, caplog):
     smiles = GOOD + ["CCCCCCCCCCCCCCCC", "CCCCCCCCCCCC"]
     y = np.arange(len(smiles), dtype=np.float64)
     y[3] = np.nan  # an unlabelled training molecule
-    build_molecule_cache(tmp_path / "cache", smiles, y, progress=False)
-    cache = MoleculeCache(tmp_path / "cache")
+    build_molecule_store(tmp_path / "store", smiles, y, progress=False)
+    store = MoleculeStore(tmp_path / "store")
     sizes = [ogb_smiles_to_graph(s).num_nodes for s in smiles]
     parts = {
         "train": np.array([0, 1, 2, 3, 12, 4, 5, 6, 7]),
         "valid": np.array([8, 13, 9]),
         "test": np.array([10, 11]),
     }
-    ds = {k: CachedGraphDataset(cache, v, 5, k) for k, v in parts.items()}
+    ds = {k: StoreGraphDataset(store, v, 5, k) for k, v in parts.items()}
     assert graph_sizes(ds["train"]).tolist() == [sizes[i] for i in parts["train"]]
-    splits = DatasetSplits("cached", ds["train"], ds["valid"], ds["test"], "ogb", ["y"])
+    splits = DatasetSplits("stored", ds["train"], ds["valid"], ds["test"], "ogb", ["y"])
     with caplog.at_level(logging.WARNING):
         out = apply_input_policy(splits, max_nodes=10)
-    assert isinstance(out.train, CachedGraphDataset)
+    assert isinstance(out.train, StoreGraphDataset)
     assert out.train.source_index.tolist() == [0, 1, 2, 4, 5, 6, 7]
     assert (out.dropped_train_unlabelled, out.dropped_train_oversize) == (1, 1)
     assert (out.oversize_valid, out.oversize_test) == (1, 0) and len(out.valid) == 3
@@ -407,8 +407,8 @@ def test_max_nodes_on_a_memory_mapped_cache(tmp_path, caplog):
     assert "1 of 3 valid graphs have more than max_nodes=10 atoms (largest 12; row 13)" in (
         caplog.text
     )
-    with pytest.raises(ValueError, match="cached: the test split is empty"):
-        apply_input_policy(replace(splits, test=CachedGraphDataset(cache, np.zeros(0), 5)))
+    with pytest.raises(ValueError, match="stored: the test split is empty"):
+        apply_input_policy(replace(splits, test=StoreGraphDataset(store, np.zeros(0), 5)))
 
 
 # ---------------------------------------------------------------------------------------

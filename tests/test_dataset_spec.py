@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graphormer_urpe.datasets.pcqm import LSC_DATASETS
+from graphormer_urpe.datasets.sources.pcqm_files import LSC_DATASETS
 from graphormer_urpe.datasets.spec import (
     LSC_NAMES,
     DatasetSpec,

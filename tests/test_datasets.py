@@ -20,15 +20,15 @@ import torch
 from networkx.algorithms import isomorphism
 from torch_geometric.datasets import ZINC
 
-import graphormer_urpe.datasets.chunks as chunks_module
+import graphormer_urpe.datasets.store.chunks as chunks_module
 from graphormer_urpe.datasets import (
     FEATURIZERS,
     ZINC_ATOM_TYPES,
-    CachedGraphDataset,
     DatasetSplits,
     DatasetUnavailableError,
     InvalidMoleculeError,
-    MoleculeCache,
+    MoleculeStore,
+    StoreGraphDataset,
     UnknownAtomTypeError,
     featurize_smiles,
     load_dataset,
@@ -43,8 +43,8 @@ from graphormer_urpe.datasets import (
     scaffold_split,
     zinc_mol_to_graph,
 )
-from graphormer_urpe.datasets.smiles_csv import open_csv
-from graphormer_urpe.datasets.zinc_target import cycle_basis, largest_ring_penalty
+from graphormer_urpe.datasets.sources.penalized_logp import cycle_basis, largest_ring_penalty
+from graphormer_urpe.datasets.sources.smiles_csv import open_csv
 from graphormer_urpe.graph.features import GraphormerFeatures, has_graphormer_features
 from tests.conftest import SHARED_DATA
 
@@ -246,17 +246,17 @@ def _csv_store(
     target_columns: list[str] | None = None,
     featurizer: str = "ogb",
     smiles_column: str = "smiles",
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store of a whole CSV file (no split), the one ``load_dataset`` uses for it."""
     return open_csv(path, smiles_column, featurizer, target_columns)
 
 
-def _whole(cache: MoleculeCache, multi_hop_max_dist: int = 20) -> CachedGraphDataset:
-    return CachedGraphDataset(cache, np.arange(len(cache)), multi_hop_max_dist, "all")
+def _whole(cache: MoleculeStore, multi_hop_max_dist: int = 20) -> StoreGraphDataset:
+    return StoreGraphDataset(cache, np.arange(len(cache)), multi_hop_max_dist, "all")
 
 
-def _mtime(cache: MoleculeCache) -> int:
-    return (cache.cache_dir / "meta.json").stat().st_mtime_ns
+def _mtime(cache: MoleculeStore) -> int:
+    return (cache.folder / "meta.json").stat().st_mtime_ns
 
 
 # ---------------------------------------------------------------------------------------
@@ -292,16 +292,16 @@ def _write_zinc_raw(root: Path) -> dict[str, list[str]]:
     }
 
 
-def test_zinc_store_subset_full_and_hops_read_from_one_store(tmp_path, store_cache):
+def test_zinc_store_subset_full_and_hops_read_from_one_store(tmp_path, store_dir):
     root = tmp_path / "ZINC"
     expected = _write_zinc_raw(root)
     splits = load_zinc_splits(root, 20, subset=True)
     assert splits.name == "zinc" and splits.featurizer == "zinc"
     parts = {"train": splits.train, "val": splits.valid, "test": splits.test}
-    assert all(isinstance(ds, CachedGraphDataset) for ds in parts.values())
+    assert all(isinstance(ds, StoreGraphDataset) for ds in parts.values())
     assert [len(ds) for ds in parts.values()] == [4, 1, 2]
-    cache = splits.train.cache
-    assert {ds.cache.cache_dir for ds in parts.values()} == {cache.cache_dir}
+    cache = splits.train.store
+    assert {ds.store.folder for ds in parts.values()} == {cache.folder}
     # the official splits are the split codes stored with the graphs
     assert cache.split_codes.tolist() == [0, 0, 0, 0, 1, 2, 2]
     for split, ds in parts.items():
@@ -316,29 +316,29 @@ def test_zinc_store_subset_full_and_hops_read_from_one_store(tmp_path, store_cac
     # another multi_hop_max_dist reads the same store (nothing is rebuilt) with its own hops
     built = _mtime(cache)
     short = load_zinc_splits(root, 2, subset=True)
-    assert short.train.cache.cache_dir == cache.cache_dir and _mtime(cache) == built
+    assert short.train.store.folder == cache.folder and _mtime(cache) == built
     assert max(int(d.edge_input_hops) for d in short.train) == 2
     ref = GraphormerFeatures(2)(zinc_mol_to_graph(expected["train"][0]))
     _assert_same_graph(short.train[0], ref)
-    # the store lives in the cache folder, not under the dataset root
-    assert cache.cache_dir.is_relative_to(store_cache)
+    # the store lives in the store folder, not under the dataset root
+    assert cache.folder.is_relative_to(store_dir)
     assert sorted(p.name for p in root.iterdir()) == ["raw"]
 
     # the full dataset has its own store and uses every molecule
     splits = load_dataset("zinc-full", root=str(root), multi_hop_max_dist=20)
     assert splits.name == "zinc-full" and splits.featurizer == "zinc"
     assert [len(splits.train), len(splits.valid), len(splits.test)] == [6, 2, 2]
-    full = splits.train.cache
-    assert full.cache_dir != cache.cache_dir and full.cache_dir.is_relative_to(store_cache)
+    full = splits.train.store
+    assert full.folder != cache.folder and full.folder.is_relative_to(store_dir)
     for i, smiles in enumerate(expected["full-val"]):
         _assert_same_graph(splits.valid[i], GraphormerFeatures(20)(zinc_mol_to_graph(smiles)))
     assert splits.target_names == ["penalized_logp"] and splits.num_targets == 1
     with pytest.raises(ValueError, match="featurizer must be 'zinc'"):
         load_dataset("zinc", root=str(root), featurizer="ogb")
-    assert open_zinc(root, subset=True).cache_dir == cache.cache_dir
+    assert open_zinc(root, subset=True).folder == cache.folder
 
 
-def test_zinc_offline_download_fails_fast_with_instructions(tmp_path, monkeypatch, store_cache):
+def test_zinc_offline_download_fails_fast_with_instructions(tmp_path, monkeypatch, store_dir):
     calls: list[str] = []
 
     def offline(url, *args, **kwargs):
@@ -364,7 +364,7 @@ def test_zinc_offline_download_fails_fast_with_instructions(tmp_path, monkeypatc
     with pytest.raises(DatasetUnavailableError, match="missing val.pickle, test.pickle"):
         open_zinc(root)
     assert calls == [] and (root / "raw" / "train.pickle").read_bytes() == b"placeholder"
-    assert not any(store_cache.iterdir())  # no store was started
+    assert not any(store_dir.iterdir())  # no store was started
 
 
 # ---------------------------------------------------------------------------------------
@@ -415,7 +415,7 @@ def test_csv_invalid_smiles_reported_skipped_or_strict(tmp_path, caplog, featuri
     assert featurize_calls == [7]
     # strict: a fresh store raises, and so does reusing the store built with failures
     with pytest.raises(InvalidMoleculeError, match=r"2 invalid molecule\(s\).*row 2 \(line 4\)"):
-        load_dataset(f"csv:{path}", target_columns=["y"], strict=True, cache_dir=tmp_path / "f")
+        load_dataset(f"csv:{path}", target_columns=["y"], strict=True, store_dir=tmp_path / "f")
     assert featurize_calls == [7, 7]
     with pytest.raises(InvalidMoleculeError, match="C1CC"):
         load_dataset(f"csv:{path}", target_columns=["y"], strict=True)
@@ -453,12 +453,12 @@ def test_csv_missing_targets_extra_and_missing_columns(tmp_path):
 def _check_partition(splits: DatasetSplits, total: int) -> None:
     """The three splits read one store and hold every source row exactly once."""
     parts = (splits.train, splits.valid, splits.test)
-    assert len({p.cache.cache_dir for p in parts}) == 1
+    assert len({p.store.folder for p in parts}) == 1
     rows = [int(r) for p in parts for r in p.source_index]
     assert sorted(rows) == list(range(total))
 
 
-def test_csv_split_column_random_and_scaffold(tmp_path, store_cache):
+def test_csv_split_column_random_and_scaffold(tmp_path, store_dir):
     labels = ["train", "val", "test", "validation", "Train", "valid"] * 2
     rows = [
         {"smiles": s, "y": float(i), "fold": lab}
@@ -471,9 +471,9 @@ def test_csv_split_column_random_and_scaffold(tmp_path, store_cache):
     assert sorted(float(d.y) for d in by_col.test) == [2.0, 8.0]
     assert by_col.target_names == ["y"]  # the split column is not a target
     _check_partition(by_col, 12)
-    # the root is not used for CSV files: the store is in the cache folder
+    # the root is not used for CSV files: the store is in the store folder
     assert not (tmp_path / "r").exists()
-    assert by_col.train.cache.cache_dir.is_relative_to(store_cache)
+    assert by_col.train.store.folder.is_relative_to(store_dir)
 
     rand = load_dataset(f"csv:{path}", target_columns=["y"], seed=1)
     _check_partition(rand, 12)
@@ -481,7 +481,7 @@ def test_csv_split_column_random_and_scaffold(tmp_path, store_cache):
     again = load_dataset(f"csv:{path}", target_columns=["y"], seed=1)
     assert again.test.source_index.tolist() == rand.test.source_index.tolist()
     other_seed = load_dataset(f"csv:{path}", target_columns=["y"], seed=2)
-    assert other_seed.train.cache.cache_dir == rand.train.cache.cache_dir  # same store
+    assert other_seed.train.store.folder == rand.train.store.folder  # same store
 
     scaf = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
     _check_partition(scaf, 12)
@@ -599,21 +599,21 @@ def test_csv_gzip_separate_files_and_store_keys(tmp_path, featurize_calls):
     assert featurize_calls == [12]  # built
     built = _mtime(zinc)
     same = _csv_store(gz, ["y"], featurizer="zinc")
-    assert same.cache_dir == zinc.cache_dir and _mtime(same) == built
+    assert same.folder == zinc.folder and _mtime(same) == built
     assert featurize_calls == [12]  # reused
     other = _csv_store(gz, ["y"], featurizer="ogb")
-    assert other.cache_dir != zinc.cache_dir and featurize_calls == [12, 12]
+    assert other.folder != zinc.folder and featurize_calls == [12, 12]
     assert _whole(other)[0].x.shape[1] == 9
     _assert_same_graph(_whole(other)[5], _expected_graph(CSV_SMILES[5], "ogb", 20))
     # multi_hop_max_dist is applied when graphs are read: the same store, other hops
     hops = load_dataset(f"csv:{gz}", target_columns=["y"], multi_hop_max_dist=1)
-    assert hops.train.cache.cache_dir == other.cache_dir and featurize_calls == [12, 12]
+    assert hops.train.store.folder == other.folder and featurize_calls == [12, 12]
     assert max(int(d.edge_input_hops) for d in hops.train) == 1
     for i, smiles in enumerate(hops.test.smiles()):
         _assert_same_graph(hops.test[i], _expected_graph(smiles, "ogb", 1))
     _write_csv(gz, rows + [{"smiles": "CCCl", "y": 12.0}], compress=True)  # content changed
     edited = _csv_store(gz, ["y"], featurizer="zinc")
-    assert edited.cache_dir not in (zinc.cache_dir, other.cache_dir) and len(edited) == 13
+    assert edited.folder not in (zinc.folder, other.folder) and len(edited) == 13
     assert featurize_calls == [12, 12, 13]
 
     parts = [
@@ -623,7 +623,7 @@ def test_csv_gzip_separate_files_and_store_keys(tmp_path, featurize_calls):
     spec = "csv:" + ",".join(map(str, parts))
     splits = load_dataset(spec)
     assert [len(splits.train), len(splits.valid), len(splits.test)] == [8, 2, 2]
-    assert len({s.cache.cache_dir for s in (splits.train, splits.valid, splits.test)}) == 3
+    assert len({s.store.folder for s in (splits.train, splits.valid, splits.test)}) == 3
     assert splits.target_names == ["y"]
     assert float(splits.test[1].y) == 11.0
     assert splits.test.smiles() == CSV_SMILES[10:]
@@ -638,7 +638,7 @@ def test_csv_gzip_separate_files_and_store_keys(tmp_path, featurize_calls):
 # ---------------------------------------------------------------------------------------
 
 
-def test_nci5k_subset_labels_features_and_split(store_cache, featurize_calls):
+def test_nci5k_subset_labels_features_and_split(store_dir, featurize_calls):
     splits = load_nci5k(5, limit=120)
     assert splits.name == "nci5k" and splits.featurizer == "ogb"
     assert splits.target_names == ["penalized_logp"] and splits.metric == "mae"
@@ -646,12 +646,12 @@ def test_nci5k_subset_labels_features_and_split(store_cache, featurize_calls):
     assert total == 120  # the first 120 NCI molecules all parse
     assert [len(splits.train), len(splits.valid)] == [96, 12]
     _check_partition(splits, 120)
-    assert all(isinstance(p, CachedGraphDataset) for p in (splits.train, splits.valid))
+    assert all(isinstance(p, StoreGraphDataset) for p in (splits.train, splits.valid))
     assert featurize_calls == [120]
     base = open_nci(limit=120)
-    assert base.cache_dir == splits.train.cache.cache_dir
+    assert base.folder == splits.train.store.folder
     assert featurize_calls == [120]  # the store is reused
-    assert base.cache_dir.parent == store_cache / "nci5k"
+    assert base.folder.parent == store_dir / "nci5k"
     smiles = base.smiles(range(len(base)))
     assert base.source_index.tolist() == list(range(120))
     for i in (0, 57, 119):

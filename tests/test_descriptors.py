@@ -10,16 +10,17 @@ import pytest
 from rdkit import Chem
 from rdkit.Chem import Descriptors
 
-from graphormer_urpe.datasets import descriptors as desc
-from graphormer_urpe.datasets.descriptors import (
+from graphormer_urpe.datasets.featurizers import descriptors as desc
+from graphormer_urpe.datasets.featurizers.descriptors import (
     DESCRIPTOR_NAMES,
     EXCLUDED,
     DescriptorNormalizer,
     compute_descriptors,
     descriptor_set_id,
 )
-from graphormer_urpe.datasets.source import MoleculeRecords, open_store, store_dir
-from graphormer_urpe.datasets.store import MoleculeCache, build_molecule_cache
+from graphormer_urpe.datasets.store import MoleculeStore, build_molecule_store
+from graphormer_urpe.datasets.store.location import store_folder
+from graphormer_urpe.datasets.store.records import MoleculeRecords, open_store
 
 FIXTURE = [
     "CCO",
@@ -139,9 +140,9 @@ def test_fit_subsamples_large_inputs_with_a_seed():
     assert a.fitted_on == 1_000 and a.to_dict() == b.to_dict() and a.center != c.center
 
 
-def test_store_caches_descriptors_of_the_kept_molecules_across_chunks(tmp_path):
+def test_store_keeps_descriptors_of_the_kept_molecules_across_chunks(tmp_path):
     smiles = [*FIXTURE[:4], "not a smiles", *FIXTURE[4:]]
-    report = build_molecule_cache(
+    report = build_molecule_store(
         tmp_path / "s",
         smiles,
         np.zeros((len(smiles), 0)),
@@ -152,7 +153,7 @@ def test_store_caches_descriptors_of_the_kept_molecules_across_chunks(tmp_path):
         progress=False,
     )
     assert report.graphs == len(FIXTURE) and len(report.failures) == 1
-    cache = MoleculeCache(tmp_path / "s")
+    cache = MoleculeStore(tmp_path / "s")
     assert cache.has_descriptors and cache.descriptor_names == list(DESCRIPTOR_NAMES)
     assert cache.meta["descriptors"]["set"] == descriptor_set_id()
     stored = np.asarray(cache.descriptors)
@@ -171,10 +172,10 @@ def test_store_records_nonfinite_counts(tmp_path, monkeypatch):
         return fns
 
     monkeypatch.setattr(desc, "descriptor_functions", broken)
-    build_molecule_cache(
+    build_molecule_store(
         tmp_path / "s", FIXTURE[:3], np.zeros((3, 0)), target_names=[], descriptors=True
     )
-    assert MoleculeCache(tmp_path / "s").meta["descriptors"]["nonfinite"] == {"BertzCT": 3}
+    assert MoleculeStore(tmp_path / "s").meta["descriptors"]["nonfinite"] == {"BertzCT": 3}
 
 
 def test_descriptor_option_is_in_the_store_key_and_a_changed_option_rebuilds(monkeypatch):
@@ -184,8 +185,8 @@ def test_descriptor_option_is_in_the_store_key_and_a_changed_option_rebuilds(mon
         calls["n"] += 1
         return MoleculeRecords(np.arange(3), np.zeros((3, 0)), [], smiles=FIXTURE[:3])
 
-    plain = store_dir("pretrain", "x", {"sha256": "abc"}, None)
-    with_desc = store_dir("pretrain", "x", {"sha256": "abc", "descriptors": "v"}, None)
+    plain = store_folder("pretrain", "x", {"sha256": "abc"}, None)
+    with_desc = store_folder("pretrain", "x", {"sha256": "abc", "descriptors": "v"}, None)
     assert plain != with_desc
     a = open_store(plain, read, featurizer="ogb", description="x")
     assert not a.has_descriptors and calls["n"] == 1
@@ -201,16 +202,16 @@ def test_descriptor_option_is_in_the_store_key_and_a_changed_option_rebuilds(mon
 def test_an_unfinished_build_with_the_other_option_is_discarded(tmp_path):
     folder = tmp_path / "s"
     targets = np.zeros((4, 0))
-    build_molecule_cache(folder, FIXTURE[:4], targets, target_names=[], chunk_size=2)
+    build_molecule_store(folder, FIXTURE[:4], targets, target_names=[], chunk_size=2)
     (folder / "meta.json").unlink()  # pretend the build stopped before its end
     plan = {"format": "graphormer-urpe-mmap/2", "rows": 4, "targets": 0, "chunk_size": 2}
     (folder / "plan.json").write_text(json.dumps({**plan, "descriptors": False}))
     (folder / "chunks" / "000000").mkdir(parents=True)
-    report = build_molecule_cache(
+    report = build_molecule_store(
         folder, FIXTURE[:4], targets, target_names=[], chunk_size=2, descriptors=True
     )
     assert report.chunks_computed == 2  # nothing of the plain build was reused
-    assert MoleculeCache(folder).has_descriptors
+    assert MoleculeStore(folder).has_descriptors
 
 
 def test_another_rdkit_version_warns_once_per_process(caplog, monkeypatch):
@@ -230,23 +231,23 @@ def test_two_builders_of_one_store_at_once_build_it_once(tmp_path, monkeypatch):
     import threading
     import time
 
-    from graphormer_urpe.datasets import source
+    from graphormer_urpe.datasets.store import records as store_records
 
-    real, builds = source.build_molecule_cache, []
+    real, builds = store_records.build_molecule_store, []
 
     def slow_build(*args, **kw):  # holds the build open long enough for the other to arrive
         builds.append(threading.get_ident())
         time.sleep(0.5)
         return real(*args, **kw)
 
-    monkeypatch.setattr(source, "build_molecule_cache", slow_build)
+    monkeypatch.setattr(store_records, "build_molecule_store", slow_build)
     records = MoleculeRecords(
         rows=np.arange(len(FIXTURE)),
         targets=np.zeros((len(FIXTURE), 0)),
         target_names=[],
         smiles=list(FIXTURE),
     )
-    folder = store_dir("csv", "mols", {"case": "race"}, tmp_path)
+    folder = store_folder("csv", "mols", {"case": "race"}, tmp_path)
     opened, errors = [], []
 
     def open_it():

@@ -71,7 +71,7 @@ def test_smoke_runs_every_section_and_writes_a_valid_report(tmp_path, monkeypatc
     if not (data / "zinc" / "train.csv").exists():
         pytest.skip(f"the molecules the check reads are not available at {data}")
     out, work = tmp_path / "out", tmp_path / "work"
-    # (the check points GRAPHORMER_URPE_CACHE at its work folder: store_cache puts it back)
+    # (the check points GRAPHORMER_URPE_STORE at its work folder: store_dir puts it back)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     code = dc.main(["--smoke", "--out", str(out), "--work", str(work), "--data", str(data)])
     err = capsys.readouterr().err

@@ -25,9 +25,9 @@ from graphormer_urpe.datasets.domain import (
     record_of_smiles,
 )
 from graphormer_urpe.datasets.store import (
-    CachedGraphDataset,
-    MoleculeCache,
-    build_molecule_cache,
+    MoleculeStore,
+    StoreGraphDataset,
+    build_molecule_store,
     featurize_chunk,
 )
 from graphormer_urpe.inference import iter_predictions, load_model
@@ -257,12 +257,12 @@ def test_a_store_without_smiles_records_all_but_the_similarity(tmp_path, featuri
         for g in range(len(kept))
     ]
     store = tmp_path / "store"
-    build_molecule_cache(
+    build_molecule_store(
         store, None, np.zeros(len(kept)), graphs=graphs, featurizer=featurizer, progress=False
     )
-    cache = MoleculeCache(store)
+    cache = MoleculeStore(store)
     assert not cache.has_smiles
-    rec = domain_record(CachedGraphDataset(cache, np.arange(len(kept))), featurizer)
+    rec = domain_record(StoreGraphDataset(cache, np.arange(len(kept))), featurizer)
     assert rec is not None and rec.fingerprints is None
     assert rec.checks == ("elements", "charges", "fragments", "atoms")
     from_smiles = record_of_smiles(kept, featurizer)

@@ -14,7 +14,7 @@ import torch
 
 from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
 from graphormer_urpe.datasets import featurize_smiles
-from graphormer_urpe.datasets.descriptors import (
+from graphormer_urpe.datasets.featurizers.descriptors import (
     DescriptorNormalizer,
     compute_descriptors,
     descriptor_functions,

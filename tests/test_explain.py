@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.datasets.featurize import featurize_smiles
+from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
 from graphormer_urpe.graph.model import Graphormer, GraphormerConfig
 from graphormer_urpe.inference.explain import Explainer
 from graphormer_urpe.inference.explain_io import write_explanations

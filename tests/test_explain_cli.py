@@ -28,7 +28,7 @@ def run(tmp_path_factory) -> Path:
         for s in SMILES:
             w.writerow([s, sum(ch.isalpha() and ch not in "lr" for ch in s)])
     args = ["train", "--dataset", f"csv:{table}", "--data-root", str(root / "data")]
-    args += ["--cache-dir", str(root / "cache"), "--target-columns", "heavy_atoms"]
+    args += ["--store-dir", str(root / "cache"), "--target-columns", "heavy_atoms"]
     args += ["--out", str(root / "run"), *TINY_MODEL, "--epochs", "1", "--batch-size", "8"]
     assert cli.main([*args, "--no-progress", "--threads", "1"]) == 0
     return root / "run"

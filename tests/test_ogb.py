@@ -1,9 +1,9 @@
 """OGB-LSC PCQM4Mv2 / PCQM4M and ogbg-mol* sets: fixtures in the official layouts, no downloads.
 
-Covers: safe split loading, processing into the memory-mapped cache (features equal to
+Covers: safe split loading, processing into the memory-mapped store (features equal to
 ``graph_structure`` / ``GraphormerFeatures``), NaN targets on the test splits, no prompt when
 ``RELEASE_v1.txt`` is missing, offline failure, resumed and parallel preprocessing giving
-identical caches, failures reported by index, the submission writer, an ogbg-mol* set through
+identical stores, failures reported by index, the submission writer, an ogbg-mol* set through
 OGB's raw layout and evaluator, BCE with missing labels, the command line (preprocess, train,
 evaluate, submit), and the real PCQM4Mv2 sample when it is available.
 """
@@ -31,14 +31,14 @@ from graphormer_urpe import cli
 from graphormer_urpe.datasets import (
     DatasetUnavailableError,
     LSCEvaluator,
-    MoleculeCache,
-    build_molecule_cache,
+    MoleculeStore,
+    build_molecule_store,
     load_dataset,
     ogb_smiles_to_graph,
     open_lsc,
     preprocess_lsc,
 )
-from graphormer_urpe.datasets.pcqm import PCQM4M, PCQM4MV2, load_split_dict
+from graphormer_urpe.datasets.sources.pcqm_files import PCQM4M, PCQM4MV2, load_split_dict
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import GraphormerFeatures, graph_structure
 from graphormer_urpe.inference.submit import SubmissionError, write_submission
@@ -164,10 +164,10 @@ def assert_same_graph(got: Data, want: Data, extra: frozenset[str] = frozenset()
 # ---------------------------------------------------------------------------------------
 
 
-def test_cache_features_equal_graph_structure(tmp_path):
+def test_store_features_equal_graph_structure(tmp_path):
     smiles = SMILES
-    build_molecule_cache(tmp_path / "c", smiles, np.arange(len(smiles)), progress=False)
-    cache = MoleculeCache(tmp_path / "c")
+    build_molecule_store(tmp_path / "c", smiles, np.arange(len(smiles)), progress=False)
+    cache = MoleculeStore(tmp_path / "c")
     assert len(cache) == len(smiles)
     for mhd in (5, 20):
         batch = cache.graphs(range(len(smiles)), mhd)  # the batched path of __getitems__
@@ -187,7 +187,7 @@ def test_cache_features_equal_graph_structure(tmp_path):
     assert salt.spatial_pos.tolist() == [0, 510, 510, 0]  # disconnected: 510 kept
     chain = cache.graph(smiles.index("CCCCCCCCCCCC"), 20)
     assert int(chain.edge_input_hops) == 11
-    # the compact cache: atoms and bonds in narrow dtypes, nothing stored per atom pair
+    # the compact store: atoms and bonds in narrow dtypes, nothing stored per atom pair
     arrays = cache.open()
     assert arrays["x"].dtype == np.uint8 and arrays["edge_index"].dtype == np.uint8
     pair_arrays = {"dist_code", "path_code", "spatial_pos", "edge_input"}
@@ -353,18 +353,18 @@ def _cache_arrays(path: Path) -> dict[str, np.ndarray]:
 def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeypatch):
     smiles = [*SMILES, BAD_TRAIN]
     y = np.arange(len(smiles), dtype=float)
-    ref = build_molecule_cache(tmp_path / "ref", smiles, y, chunk_size=5, progress=False)
+    ref = build_molecule_store(tmp_path / "ref", smiles, y, chunk_size=5, progress=False)
     assert ref.chunks == 8 and [f.index for f in ref.failures] == [len(SMILES)]
 
     with interrupted_chunk_writes(monkeypatch, after=3) as written:
-        build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=5, progress=False)
+        build_molecule_store(tmp_path / "run", smiles, y, chunk_size=5, progress=False)
     assert not (tmp_path / "run" / "meta.json").exists()
     assert sorted(p.name for p in (tmp_path / "run" / "chunks").iterdir()) == written
     (tmp_path / "run" / "chunks" / ".000007.tmp-1").mkdir()  # a writer's leftover
 
     computed = count_chunk_rows(monkeypatch)
     # a different chunk size on resume: the recorded plan wins
-    report = build_molecule_cache(tmp_path / "run", smiles, y, chunk_size=7, progress=False)
+    report = build_molecule_store(tmp_path / "run", smiles, y, chunk_size=7, progress=False)
     assert sorted(computed) == [15, 20, 25, 30, 35] and report.chunks_computed == 5
     assert report.graphs == ref.graphs and report.failures == ref.failures
     a, b = _cache_arrays(tmp_path / "ref"), _cache_arrays(tmp_path / "run")
@@ -373,17 +373,17 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
     for key in a:
         assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key], equal_nan=True), key
     assert not (tmp_path / "run" / "chunks").exists()
-    # a finished cache is reused, nothing recomputed
+    # a finished store is reused, nothing recomputed
     computed.clear()
-    again = build_molecule_cache(tmp_path / "run", smiles, y, progress=False)
-    assert not again.built and computed == [] and again.cache_bytes == report.cache_bytes
+    again = build_molecule_store(tmp_path / "run", smiles, y, progress=False)
+    assert not again.built and computed == [] and again.store_bytes == report.store_bytes
 
 
-def test_two_workers_give_the_same_cache_as_one(tmp_path):
+def test_two_workers_give_the_same_store_as_one(tmp_path):
     smiles = [*SMILES, BAD_TRAIN, ""]
     y = np.linspace(0, 1, len(smiles))
-    one = build_molecule_cache(tmp_path / "w1", smiles, y, workers=1, chunk_size=6, progress=False)
-    two = build_molecule_cache(tmp_path / "w2", smiles, y, workers=2, chunk_size=6, progress=False)
+    one = build_molecule_store(tmp_path / "w1", smiles, y, workers=1, chunk_size=6, progress=False)
+    two = build_molecule_store(tmp_path / "w2", smiles, y, workers=2, chunk_size=6, progress=False)
     assert two.workers == 2 and two.chunks_computed == one.chunks_computed == 7
     a, b = _cache_arrays(tmp_path / "w1"), _cache_arrays(tmp_path / "w2")
     for key in a:
@@ -392,7 +392,7 @@ def test_two_workers_give_the_same_cache_as_one(tmp_path):
     assert "empty SMILES" in two.failures[1].reason
     for report in (one, two):
         assert report.molecules_per_second and report.molecules_per_second > 0
-        assert report.cache_bytes > 0 and report.load_seconds >= 0
+        assert report.store_bytes > 0 and report.load_seconds >= 0
         assert set(report.stage_seconds) == {"featurize", "arrays", "write", "merge"}
 
 
@@ -468,7 +468,7 @@ def write_ogbg_layout(root: Path, name: str, smiles: list[str], labels: np.ndarr
     return folder
 
 
-def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, capsys, store_cache):
+def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, capsys, store_dir):
     labels = (np.arange(len(SMILES)) % 3 == 0).astype(np.int64).reshape(-1, 1)
     folder = write_ogbg_layout(tmp_path, "ogbg-molhiv", SMILES, labels)
 
@@ -487,14 +487,14 @@ def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, cap
         g = splits.valid[k]
         assert_same_graph(g, reference(SMILES[row], 5))
         assert int(g.y) == labels[row, 0]
-    store = splits.valid.cache
-    assert store.cache_dir.parent == store_cache / "ogbg"  # in the cache folder, not the root
+    store = splits.valid.store
+    assert store.folder.parent == store_dir / "ogbg"  # in the store folder, not the root
     assert not (folder / "processed").exists()
-    meta = store.cache_dir / "meta.json"
+    meta = store.folder / "meta.json"
     mtime = meta.stat().st_mtime_ns
     again = load_dataset("ogbg-molhiv", root=str(tmp_path), multi_hop_max_dist=3)
     assert meta.stat().st_mtime_ns == mtime  # reused, not re-processed: hops apply on reading
-    assert again.valid.cache.cache_dir == store.cache_dir
+    assert again.valid.store.folder == store.folder
     assert_same_graph(again.valid[0], reference(SMILES[len(SMILES) - 12], 3))
     # an edited raw file builds a new store next to the old one
     labels[0, 0] = 1 - labels[0, 0]
@@ -502,7 +502,7 @@ def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, cap
         folder / "raw" / "graph-label.csv.gz", header=False, index=False, compression="gzip"
     )
     edited = load_dataset("ogbg-molhiv", root=str(tmp_path))
-    assert edited.train.cache.cache_dir != store.cache_dir
+    assert edited.train.store.folder != store.folder
     assert int(edited.train[0].y) == labels[0, 0]
 
     y = torch.tensor([[0.0], [1.0], [1.0], [0.0], [float("nan")], [1.0]])
@@ -610,8 +610,8 @@ def test_cli_preprocess_train_evaluate_submit(tmp_path, capsys):
     assert cli.main([*args, "--chunk-size", "10", "--no-progress"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["graphs"] == len(SMILES) and report["chunks"] == 4 and report["workers"] == 2
-    assert report["projected_cache_bytes"] == pytest.approx(
-        report["cache_bytes"] / len(SMILES) * 3_746_620, rel=1e-3
+    assert report["projected_store_bytes"] == pytest.approx(
+        report["store_bytes"] / len(SMILES) * 3_746_620, rel=1e-3
     )
     assert report["molecules_per_second"] > 0 and report["load_seconds"] >= 0
 

@@ -9,7 +9,11 @@ from ogb.utils import smiles2graph
 from rdkit import Chem, rdBase
 
 from graphormer_urpe.datasets import ogb_smiles_to_graph
-from graphormer_urpe.datasets.ogb_graph import ogb_graphs, ogb_mol_graph, ogb_smiles_graph
+from graphormer_urpe.datasets.featurizers.ogb_features import (
+    ogb_graphs,
+    ogb_mol_graph,
+    ogb_smiles_graph,
+)
 from tests.conftest import SHARED_DATA
 
 # every "misc" code and every unusual value OGB encodes: dummy atoms, charges beyond +-5,

@@ -15,13 +15,13 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.datasets import load_dataset
-from graphormer_urpe.datasets.descriptors import (
+from graphormer_urpe.datasets.featurizers.descriptors import (
     DESCRIPTOR_NAMES,
     DescriptorNormalizer,
     compute_descriptors,
 )
-from graphormer_urpe.datasets.nci import read_nci_smiles
-from graphormer_urpe.datasets.pretrain import DescriptorTargets, read_smiles_list
+from graphormer_urpe.datasets.sources.nci import read_nci_smiles
+from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets, read_smiles_list
 from graphormer_urpe.io.checkpoint import load_checkpoint
 from graphormer_urpe.runtime.config import make_config
 from graphormer_urpe.training.pretrained import init_from_checkpoint
@@ -41,13 +41,13 @@ def smi_file(tmp_path_factory) -> Path:
     return path
 
 
-def _pretrain_args(smi: Path, cache: Path, out: Path, *extra: str) -> list[str]:
+def _pretrain_args(smi: Path, store: Path, out: Path, *extra: str) -> list[str]:
     return [
         "pretrain",
         "--input",
         str(smi),
-        "--cache-dir",
-        str(cache),
+        "--store-dir",
+        str(store),
         "--out",
         str(out),
         *TINY_MODEL,
@@ -72,9 +72,9 @@ def _pretrain_args(smi: Path, cache: Path, out: Path, *extra: str) -> list[str]:
 def reference(smi_file, tmp_path_factory) -> tuple[Path, Path]:
     """An uninterrupted pretraining run (dropout on, so the RNG state matters)."""
     base = tmp_path_factory.mktemp("pretrain")
-    cache, out = base / "cache", base / "run"
-    assert cli.main(_pretrain_args(smi_file, cache, out, "--checkpoint-every", "5")) == 0
-    return cache, out
+    store, out = base / "store", base / "run"
+    assert cli.main(_pretrain_args(smi_file, store, out, "--checkpoint-every", "5")) == 0
+    return store, out
 
 
 def test_smiles_files_of_every_kind_are_read(tmp_path):
@@ -93,7 +93,7 @@ def test_smiles_files_of_every_kind_are_read(tmp_path):
 
 
 def test_pretraining_lowers_the_loss_and_records_the_descriptors(smi_file, reference):
-    cache, out = reference
+    store, out = reference
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == STEPS and metrics["loss"] == "smooth_l1"
     assert metrics["pretrain_descriptors"] == len(DESCRIPTOR_NAMES)
@@ -108,7 +108,7 @@ def test_pretraining_lowers_the_loss_and_records_the_descriptors(smi_file, refer
     assert record["descriptors"]["rdkit_version"] == rdkit.__version__
     # the recorded normalisation, applied to a molecule's fresh descriptors, gives its target
     norm = DescriptorNormalizer.from_dict(record["descriptors"])
-    splits = load_dataset(f"pretrain:{smi_file}", cache_dir=str(cache))
+    splits = load_dataset(f"pretrain:{smi_file}", store_dir=str(store))
     assert isinstance(splits.train, DescriptorTargets)
     smiles = splits.train.smiles()[:5]
     want = norm.transform(compute_descriptors(smiles))
@@ -118,18 +118,18 @@ def test_pretraining_lowers_the_loss_and_records_the_descriptors(smi_file, refer
 
 
 def test_max_nodes_keeps_the_descriptor_targets(smi_file, reference):
-    cache, _ = reference
-    full = load_dataset(f"pretrain:{smi_file}", cache_dir=str(cache))
-    small = load_dataset(f"pretrain:{smi_file}", cache_dir=str(cache), max_nodes=15)
+    store, _ = reference
+    full = load_dataset(f"pretrain:{smi_file}", store_dir=str(store))
+    small = load_dataset(f"pretrain:{smi_file}", store_dir=str(store), max_nodes=15)
     assert isinstance(small.train, DescriptorTargets) and 0 < len(small.train) < len(full.train)
     assert small.train[0].y.shape == (1, len(DESCRIPTOR_NAMES))
     assert "202 targets" in repr(small)
 
 
 def test_pretraining_resumes_exactly_after_sigterm(smi_file, reference, tmp_path, monkeypatch):
-    cache, ref_out = reference
+    store, ref_out = reference
     out = tmp_path / "run"
-    args = _pretrain_args(smi_file, cache, out, "--checkpoint-every", "5")
+    args = _pretrain_args(smi_file, store, out, "--checkpoint-every", "5")
     _loss_hook(monkeypatch, 13, lambda: signal.raise_signal(signal.SIGTERM))
     assert cli.main(args) == 128 + signal.SIGTERM
     ckpt = load_checkpoint(out / "last.pt")

@@ -125,10 +125,10 @@ def test_a_resumed_call_continues_the_run(v2, tmp_path):
     ready = v2.ready_path(work, data)
     assert set(v2._ready_counts(ready)) == {v2.VALID, *names}
 
-    from graphormer_urpe.datasets.descriptors import DescriptorNormalizer
-    from graphormer_urpe.datasets.store import MoleculeCache
+    from graphormer_urpe.datasets.featurizers.descriptors import DescriptorNormalizer
+    from graphormer_urpe.datasets.store import MoleculeStore
 
-    first = MoleculeCache(v2._read_json(ready, {})[names[0]]["store"])
+    first = MoleculeStore(v2._read_json(ready, {})[names[0]]["store"])
     normalizer = DescriptorNormalizer.fit(first.descriptors[:], first.descriptor_names)
     config = v2.model_config(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=2,
                              attention_dropout=0.0)  # fmt: skip

@@ -68,7 +68,7 @@ def test_the_recipe_trains_the_recommended_ensemble_and_predicts_with_it(
     if not Path(source).exists():
         with open(source, "w") as fh:
             fh.write("smiles\nCCO\nc1ccccc1O\n")
-    assert cli.main([*train[1:], *TINY, "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert cli.main([*train[1:], *TINY, "--store-dir", str(tmp_path / "cache")]) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"the ensemble is {out}" in last
     assert cli.main([*predict[1:], "--workers", "0", "--no-progress"]) == 0

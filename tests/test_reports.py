@@ -26,7 +26,7 @@ def _write(path: Path, smiles: list[str]) -> Path:
 
 def _train(dataset: str, tmp_path: Path, *extra: str) -> list[str]:
     return [
-        "train", "--dataset", dataset, "--target-columns", "heavy_atoms", "--cache-dir",
+        "train", "--dataset", dataset, "--target-columns", "heavy_atoms", "--store-dir",
         str(tmp_path / "cache"), *TINY_MODEL, "--batch-size", "8", "--max-steps", "2",
         "--no-progress", "--threads", "1", *extra,
     ]  # fmt: skip

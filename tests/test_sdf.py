@@ -16,8 +16,8 @@ import pytest
 from rdkit import Chem
 
 from graphormer_urpe import cli
-from graphormer_urpe.datasets.sdf import iter_sdf_molecules, read_sdf
-from graphormer_urpe.datasets.sdf_text import iter_sdf_blocks, sdf_properties, sdf_title
+from graphormer_urpe.datasets.sources.sdf import iter_sdf_molecules, read_sdf
+from graphormer_urpe.datasets.sources.sdf_blocks import iter_sdf_blocks, sdf_properties, sdf_title
 
 from .test_cli import SMILES, TINY_MODEL
 
@@ -136,21 +136,21 @@ def test_records_are_read_one_at_a_time(tmp_path):
     assert seen == 2000 and peak < size / 20
 
 
-def test_an_sd_store_lives_under_sdf_and_an_older_csv_one_is_still_read(tmp_path, store_cache):
+def test_an_sd_store_lives_under_sdf_and_an_older_csv_one_is_still_read(tmp_path, store_dir):
     from graphormer_urpe.datasets import load_dataset
 
     path = tmp_path / "ligands.sdf"
     write_sdf(path, VALID)
     splits = load_dataset(f"sdf:{path}", target_columns=["pIC50"])
     assert splits.name == f"sdf:{path}"
-    (folder,) = [f for f in (store_cache / "sdf").iterdir() if f.is_dir()]
-    assert not (store_cache / "csv").exists()
+    (folder,) = [f for f in (store_dir / "sdf").iterdir() if f.is_dir()]
+    assert not (store_dir / "csv").exists()
     # a store built by an earlier version, under csv/: read as it is, not built again
-    (store_cache / "csv").mkdir()
-    older = folder.rename(store_cache / "csv" / folder.name)
+    (store_dir / "csv").mkdir()
+    older = folder.rename(store_dir / "csv" / folder.name)
     stamp = (older / "meta.json").stat().st_mtime_ns
     again = load_dataset(f"sdf:{path}", target_columns=["pIC50"])
-    assert not (store_cache / "sdf" / folder.name).exists()
+    assert not (store_dir / "sdf" / folder.name).exists()
     assert (older / "meta.json").stat().st_mtime_ns == stamp
-    assert again.train.cache.cache_dir == older
+    assert again.train.store.folder == older
     assert len(again.train) == len(splits.train)

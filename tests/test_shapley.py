@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.datasets.featurize import featurize_smiles
+from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
 from graphormer_urpe.inference.explain import Explainer
 from graphormer_urpe.inference.integrated import masked_predictions
 from graphormer_urpe.inference.shapley import shapley_from_orders, shapley_values

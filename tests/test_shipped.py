@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphormer_urpe import cli
-from graphormer_urpe.datasets.descriptors import DESCRIPTOR_NAMES
+from graphormer_urpe.datasets.featurizers.descriptors import DESCRIPTOR_NAMES
 from graphormer_urpe.inference import load_model, predict_smiles
 from graphormer_urpe.io.checkpoint import (
     SHIPPED,
@@ -58,7 +58,7 @@ def test_train_init_from_pretrained_starts_from_the_shipped_encoder(tmp_path):
     code = cli.main(
         ["train", "--dataset", f"csv:{data}", "--target-columns", "y", "--init-from"]
         + ["pretrained", "--max-steps", "2", "--out", str(out), "--no-progress", "--threads", "1"]
-        + ["--cache-dir", str(tmp_path / "cache")]
+        + ["--store-dir", str(tmp_path / "cache")]
     )
     assert code == 0
     shipped = load_checkpoint("pretrained")["model"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,16 +13,19 @@ import pytest
 import torch
 
 from graphormer_urpe.datasets import (
-    CACHE_ENV,
-    default_cache_dir,
+    STORE_ENV,
+    MoleculeStore,
+    StoreGraphDataset,
+    build_molecule_store,
+    default_store_dir,
     featurize_smiles,
     load_dataset,
     load_nci5k,
     read_nci_smiles,
-    store_build,
-    store_dir,
+    store_folder,
 )
-from graphormer_urpe.datasets import chunks as chunks_module
+from graphormer_urpe.datasets.store import build as store_build
+from graphormer_urpe.datasets.store import chunks as chunks_module
 from graphormer_urpe.graph.features import GraphormerFeatures
 
 SMILES = [
@@ -85,30 +90,30 @@ def count_chunk_rows(monkeypatch) -> list[int]:
     return rows
 
 
-def test_cache_folder_follows_argument_then_environment_then_xdg(tmp_path, monkeypatch):
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env"))
-    assert default_cache_dir() == tmp_path / "env"
-    assert default_cache_dir(tmp_path / "arg") == tmp_path / "arg"
-    monkeypatch.delenv(CACHE_ENV)
+def test_store_folder_follows_argument_then_environment_then_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "env"))
+    assert default_store_dir() == tmp_path / "env"
+    assert default_store_dir(tmp_path / "arg") == tmp_path / "arg"
+    monkeypatch.delenv(STORE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_dir() == tmp_path / "xdg" / "graphormer-urpe"
+    assert default_store_dir() == tmp_path / "xdg" / "graphormer-urpe"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_cache_dir() == tmp_path / "home" / ".cache" / "graphormer-urpe"
-    a = store_dir("csv", "my file!", {"sha256": "1", "featurizer": "ogb"}, tmp_path)
-    b = store_dir("csv", "my file!", {"sha256": "1", "featurizer": "zinc"}, tmp_path)
+    assert default_store_dir() == tmp_path / "home" / ".cache" / "graphormer-urpe"
+    a = store_folder("csv", "my file!", {"sha256": "1", "featurizer": "ogb"}, tmp_path)
+    b = store_folder("csv", "my file!", {"sha256": "1", "featurizer": "zinc"}, tmp_path)
     assert a.parent == b.parent == tmp_path / "csv" and a != b
     assert a.name.startswith("my_file_-")
 
 
-def test_csv_store_lives_in_the_cache_folder_and_is_reused(tmp_path, store_cache, monkeypatch):
+def test_csv_store_lives_in_the_store_folder_and_is_reused(tmp_path, store_dir, monkeypatch):
     path = _csv(tmp_path / "mols.csv")
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)  # nothing may be written to the working directory
     splits = load_dataset(f"csv:{path}", target_columns=["y"], split="random")
-    store = splits.train.cache
-    assert store.cache_dir.parent == store_cache / "csv" and list(work.iterdir()) == []
+    store = splits.train.store
+    assert store.folder.parent == store_dir / "csv" and list(work.iterdir()) == []
     assert [f.index for f in store.failures] == [4, 9, 16, 21]
     assert "line 6" in store.describe_row(4)
 
@@ -118,16 +123,16 @@ def test_csv_store_lives_in_the_cache_folder_and_is_reused(tmp_path, store_cache
         chunks_module, "featurize_chunk", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     again = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
-    assert calls == [] and again.train.cache.cache_dir == store.cache_dir  # split: no rebuild
+    assert calls == [] and again.train.store.folder == store.folder  # split: no rebuild
     other = load_dataset(f"csv:{path}", target_columns=["y"], featurizer="zinc")
-    assert calls and other.train.cache.cache_dir != store.cache_dir  # option: a new store
+    assert calls and other.train.store.folder != store.folder  # option: a new store
     calls.clear()
     _csv(path, SMILES * 2 + ["CCCC"])  # the file's content changed
     edited = load_dataset(f"csv:{path}", target_columns=["y"])
-    assert calls and edited.train.cache.cache_dir != store.cache_dir
-    assert int(edited.train.cache.meta["rows"]) == 2 * len(SMILES) + 1
-    explicit = load_dataset(f"csv:{path}", target_columns=["y"], cache_dir=str(tmp_path / "c"))
-    assert explicit.train.cache.cache_dir.parent == tmp_path / "c" / "csv"
+    assert calls and edited.train.store.folder != store.folder
+    assert int(edited.train.store.meta["rows"]) == 2 * len(SMILES) + 1
+    explicit = load_dataset(f"csv:{path}", target_columns=["y"], store_dir=str(tmp_path / "c"))
+    assert explicit.train.store.folder.parent == tmp_path / "c" / "csv"
 
 
 def test_interrupted_csv_store_build_resumes_with_its_finished_chunks(tmp_path, monkeypatch):
@@ -138,8 +143,8 @@ def test_interrupted_csv_store_build_resumes_with_its_finished_chunks(tmp_path, 
     rows = count_chunk_rows(monkeypatch)
     resumed = load_dataset(f"csv:{path}", target_columns=["y"], split="scaffold")
     assert sorted(rows) == [6, 9]  # chunks 0 and 1 (rows 0-5) were not recomputed
-    store = resumed.train.cache
-    assert len(store) == len(SMILES) - 2 and not (store.cache_dir / "chunks").exists()
+    store = resumed.train.store
+    assert len(store) == len(SMILES) - 2 and not (store.folder / "chunks").exists()
     for part in (resumed.train, resumed.valid, resumed.test):
         for k, row in enumerate(part.source_index):
             want = GraphormerFeatures(20)(featurize_smiles(SMILES[row], "ogb"))
@@ -150,8 +155,8 @@ def test_interrupted_csv_store_build_resumes_with_its_finished_chunks(tmp_path, 
 def test_nci5k_round_trips_through_the_store(tmp_path):
     smiles = read_nci_smiles(limit=60)
     splits = load_nci5k(5, limit=60, workers=2)
-    store = splits.train.cache
-    assert store.cache_dir.parent.name == "nci5k"
+    store = splits.train.store
+    assert store.folder.parent.name == "nci5k"
     seen = []
     for part in (splits.train, splits.valid, splits.test):
         stored = part.smiles()
@@ -170,7 +175,7 @@ def test_split_positions_cover_the_store_and_need_labels(tmp_path):
     splits = load_dataset(f"csv:{path}", target_columns=["y"], split_column="fold")
     got = {p: sorted(getattr(splits, p).source_index.tolist()) for p in ("train", "valid", "test")}
     assert got == {"train": [0], "valid": [1, 3], "test": [2, 5]}  # row 4 is invalid
-    codes = np.asarray(splits.train.cache.split_codes)
+    codes = np.asarray(splits.train.store.split_codes)
     assert codes.tolist() == [0, 1, 2, 1, 2]
 
 
@@ -188,11 +193,11 @@ class _Payload:
 
 def test_crafted_store_array_is_refused_without_running(tmp_path):
     path = _csv(tmp_path / "mols.csv")
-    store = load_dataset(f"csv:{path}", target_columns=["y"]).train.cache
+    store = load_dataset(f"csv:{path}", target_columns=["y"]).train.store
     marker = tmp_path / "ran"
     crafted = np.empty(1, dtype=object)
     crafted[0] = _Payload(marker)
-    np.save(store.cache_dir / "y.npy", crafted, allow_pickle=True)
+    np.save(store.folder / "y.npy", crafted, allow_pickle=True)
     with pytest.raises(ValueError, match=r"y\.npy cannot be read"):
         load_dataset(f"csv:{path}", target_columns=["y"])
     assert not marker.exists()
@@ -233,3 +238,72 @@ def test_chunk_featurised_at_once_equals_one_molecule_at_a_time(monkeypatch):
     assert np.array_equal(arrays["edge_index"], ei)
     assert arrays["num_nodes"].tolist() == [r["num_nodes"] for r in refs]
     assert arrays["num_edges"].tolist() == [r["edge_index"].shape[1] for r in refs]
+
+
+# The names from before the store was called a store keep working for one release.
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("MoleculeCache", "MoleculeStore"),
+        ("CachedGraphDataset", "StoreGraphDataset"),
+        ("build_molecule_cache", "build_molecule_store"),
+        ("default_cache_dir", "default_store_dir"),
+        ("CACHE_ENV", "STORE_ENV"),
+        ("store_dir", "store_folder"),
+    ],
+)
+def test_a_previous_public_name_still_resolves_with_a_deprecation_warning(old, new):
+    import graphormer_urpe.datasets as datasets
+
+    with pytest.warns(DeprecationWarning, match=f"datasets.{old} is deprecated: use .*{new}"):
+        value = getattr(datasets, old)
+    assert value is getattr(datasets, new) and old not in datasets.__all__
+
+
+def test_the_store_folder_s_previous_variable_still_works_and_warns(tmp_path, monkeypatch, caplog):
+    from graphormer_urpe.datasets.store import location
+
+    location._warn_old_env.cache_clear()  # it says so once per process
+    monkeypatch.delenv(STORE_ENV)
+    monkeypatch.setenv("GRAPHORMER_URPE_CACHE", str(tmp_path / "old"))
+    with caplog.at_level(logging.WARNING, logger=location.__name__):
+        assert default_store_dir() == tmp_path / "old"
+    assert "GRAPHORMER_URPE_CACHE is deprecated: set GRAPHORMER_URPE_STORE" in caplog.text
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "new"))
+    assert default_store_dir() == tmp_path / "new"  # the name now wins
+
+
+def test_a_store_s_previous_attribute_and_report_key_names(tmp_path):
+    report = build_molecule_store(tmp_path / "s", SMILES[:4], np.zeros((4, 1)), progress=False)
+    d = report.to_dict()
+    assert d["folder"] == d["cache_dir"] == str(tmp_path / "s")
+    assert d["store_bytes"] == d["cache_bytes"] == report.store_bytes > 0
+    store = MoleculeStore(tmp_path / "s")
+    with pytest.warns(DeprecationWarning, match="use MoleculeStore.folder"):
+        assert store.cache_dir == store.folder == tmp_path / "s"
+    split = StoreGraphDataset(store, np.arange(len(store)))
+    assert split.cache is split.store is store
+
+
+def test_a_config_that_names_cache_dir_still_loads_and_the_flag_s_old_name_works(tmp_path, capsys):
+    from graphormer_urpe.cli import build_parser
+    from graphormer_urpe.runtime.config import TrainConfig, make_config, read_config
+
+    old = TrainConfig().to_dict()
+    del old["store_dir"]
+    (tmp_path / "config.json").write_text(json.dumps({**old, "cache_dir": "/stores"}))
+    assert read_config(tmp_path / "config.json").store_dir == "/stores"
+    assert "cache_dir" not in TrainConfig(store_dir="/s").to_dict()
+    with pytest.warns(DeprecationWarning, match="use store_dir"):
+        assert make_config("small", cache_dir="/m").store_dir == "/m"
+    with pytest.warns(DeprecationWarning, match="use store_dir"):
+        assert TrainConfig(cache_dir="/t").store_dir == "/t"
+
+    parser = build_parser()
+    assert parser.parse_args(["train", "--store-dir", "/new"]).store_dir == "/new"
+    assert "deprecated" not in capsys.readouterr().err
+    for command in (["train"], ["preprocess", "--dataset", "nci5k"]):
+        assert parser.parse_args([*command, "--cache-dir", "/old"]).store_dir == "/old"
+        assert "--cache-dir is deprecated: use --store-dir" in capsys.readouterr().err

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from graphormer_urpe import cli
-from graphormer_urpe.datasets import source
-from graphormer_urpe.datasets.table_head import check_table_head
+from graphormer_urpe.datasets.sources.table_check import check_table_head
+from graphormer_urpe.datasets.store import records as store_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_the_header_check_runs_before_the_store_is_built(tmp_path, monkeypatch, 
     def never(*a, **kw):
         raise AssertionError("featurised before the header was checked")
 
-    monkeypatch.setattr(source, "build_molecule_cache", never)
+    monkeypatch.setattr(store_records, "build_molecule_store", never)
     argv = ["train", "--dataset", f"csv:{table}", "--target-columns", "logS"]
     assert cli.main([*argv, "--out", str(tmp_path / "run")]) == 2
     assert "row 1 (line 3)" in capsys.readouterr().err

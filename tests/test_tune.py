@@ -476,14 +476,14 @@ def test_a_set_too_small_for_a_validation_split_is_refused(tmp_path, capsys):
     "storage", ["postgresql://nobody@127.0.0.1:1/x", "{tmp}/no-such-folder/study.log"]
 )
 def test_a_storage_that_cannot_be_reached_is_one_line_and_writes_nothing(
-    table, tmp_path, capsys, store_cache, storage
+    table, tmp_path, capsys, store_dir, storage
 ):
     storage = storage.format(tmp=tmp_path)
     out = tmp_path / "search"
     assert cli.main(_tune(table, out, "--storage", storage)) == 2
     err = _one_line_error(capsys)
     assert f"--storage {storage} cannot be reached" in err
-    assert not out.exists() and not any(store_cache.iterdir())  # not even a dataset store
+    assert not out.exists() and not any(store_dir.iterdir())  # not even a dataset store
 
 
 def test_a_study_name_used_for_other_data_is_refused(table, tmp_path, capsys):

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import sys
 from collections.abc import Callable
 
 MODEL_HELP = {
@@ -122,14 +123,15 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         g.add_argument(_flag(f.name), **kw)
 
 
-_CACHE_DIR_HELP = (
-    "folder of the dataset stores (default $GRAPHORMER_URPE_CACHE, else ~/.cache/graphormer-urpe)"
+_STORE_DIR_HELP = (
+    "folder of the dataset stores (default $GRAPHORMER_URPE_STORE, else "
+    "~/.cache/graphormer-urpe; --cache-dir, its previous name, works until the next minor release)"
 )
 
 _FLAGS: dict[str, dict] = {
     "--device": {"default": None, "help": "auto (default), cpu, cuda, cuda:N"},
     "--no-progress": {"action": "store_true", "help": "no progress bar"},
-    "--cache-dir": {"default": None, "help": _CACHE_DIR_HELP},
+    "--store-dir": {"default": None, "help": _STORE_DIR_HELP},
     "--checkpoint": {"required": True, "help": "a best.pt or last.pt file"},
     "--data-root": {"default": None, "help": "dataset folder, if it moved"},
     "--smiles-column": {"default": None, "help": "CSV: SMILES column (default smiles)"},
@@ -148,12 +150,42 @@ _FLAGS: dict[str, dict] = {
 the help where its meaning differs)."""
 
 
+_PREVIOUS_NAMES = {"--store-dir": "--cache-dir"}
+"""Shared flags → their previous names, which still work (saying so on standard error) until
+the next minor release."""
+
+
+class _PreviousName(argparse.Action):
+    """A flag's previous name: stores its value where the flag does and says on standard error
+    that the name is deprecated (the help lists the flag only)."""
+
+    def __init__(self, option_strings: list[str], dest: str, name_now: str, **kw) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kw)
+        self.name_now = name_now
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"graphormer-urpe: warning: {option_string} is deprecated: use {self.name_now} "
+            "(the old name goes in the next minor release)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
 def add_shared_flags(parser: argparse._ActionsContainer, *flags: str, **changes: dict) -> None:
     """Add the shared ``flags`` to ``parser`` (a parser or an argument group), in order;
     ``changes`` by flag name without dashes (``smiles_column={"default": "smiles"}``)."""
     for flag in flags:
         change = changes.get(flag[2:].replace("-", "_"), {})
-        parser.add_argument(flag, **{**_FLAGS[flag], **change})
+        action = parser.add_argument(flag, **{**_FLAGS[flag], **change})
+        if flag in _PREVIOUS_NAMES:
+            parser.add_argument(
+                _PREVIOUS_NAMES[flag],
+                dest=action.dest,
+                default=action.default,
+                action=_PreviousName,
+                name_now=flag,
+            )
 
 
 def add_data_flags(p: argparse.ArgumentParser) -> None:
@@ -168,7 +200,7 @@ def add_data_flags(p: argparse.ArgumentParser) -> None:
         "ogbg-molhiv, ogbg-molpcba or another ogbg-mol* set",
     )
     root = {"help": "folder of downloaded datasets (default data/<name>)"}
-    add_shared_flags(d, "--data-root", "--cache-dir", data_root=root)
+    add_shared_flags(d, "--data-root", "--store-dir", data_root=root)
     d.add_argument(
         "--preprocess-workers",
         type=positive_int,
@@ -179,7 +211,7 @@ def add_data_flags(p: argparse.ArgumentParser) -> None:
         "--mol-features",
         choices=["auto", "none", "rdkit2d", "morgan", "rdkit2d+morgan"],
         help="CSV: rdkit2d joins each molecule's 202 RDKit 2D descriptors (normalised on the "
-        "training split, cached in the store) to the graph representation before the head, "
+        "training split, kept in the store) to the graph representation before the head, "
         "as Chemprop's rdkit_2d_normalized features; morgan its 2048-bit Morgan count "
         "fingerprint (radius 2, log(1 + count)), as Chemprop's morgan_count; rdkit2d+morgan "
         "both; predict computes them too; default auto: the fine-tuning recipe's "

@@ -34,7 +34,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         args.data_root,
         args.device or "auto",
         progress=not args.no_progress,
-        cache_dir=args.cache_dir,
+        cache_dir=args.store_dir,
         workers=args.workers,
     )
     out = args.output or os.path.join(
@@ -54,7 +54,7 @@ def add_evaluate_command(sub: argparse._SubParsersAction) -> None:
         default="test",
         help="split to evaluate (default test)",
     )
-    add_shared_flags(p, "--data-root", "--cache-dir")
+    add_shared_flags(p, "--data-root", "--store-dir")
     p.add_argument(
         "--workers", type=int, default=1, help="processes that build a missing store (default 1)"
     )

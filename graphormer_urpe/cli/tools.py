@@ -19,7 +19,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from torch_geometric.data import Batch
 
     from ..datasets import featurize_smiles
-    from ..datasets.nci import read_nci_smiles
+    from ..datasets.sources.nci import read_nci_smiles
     from ..graph import Graphormer, GraphormerFeatures, get_preset
     from ..graph.model import fit_tables
 
@@ -194,7 +194,7 @@ def run_preprocess(args: argparse.Namespace) -> int:
     """build a dataset's store once (parallel, resumable) and report it
 
     Download (when absent) and preprocess a dataset into its memory-mapped store in the
-    cache folder: SMILES -> graph -> shortest paths, in resumable chunks with --workers
+    store folder: SMILES -> graph -> shortest paths, in resumable chunks with --workers
     processes (an interrupted run continues where it stopped). Prints a JSON report: the
     store folder(s), graphs, failures, size and time (for pcqm4mv2 / pcqm4m also molecules/s
     and the projection to the full dataset). train and evaluate build a missing store
@@ -212,13 +212,13 @@ def run_preprocess(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             download=not args.no_download,
             progress=not args.no_progress,
-            cache_dir=args.cache_dir,
+            store_dir=args.store_dir,
         )
     else:
         t0 = time.perf_counter()
         # the flags named as load_dataset's keyword arguments
         names = ("strict", "smiles_column", "target_columns", "split_column", "split")
-        names += ("featurizer", "cache_dir", "workers")
+        names += ("featurizer", "store_dir", "workers")
         options = {name: getattr(args, name) for name in names}
         splits = load_dataset(args.dataset, args.data_root, **options)
         report = {"seconds": round(time.perf_counter() - t0, 3), **store_report(splits)}
@@ -236,7 +236,7 @@ def add_preprocess_command(sub: argparse._SubParsersAction) -> None:
         "descriptors) of a pretraining SMILES file",
     )
     p.add_argument("--data-root", help="folder of downloaded datasets (default data/<name>)")
-    add_shared_flags(p, "--cache-dir")
+    add_shared_flags(p, "--store-dir")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     p.add_argument(
         "--chunk-size",

@@ -58,7 +58,7 @@ def run_train(args: argparse.Namespace) -> int:
     labelled with the ZINC target, the small preset, on the CPU in a few minutes. Preset
     values apply unless a flag overrides them."""
     if args.config is None and args.dataset:  # a table's head: checked before any import
-        from ..datasets.table_head import check_table_head
+        from ..datasets.sources.table_check import check_table_head
 
         check_table_head(args.dataset, args.smiles_column, args.target_columns, args.split_column)
     from ..training import train
@@ -139,7 +139,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     Pretrain a URPE-Graphormer on the RDKit 2D descriptors of the molecules of a SMILES
     file: multi-target regression on the normalised descriptors (smooth L1 by default, mean
     over descriptors), with the training loop, checkpoints, --resume, --time-limit, torchrun
-    and presets of train. The molecules and their descriptors are cached in a store (built
+    and presets of train. The molecules and their descriptors are kept in a store (built
     once, in parallel with --preprocess-workers); a random 1%% of the molecules selects the
     best checkpoint, another 1%% is the test split. The checkpoints record the descriptor
     names, their normalisation and the RDKit version; fine-tune with train --init-from
@@ -167,7 +167,7 @@ def add_pretrain_command(sub: argparse._SubParsersAction) -> None:
         help="SMILES file: .smi / .txt (one SMILES a line, a name may follow; .gz too) or "
         ".csv / .csv.gz with --smiles-column",
     )
-    add_shared_flags(d, "--smiles-column", "--cache-dir")
+    add_shared_flags(d, "--smiles-column", "--store-dir")
     d.add_argument(
         "--preprocess-workers",
         type=positive_int,

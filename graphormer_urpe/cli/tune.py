@@ -14,7 +14,7 @@ __all__ = ["run_tune", "tune_config"]
 _DATA_FIELDS = (
     "dataset",
     "data_root",
-    "cache_dir",
+    "store_dir",
     "preprocess_workers",
     "smiles_column",
     "target_columns",

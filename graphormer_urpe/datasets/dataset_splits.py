@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from .metrics import regression_metrics
-from .splitting import SPLITS
+from .split_indices import SPLITS
 
 if TYPE_CHECKING:
     from .store import MoleculeFailure
@@ -30,7 +30,7 @@ class DatasetSplits:
 
     Attributes:
         name: the dataset name (``"nci5k"``, ``"zinc"``, ``"csv:<path>"``, ...).
-        train: a :class:`~graphormer_urpe.datasets.store.CachedGraphDataset`; each ``Data``
+        train: a :class:`~graphormer_urpe.datasets.store.StoreGraphDataset`; each ``Data``
             has integer ``x`` ``[N, F]``, ``edge_index`` ``[2, E]``, integer ``edge_attr``,
             ``y`` ``[1, T]`` float (``NaN`` = missing) and the ``GraphormerFeatures``
             attributes, decoded from the store when read.
@@ -53,7 +53,7 @@ class DatasetSplits:
         unreadable: source rows that gave no graph, by split (``"train"``, ``"valid"``,
             ``"test"``) where the source labels its splits, else ``"unsplit"`` (rows left out
             before a random or scaffold split); empty when none.
-        pretrain: for a pretraining set (``pretrain:PATH``, :mod:`.pretrain`), what its
+        pretrain: for a pretraining set (``pretrain:PATH``, :mod:`.sources.pretrain`), what its
             checkpoints record: source, split, the descriptor names, their normalisation and
             the RDKit version (JSON-friendly); ``None`` otherwise.
         mol_features: with per-molecule features (:mod:`.mol_features`), what a run records

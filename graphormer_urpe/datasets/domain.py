@@ -30,7 +30,7 @@ bonds and atom count), so the training split (read from the store) and new molec
 chunk arrays of :func:`~.store.featurize_chunk`) are described by the same code; only the
 fingerprints need the RDKit molecule. Graph-only stores (no SMILES) give a record without
 fingerprints; :attr:`DomainRecord.checks` says what a record can check. What a molecule is
-made of is read by :mod:`.graph_facts`.
+made of is read by :mod:`.composition`.
 
 Example::
 
@@ -54,10 +54,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .fingerprints import morgan_bits, nearest_index
-from .graph_facts import OTHER_CHARGE, GraphFacts, fragment_counts, graph_facts
-from .graph_facts import _zinc_type_table as _zinc_type_table
-from .graph_facts import species_key as _species_key
+from .composition import OTHER_CHARGE, GraphFacts, fragment_counts, graph_facts, species_key
+from .featurizers.fingerprints import morgan_bits, nearest_index
 
 if TYPE_CHECKING:
     from rdkit import Chem
@@ -305,7 +303,7 @@ class DomainRecord:
         g = facts.atoms.size
         graph = np.repeat(np.arange(g), facts.atoms)  # [sum atoms] the graph of each atom
         new_element = ~np.isin(facts.atomic_number, self.species[:, 0])
-        new_pair = ~np.isin(facts.keys, _species_key(self.species[:, 0], self.species[:, 1]))
+        new_pair = ~np.isin(facts.keys, species_key(self.species[:, 0], self.species[:, 1]))
         new_pair &= ~new_element
         out = np.zeros(g, dtype=bool)
         out[graph[new_element | new_pair]] = True
@@ -355,7 +353,7 @@ class DomainRecord:
 
     def nearest_similarity(self, query: np.ndarray) -> np.ndarray:
         """``[Q]`` float32 Tanimoto similarity of each query's nearest recorded fingerprint
-        (:class:`~.fingerprints.NearestIndex`, built once per process).
+        (:class:`~.featurizers.fingerprints.NearestIndex`, built once per process).
 
         Args:
             query: ``[Q, bits]`` uint8 0 / 1 fingerprints (:func:`morgan_bits`).
@@ -386,7 +384,7 @@ def split_similarity(
         record = DomainRecord.from_dict(record)
     if record is None or record.fingerprints is None:
         return None
-    if not getattr(dataset.cache, "has_smiles", False):
+    if not getattr(dataset.store, "has_smiles", False):
         return None
     return record.smiles_similarity(dataset.smiles())
 
@@ -424,7 +422,7 @@ def domain_record(
     """The record of a training split, read from its store.
 
     Args:
-        dataset: a :class:`~.store.CachedGraphDataset` (anything else: ``None``).
+        dataset: a :class:`~.store.StoreGraphDataset` (anything else: ``None``).
         featurizer: its featuriser (``"ogb"`` or ``"zinc"``).
         cap: the most fingerprints kept (a seeded sample beyond it).
         seed: the sample's seed.
@@ -432,19 +430,19 @@ def domain_record(
     Returns:
         The record; with fingerprints where the store keeps SMILES.
     """
-    from .store import CachedGraphDataset, _gather
+    from .store import StoreGraphDataset, gather_arrays
 
-    if not isinstance(dataset, CachedGraphDataset) or len(dataset) == 0:
+    if not isinstance(dataset, StoreGraphDataset) or len(dataset) == 0:
         return None
-    arrays, positions = dataset.cache.open(), dataset.positions
+    arrays, positions = dataset.store.open(), dataset.positions
     blocks = (
-        _gather(arrays, positions[start : start + _BLOCK])
+        gather_arrays(arrays, positions[start : start + _BLOCK])
         for start in range(0, positions.size, _BLOCK)
     )
     record = _composition(blocks, featurizer)
-    if dataset.cache.has_smiles:
+    if dataset.store.has_smiles:
         pick = _sample(len(dataset), cap, seed)
-        smiles = dataset.cache.smiles(positions[pick])
+        smiles = dataset.store.smiles(positions[pick])
         _add_fingerprints(record, _parse(smiles), len(dataset), cap, seed)
     return record
 
@@ -487,7 +485,7 @@ def _composition(blocks: Iterable[dict[str, np.ndarray]], featurizer: str) -> Do
         molecules += facts.atoms.size
         max_fragments = max(max_fragments, int(facts.fragments.max(initial=0)))
         max_atoms = max(max_atoms, int(facts.atoms.max(initial=0)))
-    pairs = [(k // 1000, k % 1000 - 500) for k in sorted(keys)]  # see _species_key
+    pairs = [(k // 1000, k % 1000 - 500) for k in sorted(keys)]  # see species_key
     species = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     return DomainRecord(featurizer, molecules, species, max_fragments, max_atoms)
 

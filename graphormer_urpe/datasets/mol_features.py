@@ -3,9 +3,10 @@ r"""Per-molecule features joined to the graph representation: ``--mol-features``
 Two kinds, alone or together (``rdkit2d+morgan``: descriptors first, then counts):
 
 * ``rdkit2d``: Chemprop's ``--features_generators rdkit_2d_normalized`` in this library's
-  terms: each molecule's 202 RDKit 2D descriptors (:mod:`.descriptors`, computed once and
-  cached in the store with the graphs), normalised with statistics of the *training* split
-  only (:class:`~.descriptors.DescriptorNormalizer`: robust centring and scaling, clipped to
+  terms: each molecule's 202 RDKit 2D descriptors (:mod:`.featurizers.descriptors`, computed
+  once and stored in the store with the graphs), normalised with statistics of the *training*
+  split only (:class:`~.featurizers.descriptors.DescriptorNormalizer`: robust centring and
+  scaling, clipped to
   ±5, missing values 0);
 * ``morgan``: Chemprop's ``morgan_count`` featurizer: the 2048-bit Morgan count fingerprint
   of radius 2 (ECFP4 counts, what the small-data benchmark's random forest reads as bits),
@@ -30,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .descriptors import DescriptorNormalizer, compute_descriptors
-from .splitting import SPLITS
-from .store import CachedGraphDataset, MoleculeCache
+from .featurizers.descriptors import DescriptorNormalizer, compute_descriptors
+from .split_indices import SPLITS
+from .store import MoleculeStore, StoreGraphDataset
 
 if TYPE_CHECKING:
     from .dataset_splits import DatasetSplits
@@ -69,7 +70,7 @@ def morgan_counts(smiles: Sequence[str], radius: int, bits: int) -> np.ndarray:
     255 (a SMILES RDKit cannot read: a row of zeros)."""
     from rdkit import Chem
 
-    from .fingerprints import morgan_generator
+    from .featurizers.fingerprints import morgan_generator
 
     gen = morgan_generator(radius, bits)
     out = np.zeros((len(smiles), bits), dtype=np.uint8)
@@ -98,12 +99,12 @@ class MolFeatureMaker:
     read the same molecules again; 2 KB a molecule)."""
 
     @classmethod
-    def fit(cls, kind: str, train: CachedGraphDataset) -> MolFeatureMaker:
+    def fit(cls, kind: str, train: StoreGraphDataset) -> MolFeatureMaker:
         """The features ``kind`` with statistics of the training split ``train``."""
         norm = None
         if needs_descriptors(kind):
-            raw = train.cache.descriptors[train.positions]  # [N, 202]
-            norm = DescriptorNormalizer.fit(raw, train.cache.descriptor_names)
+            raw = train.store.descriptors[train.positions]  # [N, 202]
+            norm = DescriptorNormalizer.fit(raw, train.store.descriptor_names)
         return cls(kind, norm, dict(MORGAN) if "morgan" in _parts(kind) else None)
 
     @classmethod
@@ -125,17 +126,17 @@ class MolFeatureMaker:
             out["morgan"] = dict(self.morgan)
         return out
 
-    def check(self, cache: MoleculeCache) -> None:
-        """``ValueError`` unless ``cache`` holds what these features are computed from."""
+    def check(self, store: MoleculeStore) -> None:
+        """``ValueError`` unless ``store`` holds what these features are computed from."""
         if self.descriptors is not None and list(self.descriptors.names) != (
-            cache.descriptor_names
+            store.descriptor_names
         ):
             raise ValueError(
-                f"{cache.cache_dir}: its descriptors are not those of the molecule-feature "
+                f"{store.folder}: its descriptors are not those of the molecule-feature "
                 "normaliser (a store built with descriptors=True of the same descriptor set)"
             )
-        if self.morgan is not None and not cache.has_smiles:
-            raise ValueError(f"{cache.cache_dir}: Morgan features need the store's SMILES")
+        if self.morgan is not None and not store.has_smiles:
+            raise ValueError(f"{store.folder}: Morgan features need the store's SMILES")
 
     def of_smiles(self, smiles: Sequence[str], raw: np.ndarray | None = None) -> np.ndarray:
         """``[N, K]`` float32 features of ``smiles`` (``raw``: their raw descriptors
@@ -143,16 +144,16 @@ class MolFeatureMaker:
         counts = self._morgan(smiles) if self.morgan is not None else None
         return self._join(lambda: compute_descriptors(smiles) if raw is None else raw, counts)
 
-    def of_store(self, cache: MoleculeCache, positions: Sequence[int]) -> np.ndarray:
+    def of_store(self, store: MoleculeStore, positions: Sequence[int]) -> np.ndarray:
         """``[n, K]`` float32 features of the graphs at store ``positions``."""
         pos = np.asarray(positions, dtype=np.int64)
         counts = None
         if self.morgan is not None:
             new = [int(p) for p in pos if int(p) not in self._counts]
             if new:
-                self._counts.update(zip(new, self._morgan(cache.smiles(new)), strict=True))
+                self._counts.update(zip(new, self._morgan(store.smiles(new)), strict=True))
             counts = np.stack([self._counts[int(p)] for p in pos])
-        return self._join(lambda: cache.descriptors[pos], counts)
+        return self._join(lambda: store.descriptors[pos], counts)
 
     def _morgan(self, smiles: Sequence[str]) -> np.ndarray:
         assert self.morgan is not None
@@ -186,12 +187,12 @@ def with_mol_features(
         return splits
     parts = {p: getattr(splits, p) for p in SPLITS}
     for p, ds in parts.items():
-        if not isinstance(ds, CachedGraphDataset) or not ds.cache.has_smiles:
+        if not isinstance(ds, StoreGraphDataset) or not ds.store.has_smiles:
             raise ValueError(
                 f"--mol-features {kind}: the {p} split of {splits.name} is not a store of "
                 "SMILES (molecule features are computed for csv: datasets)"
             )
-        if needs_descriptors(kind) and not ds.cache.has_descriptors:
+        if needs_descriptors(kind) and not ds.store.has_descriptors:
             raise ValueError(
                 f"--mol-features {kind}: the {p} split of {splits.name} has no stored "
                 "descriptors (molecule features are computed for csv: datasets)"
@@ -201,8 +202,8 @@ def with_mol_features(
     else:
         maker = MolFeatureMaker.fit(kind, parts["train"])
     sets = {
-        p: CachedGraphDataset(
-            ds.cache, ds.positions, ds.multi_hop_max_dist, ds.name, mol_features=maker
+        p: StoreGraphDataset(
+            ds.store, ds.positions, ds.multi_hop_max_dist, ds.name, mol_features=maker
         )
         for p, ds in parts.items()
     }

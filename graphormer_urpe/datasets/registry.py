@@ -3,27 +3,27 @@ r"""The dataset registry: a name → the store of its source → train / valid /
 ==================  ===========================================  ==============  ==========
 name                source (module)                              default root    featurizer
 ==================  ===========================================  ==============  ==========
-``nci5k``           RDKit's 5k NCI molecules (:mod:`.nci`)       (ships with     ``ogb``
+``nci5k``           RDKit's 5k NCI molecules (:mod:`.sources.nci`)       (ships with     ``ogb``
                                                                  RDKit)
-``zinc``            ZINC subset (:mod:`.zinc`, PyG's raw files)  ``data/ZINC``   ``zinc``
-``zinc-full``       full ZINC (:mod:`.zinc`)                     ``data/ZINC``   ``zinc``
-``csv:PATH``        a SMILES CSV (:mod:`.smiles_csv`)            (the file)      ``ogb``
+``zinc``            ZINC subset (:mod:`.sources.zinc`, PyG's raw files)  ``data/ZINC``   ``zinc``
+``zinc-full``       full ZINC (:mod:`.sources.zinc`)                     ``data/ZINC``   ``zinc``
+``csv:PATH``        a SMILES CSV (:mod:`.sources.smiles_csv`)            (the file)      ``ogb``
 ``csv:A,B,C``       separate train, valid, test CSV files        (the files)     ``ogb``
 ``sdf:PATH``        an SD file, its SD properties as columns     (the file)      ``ogb``
-                    (:mod:`.sdf`; also ``csv:X.sdf``)
-``pcqm4mv2``        OGB-LSC PCQM4Mv2 (:mod:`.pcqm`; test =       ``data``        ``ogb``
+                    (:mod:`.sources.sdf`; also ``csv:X.sdf``)
+``pcqm4mv2``        OGB-LSC PCQM4Mv2 (:mod:`.sources.pcqm`; test =       ``data``        ``ogb``
                     test-dev)
 ``pcqm4m``          OGB-LSC PCQM4M v1 (test: unlabelled)         ``data``        ``ogb``
-``ogbg-mol*``       OGB molecule sets (:mod:`.ogbg`)             ``data``        ``ogb``
+``ogbg-mol*``       OGB molecule sets (:mod:`.sources.ogbg_mol`)             ``data``        ``ogb``
 ``pretrain:PATH``   any SMILES file; targets: normalised RDKit   (the file)      ``ogb``
-                    2D descriptors (:mod:`.pretrain`)
+                    2D descriptors (:mod:`.sources.pretrain`)
 ==================  ===========================================  ==============  ==========
 
-Every source goes into one memory-mapped store (:mod:`.store`, in the cache folder of
-:mod:`.source`), built once in parallel chunks (``workers``) and reused; each split is a
-:class:`~graphormer_urpe.datasets.store.CachedGraphDataset` whose batches decode the path
+Every source goes into one memory-mapped store (:mod:`.store`, in the store folder of
+:mod:`.store.records`), built once in parallel chunks (``workers``) and reused; each split is a
+:class:`~graphormer_urpe.datasets.store.StoreGraphDataset` whose batches decode the path
 features when they are read. :func:`load_dataset` then applies the input policy
-(:func:`~graphormer_urpe.datasets.policy.apply_input_policy`).
+(:func:`~graphormer_urpe.datasets.input_policy.apply_input_policy`).
 """
 
 from __future__ import annotations
@@ -36,19 +36,20 @@ from functools import partial
 import numpy as np
 
 from .dataset_splits import DatasetSplits, unreadable_by_split
+from .input_policy import apply_input_policy
 from .metrics import classification_metrics
 from .mol_features import needs_descriptors, with_mol_features
-from .nci import NCI5K_PATH, open_nci
-from .ogbg import OGBGEvaluator, open_ogbg
-from .pcqm import LSC_DATASETS, load_lsc_splits
-from .policy import apply_input_policy
-from .sdf_text import is_sdf
-from .smiles_csv import open_csv
-from .source import check_strict
+from .sources.nci import NCI5K_PATH, open_nci
+from .sources.ogbg_mol import OGBGEvaluator, open_ogbg
+from .sources.pcqm import load_lsc_splits
+from .sources.pcqm_files import LSC_DATASETS
+from .sources.sdf_blocks import is_sdf
+from .sources.smiles_csv import open_csv
+from .sources.zinc import ZINC_DEFAULT_ROOT, open_zinc
 from .spec import DATASET_NAMES, DatasetSpec, parse_dataset_spec, table_paths
-from .splitting import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
-from .store import FEATURIZER_NAMES, CachedGraphDataset, MoleculeCache
-from .zinc import ZINC_DEFAULT_ROOT, open_zinc
+from .split_indices import DEFAULT_FRACTIONS, SPLITS, random_split, scaffold_split
+from .store import FEATURIZER_NAMES, MoleculeStore, StoreGraphDataset
+from .store.records import check_strict
 
 __all__ = [
     "DATASET_NAMES",
@@ -73,7 +74,7 @@ def _check_featurizer(featurizer: str | None, default: str) -> str:
 
 
 def split_store(
-    cache: MoleculeCache,
+    store: MoleculeStore,
     method: str = "random",
     seed: int = 0,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
@@ -81,7 +82,7 @@ def split_store(
     """Train / valid / test store positions of a store's graphs.
 
     Args:
-        cache: the store.
+        store: the store.
         method: ``"random"`` (seeded), ``"scaffold"`` (Bemis–Murcko, over the stored SMILES)
             or ``"column"`` (the split codes stored with the graphs).
         seed: seed of the random split.
@@ -92,54 +93,54 @@ def split_store(
         ``"column"``: every graph that has a split label).
     """
     if method == "random":
-        return random_split(len(cache), fractions, seed)
+        return random_split(len(store), fractions, seed)
     if method == "scaffold":
-        return scaffold_split(cache.smiles(np.arange(len(cache))), fractions, seed)
+        return scaffold_split(store.smiles(np.arange(len(store))), fractions, seed)
     if method == "column":
-        codes = cache.split_codes
+        codes = store.split_codes
         if codes is None:
-            raise ValueError(f"{cache.meta['source']}: no split column was given")
+            raise ValueError(f"{store.meta['source']}: no split column was given")
         codes = np.asarray(codes)
         return {name: np.flatnonzero(codes == c).astype(np.int64) for c, name in enumerate(SPLITS)}
     raise ValueError(f"unknown split method {method!r}; choose 'random', 'scaffold' or 'column'")
 
 
-def _why_empty(cache: MoleculeCache, method: str, part: str, fractions: Sequence[float]) -> str:
+def _why_empty(store: MoleculeStore, method: str, part: str, fractions: Sequence[float]) -> str:
     if method == "column":
-        codes = cache.split_codes
+        codes = store.split_codes
         present = (
             sorted({SPLITS[c] for c in np.unique(codes) if c >= 0}) if codes is not None else []
         )
-        column = cache.meta.get("split_column")
+        column = store.meta.get("split_column")
         where = f"in split column {column!r}" if column else "in its split files"
         return (
-            f"no valid row of {cache.meta['source']} has the label {part!r} {where} "
+            f"no valid row of {store.meta['source']} has the label {part!r} {where} "
             f"(labels present: {present})"
         )
     return (
-        f"a {method} split of {len(cache)} graph(s) with fractions {tuple(fractions)} "
+        f"a {method} split of {len(store)} graph(s) with fractions {tuple(fractions)} "
         f"leaves it none; add molecules or give a split column"
     )
 
 
 def _splits_of_store(
     name: str,
-    cache: MoleculeCache,
+    store: MoleculeStore,
     method: str,
     seed: int,
     multi_hop_max_dist: int,
     **fields,
 ) -> DatasetSplits:
     """:class:`DatasetSplits` over one store, split by ``method``."""
-    parts = split_store(cache, method, seed)
+    parts = split_store(store, method, seed)
     for part, pos in parts.items():
         if pos.size == 0:
-            why = _why_empty(cache, method, part, DEFAULT_FRACTIONS)
+            why = _why_empty(store, method, part, DEFAULT_FRACTIONS)
             raise ValueError(f"{name}: the {part} split is empty: {why}")
-    sets = {p: CachedGraphDataset(cache, pos, multi_hop_max_dist, p) for p, pos in parts.items()}
-    fields.setdefault("unreadable", unreadable_by_split(cache.failures, method))
-    fields.setdefault("featurizer", cache.featurizer)
-    fields.setdefault("target_names", cache.target_names)
+    sets = {p: StoreGraphDataset(store, pos, multi_hop_max_dist, p) for p, pos in parts.items()}
+    fields.setdefault("unreadable", unreadable_by_split(store.failures, method))
+    fields.setdefault("featurizer", store.featurizer)
+    fields.setdefault("target_names", store.target_names)
     return DatasetSplits(name=name, **sets, **fields)
 
 
@@ -151,7 +152,7 @@ def load_nci5k(
     seed: int = 0,
     strict: bool = False,
     limit: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     source: str = NCI5K_PATH,
 ) -> DatasetSplits:
@@ -164,15 +165,15 @@ def load_nci5k(
         seed: split seed (fixed default 0).
         strict: raise instead of skipping invalid molecules.
         limit: only the first ``limit`` molecules (quick checks).
-        cache_dir: the cache folder.
+        store_dir: the store folder.
         workers: processes building the store.
         source: the NCI file (default: the one shipped with RDKit).
     """
     feat = _check_featurizer(featurizer, "ogb")
-    cache = open_nci(source, feat, limit, cache_dir=cache_dir, workers=workers)
+    store = open_nci(source, feat, limit, store_dir=store_dir, workers=workers)
     if strict:
-        check_strict(cache, "nci5k", cache.describe_row)
-    return _splits_of_store("nci5k", cache, split, seed, multi_hop_max_dist)
+        check_strict(store, "nci5k", store.describe_row)
+    return _splits_of_store("nci5k", store, split, seed, multi_hop_max_dist)
 
 
 def load_zinc_splits(
@@ -181,7 +182,7 @@ def load_zinc_splits(
     *,
     subset: bool = True,
     featurizer: str | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
 ) -> DatasetSplits:
     """ZINC's official splits (subset or full) as :class:`DatasetSplits`."""
@@ -191,9 +192,9 @@ def load_zinc_splits(
             f"got {featurizer!r}"
         )
     root = ZINC_DEFAULT_ROOT if root is None else root
-    cache = open_zinc(root, subset, cache_dir=cache_dir, workers=workers)
+    store = open_zinc(root, subset, store_dir=store_dir, workers=workers)
     name = "zinc" if subset else "zinc-full"
-    return _splits_of_store(name, cache, "column", 0, multi_hop_max_dist)
+    return _splits_of_store(name, store, "column", 0, multi_hop_max_dist)
 
 
 def load_ogbg(
@@ -201,17 +202,17 @@ def load_ogbg(
     root: str | os.PathLike[str] | None = None,
     multi_hop_max_dist: int = 5,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     download: bool = True,
 ) -> DatasetSplits:
     """An ``ogbg-mol*`` dataset: official scaffold splits, ``task_type`` ``"binary"`` (BCE with
     missing labels masked) or ``"regression"``, the metric and its direction from OGB's
     ``master.csv``, OGB's evaluator."""
-    cache, info = open_ogbg(name, root, cache_dir=cache_dir, workers=workers, download=download)
+    store, info = open_ogbg(name, root, store_dir=store_dir, workers=workers, download=download)
     splits = _splits_of_store(
         name,
-        cache,
+        store,
         "column",
         0,
         multi_hop_max_dist,
@@ -246,7 +247,7 @@ def load_csv(
     featurizer: str | None = None,
     descriptors: bool = False,
     strict: bool = False,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
 ) -> DatasetSplits:
     """A SMILES CSV (``PATH``) or three per-split CSVs (``TRAIN,VALID,TEST``).
@@ -265,30 +266,36 @@ def load_csv(
         split_column, split, seed: how one file is split.
         featurizer, descriptors, strict: the store's graphs (default featuriser ``ogb``), its
             RDKit 2D descriptors, and whether an invalid SMILES raises.
-        cache_dir, workers: where the store lives and the processes that build it.
+        store_dir, workers: where the store lives and the processes that build it.
     """
     if task not in ("regression", "classification"):
         raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
     options = {"smiles_column": smiles_column, "featurizer": _check_featurizer(featurizer, "ogb")}
-    store = {"cache_dir": cache_dir, "workers": workers, "strict": strict}
+    store_options = {"store_dir": store_dir, "workers": workers, "strict": strict}
     if descriptors:
-        store["descriptors"] = True
+        store_options["descriptors"] = True
     paths = table_paths(spec)  # one file, or three
     if len(paths) == 1:
         if split_column is not None and split not in ("random", "column"):
             raise ValueError(f"split={split!r} conflicts with split_column={split_column!r}")
-        cache = open_csv(
-            paths[0], **options, target_columns=target_columns, split_column=split_column, **store
+        store = open_csv(
+            paths[0],
+            **options,
+            target_columns=target_columns,
+            split_column=split_column,
+            **store_options,
         )
         method = "column" if split_column is not None else split
-        fields = _task_fields(task, [cache], cache.target_names)
+        fields = _task_fields(task, [store], store.target_names)
         kind = "sdf" if is_sdf(paths[0]) else "csv"  # its name in logs, reports and stores
-        return _splits_of_store(f"{kind}:{spec}", cache, method, seed, multi_hop_max_dist, **fields)
-    train = open_csv(paths[0], **options, target_columns=target_columns, **store)
+        return _splits_of_store(f"{kind}:{spec}", store, method, seed, multi_hop_max_dist, **fields)
+    train = open_csv(paths[0], **options, target_columns=target_columns, **store_options)
     names = train.target_names
-    stores = [train] + [open_csv(p, **options, target_columns=names, **store) for p in paths[1:]]
+    stores = [train] + [
+        open_csv(p, **options, target_columns=names, **store_options) for p in paths[1:]
+    ]
     sets = {
-        part: CachedGraphDataset(c, np.arange(len(c)), multi_hop_max_dist, part)
+        part: StoreGraphDataset(c, np.arange(len(c)), multi_hop_max_dist, part)
         for part, c in zip(SPLITS, stores, strict=True)
     }
     return DatasetSplits(
@@ -301,18 +308,18 @@ def load_csv(
     )
 
 
-def _task_fields(task: str, stores: Sequence[MoleculeCache], names: list[str]) -> dict:
+def _task_fields(task: str, stores: Sequence[MoleculeStore], names: list[str]) -> dict:
     """The :class:`DatasetSplits` fields of a CSV's task; binary labels are checked."""
     if task == "regression":
         return {}
-    for cache in stores:
-        y = np.asarray(cache.targets, dtype=np.float64)
+    for store in stores:
+        y = np.asarray(store.targets, dtype=np.float64)
         bad = ~np.isnan(y) & (y != 0) & (y != 1)
         if bad.any():
             row, col = np.argwhere(bad)[0]
-            where = cache.describe_row(int(cache.source_index[row]))
+            where = store.describe_row(int(store.source_index[row]))
             raise ValueError(
-                f"{cache.meta['source']} {where}: target column {names[col]!r} holds "
+                f"{store.meta['source']} {where}: target column {names[col]!r} holds "
                 f"{y[row, col]:g}; --task classification needs labels 0 and 1 (empty = missing)"
             )
     return {
@@ -328,14 +335,14 @@ def store_report(splits: DatasetSplits) -> dict:
     stores = {}
     for part in SPLITS:
         ds = getattr(splits, part)
-        cache = getattr(ds, "cache", None)
-        if isinstance(cache, MoleculeCache) and str(cache.cache_dir) not in stores:
-            stores[str(cache.cache_dir)] = {
-                "store": str(cache.cache_dir),
-                "rows": int(cache.meta["rows"]),
-                "graphs": len(cache),
-                "failures": len(cache.failures),
-                "bytes": cache.nbytes,
+        store = getattr(ds, "store", None)
+        if isinstance(store, MoleculeStore) and str(store.folder) not in stores:
+            stores[str(store.folder)] = {
+                "store": str(store.folder),
+                "rows": int(store.meta["rows"]),
+                "graphs": len(store),
+                "failures": len(store.failures),
+                "bytes": store.nbytes,
             }
     return {
         "dataset": splits.name,
@@ -359,7 +366,7 @@ def load_dataset(
     seed: int = 0,
     featurizer: str | None = None,
     max_nodes: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     task: str = "regression",
     mol_features: str = "none",
@@ -387,7 +394,7 @@ def load_dataset(
             (OGB sets accept only ``ogb``).
         max_nodes: leave training graphs with more than this many atoms out (logged);
             validation and test graphs are always kept. ``None``: no limit.
-        cache_dir: the folder of the stores (default: :func:`~.source.default_cache_dir`).
+        store_dir: the folder of the stores (default: :func:`~.store.location.default_store_dir`).
         workers: processes that build a missing store.
         task: CSV: ``"regression"`` or ``"classification"`` (binary labels: BCE, ROC-AUC and
             PRC-AUC); the other sets have their own task.
@@ -398,7 +405,7 @@ def load_dataset(
 
     Returns:
         The :class:`DatasetSplits`, filtered by
-        :func:`~graphormer_urpe.datasets.policy.apply_input_policy`.
+        :func:`~graphormer_urpe.datasets.input_policy.apply_input_policy`.
 
     Raises:
         ValueError: unknown name, featuriser or split method; bad CSV columns; an empty split
@@ -409,7 +416,7 @@ def load_dataset(
     """
     spec = name if isinstance(name, DatasetSpec) else parse_dataset_spec(name)
     name = str(spec)
-    store = {"cache_dir": cache_dir, "workers": workers}
+    store_options = {"store_dir": store_dir, "workers": workers}
     if task != "regression" and not spec.is_table:  # an SD file: a table of its SD properties
         raise ValueError(f"task={task!r} applies to csv: datasets; {name} has its own task")
     descriptors = needs_descriptors(mol_features)
@@ -425,11 +432,15 @@ def load_dataset(
             split=split,
             seed=seed,
             strict=strict,
-            **store,
+            **store_options,
         )
     elif spec.kind in ("zinc", "zinc-full"):
         splits = load_zinc_splits(
-            root, multi_hop_max_dist, subset=spec.kind == "zinc", featurizer=featurizer, **store
+            root,
+            multi_hop_max_dist,
+            subset=spec.kind == "zinc",
+            featurizer=featurizer,
+            **store_options,
         )
     elif spec.kind in LSC_DATASETS or spec.kind == "ogbg":
         if featurizer not in (None, "ogb"):
@@ -437,14 +448,18 @@ def load_dataset(
                 f"{name} ships OGB features; featurizer must be 'ogb', got {featurizer!r}"
             )
         if spec.kind in LSC_DATASETS:
-            splits = load_lsc_splits(name, root, multi_hop_max_dist, strict=strict, **store)
+            splits = load_lsc_splits(name, root, multi_hop_max_dist, strict=strict, **store_options)
         else:
-            splits = load_ogbg(name, root, multi_hop_max_dist, **store)
+            splits = load_ogbg(name, root, multi_hop_max_dist, **store_options)
     elif spec.kind == "pretrain":
-        from .pretrain import load_pretrain
+        from .sources.pretrain import load_pretrain
 
         splits = load_pretrain(
-            spec.location, multi_hop_max_dist, smiles_column=smiles_column, seed=seed, **store
+            spec.location,
+            multi_hop_max_dist,
+            smiles_column=smiles_column,
+            seed=seed,
+            **store_options,
         )
     else:  # a table: csv:PATH, csv:TRAIN,VALID,TEST or sdf:PATH
         splits = load_csv(
@@ -459,7 +474,7 @@ def load_dataset(
             featurizer=featurizer,
             task=task,
             descriptors=descriptors,
-            **store,
+            **store_options,
         )
     splits = with_mol_features(splits, mol_features, mol_features_record)
     return apply_input_policy(splits, max_nodes)

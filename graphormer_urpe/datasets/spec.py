@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 LSC_NAMES = ("pcqm4mv2", "pcqm4m")
-"""The OGB-LSC sets (:mod:`.pcqm`)."""
+"""The OGB-LSC sets (:mod:`.sources.pcqm`)."""
 
 NAMED_SETS = ("nci5k", "zinc", "zinc-full", *LSC_NAMES)
 """The sets named by a word alone; each is its own kind."""

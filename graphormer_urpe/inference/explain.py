@@ -38,7 +38,8 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from ..datasets.featurize import InvalidMoleculeError, featurize_smiles, parse_smiles
+from ..datasets.featurizers.molecule_graphs import featurize_smiles
+from ..datasets.featurizers.smiles import InvalidMoleculeError, parse_smiles
 from ..graph.model import Graphormer
 from .integrated import Attribution, integrated_gradients
 from .shapley import shapley_values

@@ -65,7 +65,7 @@ def write_submission(
     """
     import ogb.lsc
 
-    from ..datasets.pcqm import LSC_DATASETS
+    from ..datasets.sources.pcqm_files import LSC_DATASETS
 
     if dataset not in LSC_DATASETS:
         raise SubmissionError(
@@ -153,7 +153,8 @@ def submit_checkpoint(
         SubmissionError: molecules of the split that could not be featurised, or a size
             mismatch without ``allow_partial``.
     """
-    from ..datasets.pcqm import LSC_DATASETS, open_lsc
+    from ..datasets.sources.pcqm import open_lsc
+    from ..datasets.sources.pcqm_files import LSC_DATASETS
 
     lm = load_model(checkpoint, device)
     cfg = lm.config if data_root is None else replace(lm.config, data_root=data_root)

@@ -152,7 +152,7 @@ class Trees:
         from rdkit import Chem
         from rdkit.Chem import rdFingerprintGenerator
 
-        from ..datasets.fingerprints import morgan_generator
+        from ..datasets.featurizers.fingerprints import morgan_generator
 
         mol = Chem.MolFromSmiles(smiles)
         info = rdFingerprintGenerator.AdditionalOutput()
@@ -289,7 +289,7 @@ def fit_trees(
     """
     import lightgbm as lgb
 
-    from ..datasets.descriptors import descriptor_set_id
+    from ..datasets.featurizers.descriptors import descriptor_set_id
 
     boosters: list[Any] = []
     for t, name in enumerate(target_names):
@@ -319,7 +319,7 @@ def tree_chunk_inputs(smiles: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """The descriptors and counts of the trees' inputs ``[N, 202 + bits]`` float32 for
     readable ``smiles``, and the raw descriptors ``[N, 202]`` (which a network's own molecule
     features are computed from)."""
-    from ..datasets.descriptors import compute_descriptors
+    from ..datasets.featurizers.descriptors import compute_descriptors
     from ..datasets.mol_features import morgan_counts
 
     raw = compute_descriptors(smiles)
@@ -389,7 +389,7 @@ def dataset_inputs(
     """The trees' input rows ``[N, F]`` of a split over a store of SMILES (``csv:`` and
     ``sdf:`` datasets): the store's raw descriptors (computed from the SMILES where the store
     has none), the Morgan counts, and the ``embedder``'s graph tokens (``None``: none)."""
-    from ..datasets.descriptors import compute_descriptors
+    from ..datasets.featurizers.descriptors import compute_descriptors
     from ..datasets.mol_features import morgan_counts
     from .embeddings import WithHeadInput
     from .prediction import predict_dataset
@@ -421,7 +421,7 @@ def load_trees(checkpoint: str | Path) -> Trees | None:
     if not (folder / "trees.json").exists():
         return None
     trees = Trees.load(folder)
-    from ..datasets.descriptors import descriptor_set_id
+    from ..datasets.featurizers.descriptors import descriptor_set_id
 
     if trees.descriptor_set != descriptor_set_id():
         log.warning(

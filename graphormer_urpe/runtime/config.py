@@ -12,7 +12,8 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+import warnings
+from dataclasses import InitVar, asdict, dataclass, field, fields, replace
 from typing import Literal
 
 from ..datasets.spec import names_table, parse_dataset_spec
@@ -44,8 +45,8 @@ class TrainConfig:
     """``nci5k`` (embedded, no download), ``zinc``, ``zinc-full``, ``csv:PATH``, ``pcqm4mv2``,
     ``pcqm4m`` or an ``ogbg-mol*`` name."""
     data_root: str | None = None
-    cache_dir: str | None = None
-    """Folder of the dataset stores (``None``: ``$GRAPHORMER_URPE_CACHE``, else
+    store_dir: str | None = None
+    """Folder of the dataset stores (``None``: ``$GRAPHORMER_URPE_STORE``, else
     ``~/.cache/graphormer-urpe``)."""
     preprocess_workers: int = 1
     """Processes that build a missing dataset store."""
@@ -162,6 +163,16 @@ class TrainConfig:
     """Start from this checkpoint's weights (e.g. a converted published Graphormer): its
     architecture, the run's dropouts and attention; the output layer is re-initialised when
     the number of outputs differs. Ignored when resuming."""
+    cache_dir: InitVar[str | None] = None
+    """Deprecated: ``store_dir`` (``TrainConfig(cache_dir=...)`` sets it, with a
+    ``DeprecationWarning``, until the next minor release; not a field, never saved)."""
+
+    def __post_init__(self, cache_dir: str | None) -> None:
+        if cache_dir is not None:
+            warnings.warn(
+                "TrainConfig's cache_dir is deprecated: use store_dir", DeprecationWarning, 3
+            )
+            self.store_dir = cache_dir
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -171,7 +182,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        d = dict(d)
+        """The config of a ``to_dict()``, e.g. a run's ``config.json`` or a checkpoint's
+        (one written before the store was called a store names ``store_dir`` ``cache_dir``)."""
+        d = _renamed_fields(d)
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -181,6 +194,24 @@ class TrainConfig:
         if model is not None:
             cfg.model = GraphormerConfig.from_dict(model)
         return cfg
+
+
+_PREVIOUS_NAMES = {"cache_dir": "store_dir"}
+"""Fields' previous names → their names now (read from old ``config.json`` files and checkpoints,
+accepted by :func:`override_config` with a ``DeprecationWarning``, until the next minor
+release)."""
+
+
+def _renamed_fields(d: dict) -> dict:
+    """``d`` with the fields' previous names (:data:`_PREVIOUS_NAMES`) replaced by their names
+    now; a value under the name now wins."""
+    out = dict(d)
+    for old, new in _PREVIOUS_NAMES.items():
+        if old in out:
+            value = out.pop(old)
+            if out.get(new) is None:
+                out[new] = value
+    return out
 
 
 # Graphormer's published optimisation: AdamW, linear warm-up to lr, linear decay to 1e-9
@@ -235,7 +266,9 @@ def override_config(
         **overrides: fields of :class:`TrainConfig` to change.
     """
     known = {f.name for f in fields(TrainConfig)} - {"model"}
-    given = {k: v for k, v in overrides.items() if v is not None}
+    if "cache_dir" in overrides:
+        warnings.warn("the cache_dir override is deprecated: use store_dir", DeprecationWarning, 2)
+    given = {k: v for k, v in _renamed_fields(overrides).items() if v is not None}
     unknown = set(given) - known
     if unknown:
         raise ValueError(f"unknown TrainConfig fields: {sorted(unknown)}")

@@ -77,7 +77,7 @@ _DATASET_FIELDS = (
     "split",
     "featurizer",
     "max_nodes",
-    "cache_dir",
+    "store_dir",
     "mol_features",
 )
 

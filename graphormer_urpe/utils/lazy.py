@@ -47,19 +47,19 @@ def lazy_exports(
         __getattr__, __dir__, __all__ = lazy_exports(__name__, {".model": ["Graphormer"]})
     """
     where = {name: module for module, names in exports.items() for name in names}
-    renamed = dict(renamed or {})
+    previous = dict(renamed or {})
 
     def __getattr__(name: str) -> Any:
-        namespace = sys.modules[package].__dict__
-        if name in renamed:
-            new = renamed[name]
+        if name in previous:
+            new = previous[name]
             warnings.warn(
-                f"{package}.{name} is now {package}.{new}; the old name goes in the next "
-                "minor release",
+                f"{package}.{name} is deprecated: use {package}.{new} (the old name goes in the "
+                "next minor release)",
                 DeprecationWarning,
                 stacklevel=2,
             )
             return __getattr__(new)
+        namespace = sys.modules[package].__dict__
         module = where.get(name)
         if module is not None:
             value = getattr(importlib.import_module(module, package), name)

@@ -1,5 +1,5 @@
 """Data preparation: the ZINC stand-in's tables and store, the PCQM4Mv2 SMILES and the
-replicated PCQM4Mv2 cache (built in background processes while the GPU is busy with other
+replicated PCQM4Mv2 store (built in background processes while the GPU is busy with other
 sections)."""
 
 from __future__ import annotations
@@ -81,25 +81,26 @@ def prepare_zinc(work: Path, data: Path, smoke: bool) -> None:
 
 
 def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
-    """A PCQM4Mv2 cache of the sample replicated ``copies`` times, in OGB's layout.
+    """A PCQM4Mv2 store of the sample replicated ``copies`` times, in OGB's layout.
 
     The sample's raw files are copied to ``work/pcqm-sample`` and preprocessed as usual; the
     replicated dataset ``work/pcqm-rep/pcqm4m-v2`` gets a ``data.csv.gz`` and ``split_dict.pt``
     with every row repeated ``copies`` times (so the dataset opens as any other), and its
-    cache is written by tiling the sample's processed arrays instead of featurising the same
+    store is written by tiling the sample's processed arrays instead of featurising the same
     molecules ``copies`` times.
     """
     import numpy as np
     import torch
 
     from graphormer_urpe.datasets import preprocess_lsc
-    from graphormer_urpe.datasets.pcqm import LSC_DATASETS, _store_dir, load_split_dict
-    from graphormer_urpe.datasets.source import file_digest
+    from graphormer_urpe.datasets.sources.pcqm import lsc_store_folder
+    from graphormer_urpe.datasets.sources.pcqm_files import LSC_DATASETS, load_split_dict
     from graphormer_urpe.datasets.store import (
         META_FILE,
-        MoleculeCache,
-        cache_is_complete,
+        MoleculeStore,
+        store_is_complete,
     )
+    from graphormer_urpe.datasets.store.location import file_digest
 
     src_root = work / "pcqm-sample"
     if not src_root.exists():
@@ -107,7 +108,7 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
         for p in src_root.rglob("*"):
             p.chmod(0o755 if p.is_dir() else 0o644)
     report = preprocess_lsc("pcqm4mv2", src_root, workers=1, download=False, progress=False)
-    cache = MoleculeCache(report["cache_dir"])
+    cache = MoleculeStore(report["folder"])
     arrays = cache.open()
     folder = work / "pcqm-rep" / "pcqm4m-v2"
     (folder / "raw").mkdir(parents=True, exist_ok=True)
@@ -133,8 +134,8 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
         folder / "split_dict.pt",
     )
     digest = file_digest(folder / "raw" / "data.csv.gz")
-    dst = _store_dir(LSC_DATASETS["pcqm4mv2"], folder / "raw" / "data.csv.gz", None)
-    if cache_is_complete(dst):
+    dst = lsc_store_folder(LSC_DATASETS["pcqm4mv2"], folder / "raw" / "data.csv.gz", None)
+    if store_is_complete(dst):
         return
     dst.mkdir(parents=True, exist_ok=True)
     m = len(cache)
@@ -167,6 +168,6 @@ def prepare_pcqm(work: Path, data: Path, copies: int, workers: int) -> None:
 
 
 def _split_names() -> list[str]:
-    from graphormer_urpe.datasets.pcqm import LSC_DATASETS
+    from graphormer_urpe.datasets.sources.pcqm_files import LSC_DATASETS
 
     return list(LSC_DATASETS["pcqm4mv2"].splits)

@@ -70,7 +70,7 @@ class Check:
         self.out = Path(args.out).resolve()
         self.work = Path(args.work).resolve() if args.work else Path(tempfile.mkdtemp())
         # every dataset store of the check, in its own work folder (subprocesses inherit it)
-        os.environ["GRAPHORMER_URPE_CACHE"] = str(self.work / "stores")
+        os.environ["GRAPHORMER_URPE_STORE"] = str(self.work / "stores")
         self.logs = self.work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.out.mkdir(parents=True, exist_ok=True)

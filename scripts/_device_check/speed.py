@@ -1,5 +1,5 @@
 """The ``speed`` section (training steps per mode, the attention kernels, ``train`` end to end
-from the replicated PCQM4Mv2 cache) and the opt-in ``compiled`` section."""
+from the replicated PCQM4Mv2 store) and the opt-in ``compiled`` section."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def section_speed(check: Check, res: dict) -> None:
     except Exception as exc:
         failures.append(f"attention_kernels: {exc}")
         res["attention_kernels"] = {"error": str(exc)[:2000]}
-    # end to end from the memory-mapped cache, data loading inside the figure
+    # end to end from the memory-mapped store, data loading inside the figure
     try:
         dev, prec = device_precision()
         res["pcqm4mv2_end_to_end"] = _end_to_end(check, dev, prec, res)
@@ -182,7 +182,7 @@ def _speed_summary(res: dict) -> dict:
 
 
 def _end_to_end(check: Check, dev: str, prec: str, res: dict) -> dict:
-    """``graphormer-urpe train`` on the replicated PCQM4Mv2 cache: training graphs/s."""
+    """``graphormer-urpe train`` on the replicated PCQM4Mv2 store: training graphs/s."""
     check.wait_background("pcqm_cache")
     run = check.work / "runs" / "pcqm-e2e"
     shutil.rmtree(run, ignore_errors=True)

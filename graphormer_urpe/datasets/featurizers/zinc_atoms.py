@@ -1,83 +1,58 @@
-r"""Molecule → PyG graph featurisers: the ZINC benchmark's atom types and OGB's features.
+r"""The ZINC benchmark's featuriser: its 28 atom types and the Kekulé bond orders it was built with.
 
-Two featurisers are registered in :data:`FEATURIZERS`:
+:func:`zinc_mol_to_graph` gives the ZINC benchmark graphs (PyG ``ZINC``, benchmarking-gnns):
+one categorical node feature, the atom type id among :data:`ZINC_ATOM_TYPES` (28 types), and
+one bond feature, the Kekulé bond order (1 single, 2 double, 3 triple).
 
-``"zinc"`` (:func:`zinc_mol_to_graph`)
-    The ZINC benchmark graphs (PyG ``ZINC``, benchmarking-gnns): one categorical node
-    feature, the atom type id among :data:`ZINC_ATOM_TYPES` (28 types), and one bond feature,
-    the Kekulé bond order (1 single, 2 double, 3 triple).
+* **Atom type** = element symbol, then ``" H<n>"`` when the atom is written as a bracket
+  atom with ``n`` explicit hydrogens in the canonical (isomeric) SMILES, then ``" +"`` /
+  ``" -"`` for a positive / negative formal charge: ``[C@@H]`` → ``"C H1"``, ``[NH3+]`` →
+  ``"N H3 +"``, ``[O-]`` → ``"O -"``. Aromatic ``[nH]`` counts as ``"N"``: kekulisation
+  drops the explicit hydrogen of neutral aromatic N/P, as it did when the benchmark was
+  built. The bracket hydrogens are read from the canonical SMILES, so the type does not
+  depend on how the input SMILES happened to be written.
+* **Bond orders** come from :func:`legacy_kekule_bond_orders`, which re-implements the
+  Kekulé assignment of the RDKit releases that built the benchmark (atom-order driven
+  search with back-tracking) instead of today's RDKit ``Kekulize``, which picks a
+  different but equally valid alternation in about a third of the molecules.
+* Nodes follow RDKit's atom order of the SMILES; ``edge_index`` stores both directions,
+  sorted by (source, target) as PyG's ``ZINC`` stores them.
 
-    * **Atom type** = element symbol, then ``" H<n>"`` when the atom is written as a bracket
-      atom with ``n`` explicit hydrogens in the canonical (isomeric) SMILES, then ``" +"`` /
-      ``" -"`` for a positive / negative formal charge: ``[C@@H]`` → ``"C H1"``, ``[NH3+]`` →
-      ``"N H3 +"``, ``[O-]`` → ``"O -"``. Aromatic ``[nH]`` counts as ``"N"``: kekulisation
-      drops the explicit hydrogen of neutral aromatic N/P, as it did when the benchmark was
-      built. The bracket hydrogens are read from the canonical SMILES, so the type does not
-      depend on how the input SMILES happened to be written.
-    * **Bond orders** come from :func:`legacy_kekule_bond_orders`, which re-implements the
-      Kekulé assignment of the RDKit releases that built the benchmark (atom-order driven
-      search with back-tracking) instead of today's RDKit ``Kekulize``, which picks a
-      different but equally valid alternation in about a third of the molecules.
-    * Nodes follow RDKit's atom order of the SMILES; ``edge_index`` stores both directions,
-      sorted by (source, target) as PyG's ``ZINC`` stores them.
+On the 1,000 official ZINC-subset validation molecules this reproduces the official
+graphs (types, edges, bond orders) on 998 up to node order (835 with the very same node
+order); the other two were built from differently ordered SMILES whose Kekulé
+alternation cannot be recovered from the canonical string.
 
-    On the 1,000 official ZINC-subset validation molecules this reproduces the official
-    graphs (types, edges, bond orders) on 998 up to node order (835 with the very same node
-    order); the other two were built from differently ordered SMILES whose Kekulé
-    alternation cannot be recovered from the canonical string.
-
-``"ogb"`` (:func:`ogb_smiles_to_graph`)
-    OGB's ``smiles2graph``: ``x`` ``[N, 9]`` and ``edge_attr`` ``[E, 3]`` categorical features
-    (every element, charges, chirality, ...), the featuriser of PCQM4Mv2 / ogbg-mol*.
-
-:func:`featurize_smiles` parses and featurises one SMILES, raising
-:class:`InvalidMoleculeError` (a ``ValueError``) that names the SMILES when it cannot.
-
-Edge cases, the same for both featurisers:
-
-* an empty SMILES (``""``, blanks) or a molecule without atoms raises
-  :class:`InvalidMoleculeError`;
-* a single atom (``"C"``, ``"[Na+]"``) is a valid graph with one node and no edges;
-* disconnected molecules (salts and mixtures, ``"CC(=O)[O-].[Na+]"``) stay **one** graph with
-  several components; no fragment is removed. Pairs of atoms in different components get the
-  shortest-path distance 510 ("unreachable") and no path bond features, as in Graphormer's
-  preprocessing; the model embeds that distance with the spatial table's last row (like any
-  long distance) and masks the pair only when ``spatial_pos_max`` is at most 510. Strip salts
-  before featurising (e.g. with RDKit's ``SaltRemover``) to keep only the largest fragment;
-* an atom outside the ZINC benchmark's 28 types (another element such as ``[U]``, or a charge
-  or hydrogen state ZINC does not have, such as ``[C-]``) raises :class:`UnknownAtomTypeError`
-  naming the SMILES, the atom index and its type (``"ogb"`` encodes every element).
+An atom outside the 28 types raises :class:`UnknownAtomTypeError` naming the SMILES, the atom
+index and its type.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from rdkit import Chem, rdBase
 
-if TYPE_CHECKING:  # imported where a graph is built (parsing SMILES needs no PyG)
+from .smiles import InvalidMoleculeError, MolOrSmiles, as_mol
+
+if TYPE_CHECKING:  # imported where a graph is built
     from torch_geometric.data import Data
 
 __all__ = [
     "ZINC_ATOM_TYPES",
     "ZINC_BOND_TYPES",
-    "InvalidMoleculeError",
     "UnknownAtomTypeError",
-    "parse_smiles",
     "zinc_atom_type",
     "legacy_kekule_bond_orders",
     "zinc_mol_to_graph",
-    "ogb_smiles_to_graph",
-    "FEATURIZERS",
-    "featurize_smiles",
 ]
 
 logger = logging.getLogger(__name__)
+
 
 ZINC_ATOM_TYPES: tuple[str, ...] = (
     "C",
@@ -121,60 +96,8 @@ ZINC_BOND_TYPES: dict[Chem.BondType, int] = {
 """Kekulé bond type → the ZINC ``edge_attr`` value."""
 
 
-class InvalidMoleculeError(ValueError):
-    """A SMILES string (or molecule) that cannot be parsed or featurised.
-
-    Attributes:
-        smiles: the offending SMILES (``""`` when unknown).
-    """
-
-    def __init__(self, message: str, smiles: str = "") -> None:
-        super().__init__(message)
-        self.smiles = smiles
-
-
 class UnknownAtomTypeError(InvalidMoleculeError):
     """An atom outside the ZINC benchmark's 28 atom types."""
-
-
-MolOrSmiles = str | Chem.Mol
-
-
-def parse_smiles(smiles: str) -> Chem.Mol:
-    """Parse and sanitise a SMILES string.
-
-    Args:
-        smiles: the SMILES string.
-
-    Returns:
-        The sanitised RDKit molecule (at least one atom).
-
-    Raises:
-        InvalidMoleculeError: naming the SMILES when it is not a string, does not parse or
-            sanitise, or has no atoms.
-    """
-    if not isinstance(smiles, str):
-        raise InvalidMoleculeError(
-            f"expected a SMILES string, got {type(smiles).__name__} {smiles!r}", str(smiles)
-        )
-    text = smiles.strip()
-    if not text:
-        raise InvalidMoleculeError(f"empty SMILES {smiles!r}", smiles)
-    with rdBase.BlockLogs():  # RDKit would print its own parse error to stderr
-        mol = Chem.MolFromSmiles(text)
-    if mol is None:
-        raise InvalidMoleculeError(f"RDKit cannot parse SMILES {smiles!r}", smiles)
-    if mol.GetNumAtoms() == 0:
-        raise InvalidMoleculeError(f"SMILES {smiles!r} has no atoms", smiles)
-    return mol
-
-
-def _as_mol(mol_or_smiles: MolOrSmiles) -> tuple[Chem.Mol, str]:
-    if isinstance(mol_or_smiles, Chem.Mol):
-        if mol_or_smiles.GetNumAtoms() == 0:
-            raise InvalidMoleculeError("molecule has no atoms")
-        return mol_or_smiles, Chem.MolToSmiles(mol_or_smiles)
-    return parse_smiles(mol_or_smiles), mol_or_smiles
 
 
 # --------------------------------------------------------------------------------------
@@ -415,11 +338,6 @@ def legacy_kekule_bond_orders(mol: Chem.Mol, max_backtracks: int = 100) -> list[
     return order
 
 
-# --------------------------------------------------------------------------------------
-# Featurisers
-# --------------------------------------------------------------------------------------
-
-
 def zinc_mol_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
     """Featurise a molecule exactly as the ZINC benchmark's graphs.
 
@@ -438,7 +356,7 @@ def zinc_mol_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
     """
     from torch_geometric.data import Data
 
-    mol, smiles = _as_mol(mol_or_smiles)
+    mol, smiles = as_mol(mol_or_smiles)
     hydrogens = _bracket_hydrogens(mol)
     x = np.empty(mol.GetNumAtoms(), dtype=np.int64)
     for atom in mol.GetAtoms():
@@ -469,62 +387,3 @@ def zinc_mol_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
         edge_attr=torch.from_numpy(adj[src, dst].astype(np.int64)),
         num_nodes=n,
     )
-
-
-def ogb_smiles_to_graph(mol_or_smiles: MolOrSmiles) -> Data:
-    """Featurise a molecule with OGB's ``smiles2graph`` features
-    (:func:`~graphormer_urpe.datasets.ogb_graph.ogb_mol_graph`).
-
-    Args:
-        mol_or_smiles: a SMILES string or an RDKit molecule.
-
-    Returns:
-        ``Data`` with ``x`` ``[N, 9]`` long, ``edge_index`` ``[2, E]`` long (both directions)
-        and ``edge_attr`` ``[E, 3]`` long.
-
-    Raises:
-        InvalidMoleculeError: unparsable or empty SMILES.
-    """
-    from torch_geometric.data import Data
-
-    from .ogb_graph import ogb_mol_graph
-
-    mol, _ = _as_mol(mol_or_smiles)
-    graph = ogb_mol_graph(mol)
-    return Data(
-        x=torch.from_numpy(graph["node_feat"]),
-        edge_index=torch.from_numpy(graph["edge_index"]),
-        edge_attr=torch.from_numpy(graph["edge_feat"]),
-        num_nodes=graph["num_nodes"],
-    )
-
-
-FEATURIZERS: dict[str, Callable[[MolOrSmiles], Data]] = {
-    "zinc": zinc_mol_to_graph,
-    "ogb": ogb_smiles_to_graph,
-}
-"""Featuriser name → function from a SMILES string (or RDKit molecule) to a PyG ``Data``."""
-
-
-def featurize_smiles(smiles: str, featurizer: str) -> Data:
-    """Parse and featurise one SMILES string.
-
-    Args:
-        smiles: the SMILES string.
-        featurizer: a key of :data:`FEATURIZERS` (``"zinc"`` or ``"ogb"``).
-
-    Returns:
-        The molecule's graph (see :func:`zinc_mol_to_graph` / :func:`ogb_smiles_to_graph`).
-
-    Raises:
-        InvalidMoleculeError: naming the SMILES when it does not parse, has no atoms or (for
-            ``"zinc"``) contains an atom outside the 28 ZINC types.
-        ValueError: for an unknown featuriser name.
-    """
-    try:
-        fn = FEATURIZERS[featurizer]
-    except KeyError:
-        raise ValueError(
-            f"unknown featurizer {featurizer!r}; choose one of {sorted(FEATURIZERS)}"
-        ) from None
-    return fn(smiles)

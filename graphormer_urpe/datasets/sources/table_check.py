@@ -3,8 +3,8 @@ target values of a ``csv:`` or ``sdf:`` dataset, checked with the standard libra
 before torch, RDKit or any featurisation is loaded.
 
 :func:`check_table_head` raises the same one-line errors as the full read
-(:func:`~graphormer_urpe.datasets.smiles_csv.read_smiles_csv`,
-:func:`~graphormer_urpe.datasets.sdf.read_sdf`), which still checks every row: a column that
+(:func:`~graphormer_urpe.datasets.sources.smiles_csv.read_smiles_csv`,
+:func:`~graphormer_urpe.datasets.sources.sdf.read_sdf`), which still checks every row: a column that
 is not there (with the available ones), and a target value that is not a number (e.g. a
 comma decimal, ``'5,48'``), naming its row and column.
 """
@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
-from .sdf_text import is_sdf, iter_sdf_blocks, sdf_properties, sdf_title
-from .spec import parse_dataset_spec
+from ..spec import parse_dataset_spec
+from .sdf_blocks import is_sdf, iter_sdf_blocks, sdf_properties, sdf_title
 
 __all__ = [
     "HEAD_ROWS",
@@ -102,7 +102,7 @@ def check_table_head(
     Raises:
         ValueError: a column missing (naming the available ones) or a target value that is
             not a number (naming its row and column), as the full read would; a dataset name
-            that :func:`~.spec.parse_dataset_spec` refuses.
+            that :func:`~..spec.parse_dataset_spec` refuses.
     """
     spec = parse_dataset_spec(dataset)
     if not spec.is_table:

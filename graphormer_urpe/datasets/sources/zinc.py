@@ -31,13 +31,14 @@ from pathlib import Path
 import numpy as np
 from torch_geometric.datasets import ZINC
 
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .store import GraphDict, MoleculeCache
+from ..store import GraphDict, MoleculeStore
+from ..store.location import file_digest, store_folder
+from ..store.records import MoleculeRecords, open_store
+from .download import DatasetUnavailableError
 
 __all__ = [
     "ZINC_DEFAULT_ROOT",
     "ZINC_RAW_FILES",
-    "DatasetUnavailableError",
     "zinc_raw_layout_help",
     "ensure_zinc_files",
     "read_zinc",
@@ -57,10 +58,6 @@ ZINC_RAW_FILES: tuple[str, ...] = (
 )
 _SPLITS = ("train", "val", "test")
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, zipfile.BadZipFile)
-
-
-class DatasetUnavailableError(FileNotFoundError):
-    """A dataset's files are missing and could not be downloaded."""
 
 
 def zinc_raw_layout_help(root: str | os.PathLike[str]) -> str:
@@ -182,12 +179,12 @@ def open_zinc(
     root: str | os.PathLike[str] = ZINC_DEFAULT_ROOT,
     subset: bool = True,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     download: bool = True,
     download_timeout: float = 30.0,
     progress: bool | None = None,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store of ZINC (subset or full), built from the raw files on first use.
 
     Raises:
@@ -198,13 +195,13 @@ def open_zinc(
     names = ZINC_RAW_FILES if subset else ZINC_RAW_FILES[:3]
     identity = {f: file_digest(raw / f) for f in names}
     label = "subset" if subset else "full"
-    cache = open_store(
-        store_dir("zinc", label, {"subset": subset, **identity}, cache_dir),
+    store = open_store(
+        store_folder("zinc", label, {"subset": subset, **identity}, store_dir),
         lambda: read_zinc(raw, subset),
         featurizer="zinc",
         description=f"ZINC {label}",
         workers=workers,
         progress=progress,
     )
-    logger.info("ZINC %s: %d graphs in %s", label, len(cache), cache.cache_dir)
-    return cache
+    logger.info("ZINC %s: %d graphs in %s", label, len(store), store.folder)
+    return store

@@ -1,12 +1,12 @@
 r"""``csv:PATH``: a SMILES table (``.csv`` or ``.csv.gz``) with numeric target columns.
 
 :func:`read_smiles_csv` reads the file into
-:class:`~graphormer_urpe.datasets.source.MoleculeRecords`; the store featurises them. The
+:class:`~graphormer_urpe.datasets.store.records.MoleculeRecords`; the store featurises them. The
 rules:
 
 * **Invalid SMILES** (unparsable, empty, no atoms, or atoms the featuriser cannot encode) are
   recorded by the store with their row and reason, logged and left out; ``strict=True`` turns
-  them into an :class:`~graphormer_urpe.datasets.featurize.InvalidMoleculeError` naming the
+  them into an :class:`~..featurizers.smiles.InvalidMoleculeError` naming the
   file, the rows and the SMILES. A file in which no molecule is valid is an error.
 * **Missing target values** (empty cells, ``NA``, ``nan``, ...) become ``NaN`` and the molecule
   is kept: training and evaluation mask ``NaN`` targets out. A non-numeric or infinite target
@@ -30,16 +30,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from .sdf_text import is_sdf
-from .source import MoleculeRecords, check_strict, file_digest, open_store, store_dir
-from .store import MoleculeCache
-from .table_head import NA_STRINGS, describe_csv_row, describe_sdf_record
+from ..store import MoleculeStore
+from ..store.location import file_digest, store_folder
+from ..store.records import MoleculeRecords, check_strict, open_store
+from .sdf_blocks import is_sdf
+from .table_check import NA_STRINGS, describe_csv_row, describe_sdf_record
 from .table_records import table_records
 
 __all__ = [
     "read_smiles_csv",
     "open_csv",
-    "csv_store_dir",
+    "csv_store_folder",
     "describe_csv_row",
     "NA_STRINGS",
 ]
@@ -55,10 +56,10 @@ def _stem(path: Path) -> str:
     return name
 
 
-def csv_store_dir(
+def csv_store_folder(
     path: str | os.PathLike[str],
     options: dict,
-    cache_dir: str | os.PathLike[str] | None,
+    store_dir: str | os.PathLike[str] | None,
 ) -> Path:
     """The store folder of a CSV file read with ``options`` (columns, featuriser): under
     ``csv/``, or ``sdf/`` for an SD file (where a store of the same file built under ``csv/``
@@ -68,9 +69,9 @@ def csv_store_dir(
         raise FileNotFoundError(f"SMILES CSV file not found: {path}")
     identity = {"sha256": file_digest(path), **options}
     if not is_sdf(path):
-        return store_dir("csv", _stem(path), identity, cache_dir)
-    folder = store_dir("sdf", _stem(path), identity, cache_dir)
-    older = store_dir("csv", _stem(path), identity, cache_dir)
+        return store_folder("csv", _stem(path), identity, store_dir)
+    folder = store_folder("sdf", _stem(path), identity, store_dir)
+    older = store_folder("csv", _stem(path), identity, store_dir)
     return older if not folder.exists() and older.exists() else folder
 
 
@@ -120,11 +121,11 @@ def open_csv(
     target_columns: Sequence[str] | None = None,
     split_column: str | None = None,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     strict: bool = False,
     descriptors: bool = False,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store of a SMILES CSV, built on first use (see :func:`read_smiles_csv`), or of an
     SD file (``.sdf``, ``.sdf.gz``; :mod:`.sdf`: its SD properties are the columns).
 
@@ -134,9 +135,10 @@ def open_csv(
         featurizer: ``"ogb"`` or ``"zinc"``.
         target_columns: the target columns (``None``: every numeric column).
         split_column: a column of split labels, stored as split codes.
-        cache_dir: the cache folder.
+        store_dir: the store folder.
         workers: processes building the store.
-        strict: raise :class:`~.featurize.InvalidMoleculeError` when any row is invalid.
+        strict: raise :class:`~..featurizers.smiles.InvalidMoleculeError` when any row
+            is invalid.
         descriptors: a store that also holds each molecule's RDKit 2D descriptors (its own
             folder; a store without them is never reused for this).
     """
@@ -156,8 +158,8 @@ def open_csv(
 
         read, describe, offset = partial(read_sdf, path, targets, split_column), None, None
         identity["smiles_column"] = "sdf"
-    cache = open_store(
-        csv_store_dir(path, identity, cache_dir),
+    store = open_store(
+        csv_store_folder(path, identity, store_dir),
         read,
         featurizer=featurizer,
         description=str(path),
@@ -166,12 +168,12 @@ def open_csv(
         descriptors=descriptors,
     )
     if strict:
-        check_strict(cache, str(path), describe or describe_sdf_record)
-    elif cache.failures:
+        check_strict(store, str(path), describe or describe_sdf_record)
+    elif store.failures:
         logger.info(
             "%s: %d row(s) were left out (listed in %s)",
             path,
-            len(cache.failures),
-            cache.cache_dir / "meta.json",
+            len(store.failures),
+            store.folder / "meta.json",
         )
-    return cache
+    return store

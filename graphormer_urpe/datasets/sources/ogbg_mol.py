@@ -16,7 +16,7 @@ OGB 1.3.6's ``PygGraphPropPredDataset`` calls ``input()`` when ``RELEASE_v<versi
 missing and when a download is over 1 GB, ``exit()`` when declined, and ``print`` throughout.
 Here nothing prompts; a missing release file is logged; the download (``master.csv``'s URL)
 runs under a socket timeout and, offline, fails fast with a
-:class:`~graphormer_urpe.datasets.zinc.DatasetUnavailableError` that says where to put the
+:class:`~.download.DatasetUnavailableError` that says where to put the
 files; OGB's prints go to the debug log. A ``split_dict.pt`` shortcut is loaded with
 ``weights_only=True`` and only numpy's index arrays allow-listed.
 """
@@ -43,11 +43,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .download import download_file
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .splitting import SPLITS
-from .store import MoleculeCache
-from .zinc import DatasetUnavailableError
+from ..split_indices import SPLITS
+from ..store import MoleculeStore
+from ..store.location import file_digest, store_folder
+from ..store.records import MoleculeRecords, open_store
+from .download import DatasetUnavailableError, download_file
 
 __all__ = [
     "OGBG_DEFAULT_ROOT",
@@ -234,7 +234,7 @@ def ensure_ogbg_files(
 
 def read_ogbg_split(name: str, folder: Path) -> dict[str, np.ndarray]:
     """OGB's split (``split/<type>/{train,valid,test}.csv.gz``, or a ``split_dict.pt``)."""
-    from .pcqm import load_split_dict
+    from .pcqm_files import load_split_dict
 
     path = folder / "split" / _meta(name)["split"]
     if (path / "split_dict.pt").is_file():
@@ -322,12 +322,12 @@ def open_ogbg(
     name: str,
     root: str | os.PathLike[str] | None = None,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     download: bool = True,
     download_timeout: float = 30.0,
     progress: bool | None = None,
-) -> tuple[MoleculeCache, OGBGInfo]:
+) -> tuple[MoleculeStore, OGBGInfo]:
     """The store of an ``ogbg-mol*`` set (built on first use) and its :class:`OGBGInfo`."""
     folder = ensure_ogbg_files(
         name,
@@ -338,15 +338,15 @@ def open_ogbg(
     files = [folder / "raw" / f for f in OGBG_RAW_FILES]
     files += sorted((folder / "split").rglob("*.*"))
     identity = {str(f.relative_to(folder)): file_digest(f) for f in files if f.is_file()}
-    cache = open_store(
-        store_dir("ogbg", name, identity, cache_dir),
+    store = open_store(
+        store_folder("ogbg", name, identity, store_dir),
         lambda: read_ogbg(name, folder),
         featurizer="ogb",
         description=name,
         workers=workers,
         progress=progress,
     )
-    return cache, ogbg_info(name, folder)
+    return store, ogbg_info(name, folder)
 
 
 class OGBGEvaluator:

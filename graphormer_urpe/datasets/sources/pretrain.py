@@ -1,15 +1,15 @@
 r"""``pretrain:PATH``: any SMILES file as a self-supervised pretraining set.
 
-The targets of every molecule are its RDKit 2D descriptors (:mod:`.descriptors`), normalised
-with statistics of the training molecules, so pretraining is multi-target regression through
-the regular training loop (``graphormer-urpe pretrain``).
+The targets of every molecule are its RDKit 2D descriptors (:mod:`..featurizers.descriptors`),
+normalised with statistics of the training molecules, so pretraining is multi-target regression
+through the regular training loop (``graphormer-urpe pretrain``).
 
 * **Input**: a ``.smi`` / ``.txt`` file (optionally ``.gz``) with one SMILES a line (a name may
   follow after whitespace; a first line ``smiles`` or the ``smiles_column`` name is a header),
   or a ``.csv`` / ``.csv.gz`` table with a ``smiles_column``. Rows are numbered from 0 over
   the data lines; invalid SMILES are recorded by the store with their row and left out.
 * **Store**: the file goes through the memory-mapped store with ``descriptors=True`` (raw
-  descriptors cached beside the graphs, computed in the parallel chunked build); the store's
+  descriptors stored beside the graphs, computed in the parallel chunked build); the store's
   key names the descriptor set and RDKit version.
 * **Split**: seeded random, :data:`PRETRAIN_FRACTIONS` (98 / 1 / 1%): the validation split
   selects the best checkpoint.
@@ -36,10 +36,11 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .descriptors import DescriptorNormalizer, descriptor_set_id
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .splitting import random_split
-from .store import CachedGraphDataset, MoleculeCache
+from ..featurizers.descriptors import DescriptorNormalizer, descriptor_set_id
+from ..split_indices import random_split
+from ..store import MoleculeStore, StoreGraphDataset
+from ..store.location import file_digest, store_folder
+from ..store.records import MoleculeRecords, open_store
 
 __all__ = [
     "PRETRAIN_FRACTIONS",
@@ -107,9 +108,9 @@ def open_pretrain(
     path: str | os.PathLike[str],
     smiles_column: str = "smiles",
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store (OGB features + raw descriptors) of a SMILES file, built on first use."""
     path = Path(path)
     if not path.is_file():
@@ -128,7 +129,7 @@ def open_pretrain(
         return MoleculeRecords(rows, np.zeros((len(smiles), 0)), [], smiles=smiles)
 
     return open_store(
-        store_dir("pretrain", path.name.split(".")[0], identity, cache_dir),
+        store_folder("pretrain", path.name.split(".")[0], identity, store_dir),
         read,
         featurizer="ogb",
         description=str(path),
@@ -138,32 +139,32 @@ def open_pretrain(
     )
 
 
-class DescriptorTargets(CachedGraphDataset):
+class DescriptorTargets(StoreGraphDataset):
     """A split of a descriptor store whose targets are the normalised descriptors.
 
     Each ``Data`` is the store's graph with ``y`` ``[1, K]`` float32 =
     ``normalizer.transform(descriptors)`` (finite; missing values are 0).
 
     Args:
-        *args, **kwargs: those of :class:`~.store.CachedGraphDataset` (``cache``: a store
+        *args, **kwargs: those of :class:`~..store.StoreGraphDataset` (``store``: a store
             built with ``descriptors=True``; ``positions``, ``multi_hop_max_dist``, ``name``).
-        normalizer: the fitted :class:`~.descriptors.DescriptorNormalizer`.
+        normalizer: the fitted :class:`~..featurizers.descriptors.DescriptorNormalizer`.
     """
 
     def __init__(self, *args: Any, normalizer: DescriptorNormalizer, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if list(normalizer.names) != self.cache.descriptor_names:
-            raise ValueError(f"{self.cache.cache_dir}: its descriptors are not the normaliser's")
+        if list(normalizer.names) != self.store.descriptor_names:
+            raise ValueError(f"{self.store.folder}: its descriptors are not the normaliser's")
         self.normalizer = normalizer
 
     def with_positions(self, positions: np.ndarray) -> DescriptorTargets:
         return DescriptorTargets(
-            self.cache, positions, self.multi_hop_max_dist, self.name, normalizer=self.normalizer
+            self.store, positions, self.multi_hop_max_dist, self.name, normalizer=self.normalizer
         )
 
     def _targets(self, store_positions: Sequence[int]) -> np.ndarray:
         """``[n, K]`` float32 normalised descriptors of the graphs at ``store_positions``."""
-        raw = self.cache.descriptors[np.asarray(store_positions, dtype=np.int64)]
+        raw = self.store.descriptors[np.asarray(store_positions, dtype=np.int64)]
         return self.normalizer.transform(raw)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Data]:
@@ -208,14 +209,14 @@ def descriptor_metrics(y_pred: Tensor, y_true: Tensor) -> dict[str, float]:
     }
 
 
-def _record(path: str, cache: MoleculeCache, norm: DescriptorNormalizer, parts: dict) -> dict:
+def _record(path: str, store: MoleculeStore, norm: DescriptorNormalizer, parts: dict) -> dict:
     """What a pretraining checkpoint records about its data (JSON-friendly)."""
     return {
         "task": "rdkit2d-descriptors",
         "source": str(path),
-        "store": str(cache.cache_dir),
-        "molecules": len(cache),
-        "unreadable": len(cache.failures),
+        "store": str(store.folder),
+        "molecules": len(store),
+        "unreadable": len(store.failures),
         "split": {k: int(v.size) for k, v in parts.items()},
         "split_fractions": list(PRETRAIN_FRACTIONS),
         "descriptors": norm.to_dict(),
@@ -228,41 +229,41 @@ def load_pretrain(
     *,
     smiles_column: str = "smiles",
     seed: int = 0,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
 ) -> Any:
-    """The :class:`~.registry.DatasetSplits` of a pretraining SMILES file (see module doc).
+    """The :class:`~..registry.DatasetSplits` of a pretraining SMILES file (see module doc).
 
     Args:
         path: the ``.smi`` / ``.txt`` / ``.csv`` file (``.gz`` too).
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
         smiles_column: the SMILES column of a CSV.
         seed: seed of the random split (and of the rows the normaliser is fitted on).
-        cache_dir: the cache folder.
+        store_dir: the store folder.
         workers: processes building the store.
     """
-    from .dataset_splits import DatasetSplits, unreadable_by_split
+    from ..dataset_splits import DatasetSplits, unreadable_by_split
 
-    cache = open_pretrain(path, smiles_column, cache_dir=cache_dir, workers=workers)
-    parts = random_split(len(cache), PRETRAIN_FRACTIONS, seed)
+    store = open_pretrain(path, smiles_column, store_dir=store_dir, workers=workers)
+    parts = random_split(len(store), PRETRAIN_FRACTIONS, seed)
     for part, pos in parts.items():
         if pos.size == 0:
             raise ValueError(
-                f"pretrain:{path}: the {part} split of {len(cache)} molecules is empty "
+                f"pretrain:{path}: the {part} split of {len(store)} molecules is empty "
                 f"(fractions {PRETRAIN_FRACTIONS}); give at least 100 valid molecules"
             )
     train = parts["train"]
     if train.size > _FIT_ROWS:  # the statistics of a random sample of the training molecules
         train = np.sort(np.random.default_rng(seed).choice(train, _FIT_ROWS, replace=False))
-    norm = DescriptorNormalizer.fit(cache.descriptors[train], cache.descriptor_names)
+    norm = DescriptorNormalizer.fit(store.descriptors[train], store.descriptor_names)
     sets = {
-        p: DescriptorTargets(cache, pos, multi_hop_max_dist, p, normalizer=norm)
+        p: DescriptorTargets(store, pos, multi_hop_max_dist, p, normalizer=norm)
         for p, pos in parts.items()
     }
     logger.info(
         "pretrain:%s: %d molecules, %d descriptors (%s), normalised on %d training molecules",
         path,
-        len(cache),
+        len(store),
         len(norm.names),
         descriptor_set_id(),
         norm.fitted_on,
@@ -273,6 +274,6 @@ def load_pretrain(
         featurizer="ogb",
         target_names=list(norm.names),
         evaluator=descriptor_metrics,
-        unreadable=unreadable_by_split(cache.failures, "random"),
-        pretrain=_record(path, cache, norm, parts),
+        unreadable=unreadable_by_split(store.failures, "random"),
+        pretrain=_record(path, store, norm, parts),
     )

@@ -1,5 +1,5 @@
 """Featurising one chunk of source rows into the store's flat arrays, and writing it
-(:mod:`.store` describes the whole; :mod:`.store_build` runs the chunks)."""
+(:mod:`~graphormer_urpe.datasets.store` describes the whole; :mod:`.build` runs the chunks)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..graph.fast_features import index_dtype
-from .store_format import FEATURIZER_NAMES, META_FILE, ChunkResult, MoleculeFailure
+from ...graph.fast_features import index_dtype
+from .format import FEATURIZER_NAMES, META_FILE, ChunkResult, MoleculeFailure
 
 __all__ = ["GraphDict", "featurize_chunk", "featurize_smiles_list", "graph_arrays", "write_chunk"]
 
@@ -26,7 +26,7 @@ __all__ = ["GraphDict", "featurize_chunk", "featurize_smiles_list", "graph_array
 
 
 def _failure_reason(smiles: str, exc: BaseException | None, featurizer: str = "ogb") -> str:
-    from .featurize import InvalidMoleculeError, parse_smiles
+    from ..featurizers.smiles import InvalidMoleculeError, parse_smiles
 
     if isinstance(exc, InvalidMoleculeError):
         return str(exc)
@@ -73,7 +73,7 @@ def concat_graphs(graphs: Sequence[GraphDict]) -> Graphs:
 
 def _featurize_one(text: str, featurizer: str) -> GraphDict:
     """One SMILES through a per-molecule ``featurizer`` (not ``"ogb"``); raises on failure."""
-    from .featurize import featurize_smiles
+    from ..featurizers.molecule_graphs import featurize_smiles
 
     data = featurize_smiles(text, featurizer)
     return {
@@ -119,7 +119,7 @@ def featurize_smiles_list(
                     errors[offset] = err
             graphs = concat_graphs(one_by_one)
             if mols is not None:
-                from .featurize import parse_smiles
+                from ..featurizers.smiles import parse_smiles
 
                 mols.extend(parse_smiles(texts[k]) for k in kept)
         failures = [
@@ -139,7 +139,7 @@ def _parsed_ogb_graphs(
     ``out_mols``."""
     from rdkit import Chem
 
-    from .ogb_graph import BAD_STEREO, ogb_graphs
+    from ..featurizers.ogb_features import BAD_STEREO, ogb_graphs
 
     kept, mols = [], []
     for offset, text in enumerate(texts):
@@ -246,9 +246,9 @@ def featurize_chunk(
         featurizer: ``"ogb"`` or ``"zinc"``.
         rows: ``[R]`` source rows (default ``first_index, first_index + 1, ...``).
         split: ``[R]`` split codes kept with the graphs.
-        keep_smiles: store the SMILES of the cached graphs too.
+        keep_smiles: store the SMILES of the stored graphs too.
         descriptors: add ``descriptors`` ``[G, K]`` float32, the RDKit 2D descriptors of the
-            cached graphs (:func:`~.descriptors.compute_descriptors`).
+            stored graphs (:func:`~..featurizers.descriptors.compute_descriptors`).
         mols: a list that the ``G`` RDKit molecules of the graphs are appended to, in order.
 
     Returns:
@@ -274,7 +274,7 @@ def featurize_chunk(
     t2 = time.perf_counter()
     seconds = {"featurize": t1 - t0, "arrays": t2 - t1}
     if descriptors:
-        from .descriptors import compute_descriptors
+        from ..featurizers.descriptors import compute_descriptors
 
         arrays["descriptors"] = compute_descriptors([smiles[k] for k in kept])
         seconds["descriptors"] = time.perf_counter() - t2
@@ -313,7 +313,7 @@ class ChunkTask:
     descriptors: bool = False
 
 
-def _build_chunk(task: ChunkTask) -> ChunkResult:
+def build_chunk(task: ChunkTask) -> ChunkResult:
     """Featurise and write one chunk (runs in a worker process)."""
     if task.graphs is not None:  # a source of ready graphs (ZINC, ogbg-mol*)
         t0 = time.perf_counter()

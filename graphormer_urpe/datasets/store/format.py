@@ -1,5 +1,5 @@
 """The store's format: its file names and arrays, what a build reports, whether a store is
-complete (:mod:`.store` describes the whole)."""
+complete (:mod:`~graphormer_urpe.datasets.store` describes the whole)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CACHE_FORMAT", "CacheReport", "ChunkResult", "MoleculeFailure", "cache_is_complete"]
+__all__ = ["STORE_FORMAT", "StoreReport", "ChunkResult", "MoleculeFailure", "store_is_complete"]
 
 
-CACHE_FORMAT = "graphormer-urpe-mmap/2"
+STORE_FORMAT = "graphormer-urpe-mmap/2"
 SPLIT_NAMES: tuple[str, str, str] = ("train", "valid", "test")
 """Split codes stored with the graphs: ``0`` train, ``1`` valid, ``2`` test (``-1``: none)."""
 FEATURIZER_NAMES: tuple[str, ...] = ("ogb", "zinc")
@@ -22,8 +22,8 @@ META_FILE = "meta.json"
 PLAN_FILE = "plan.json"
 CHUNKS_DIR = "chunks"
 DEFAULT_CHUNK_SIZE = 20_000
-_MAX_LOGGED_FAILURES = 20
-_CHUNK_ARRAYS = (
+MAX_LOGGED_FAILURES = 20
+CHUNK_ARRAYS = (
     "x",
     "edge_index",
     "edge_attr",
@@ -32,8 +32,8 @@ _CHUNK_ARRAYS = (
     "num_edges",
     "source_index",
 )
-_OPTIONAL_CHUNK_ARRAYS = ("smiles_bytes", "smiles_len", "split", "descriptors")
-_CACHE_ARRAYS = (
+OPTIONAL_CHUNK_ARRAYS = ("smiles_bytes", "smiles_len", "split", "descriptors")
+STORE_ARRAYS = (
     "x",
     "edge_index",
     "edge_attr",
@@ -67,26 +67,26 @@ class ChunkResult:
 
 
 @dataclass
-class CacheReport:
-    """Outcome of :func:`build_molecule_cache`.
+class StoreReport:
+    """Outcome of :func:`build_molecule_store`.
 
     Attributes:
-        cache_dir: the cache folder.
+        folder: the store's folder.
         molecules: source rows.
-        graphs: cached graphs (``molecules - len(failures)``).
+        graphs: stored graphs (``molecules - len(failures)``).
         failures: the rows that produced no graph.
-        built: whether this call computed anything (``False``: the cache was complete).
+        built: whether this call computed anything (``False``: the store was complete).
         chunks: chunks in the plan; ``chunks_computed`` of them were computed by this call.
         workers: processes used.
         seconds: wall time of this call (chunks + merge); ``process_seconds`` of the chunks.
         molecules_per_second: rows processed by this call / ``process_seconds``.
         stage_seconds: time summed over chunks (all workers) in ``featurize`` (SMILES → graph),
             ``arrays`` (graphs → compact arrays), ``write``; plus ``merge`` (wall).
-        cache_bytes: size of the finished cache on disk.
-        load_seconds: time to open the finished cache (memory-map every array).
+        store_bytes: size of the finished store on disk.
+        load_seconds: time to open the finished store (memory-map every array).
     """
 
-    cache_dir: str
+    folder: str
     molecules: int
     graphs: int
     failures: list[MoleculeFailure]
@@ -98,37 +98,45 @@ class CacheReport:
     process_seconds: float
     molecules_per_second: float | None
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    cache_bytes: int = 0
+    store_bytes: int = 0
     load_seconds: float = 0.0
 
     def to_dict(self, max_failures: int = 100) -> dict[str, Any]:
-        """JSON-friendly dict (at most ``max_failures`` failures listed, all counted)."""
+        """JSON-friendly dict (at most ``max_failures`` failures listed, all counted; the
+        fields' previous names, :data:`PREVIOUS_REPORT_KEYS`, hold the same values)."""
         d = asdict(self)
         d["failures"] = [asdict(f) for f in self.failures[:max_failures]]
         d["num_failures"] = len(self.failures)
+        for name, previous in PREVIOUS_REPORT_KEYS.items():
+            d[previous] = d[name]
         return d
 
 
-def cache_is_complete(cache_dir: str | os.PathLike[str]) -> bool:
-    """Whether ``cache_dir`` holds a finished cache of this format."""
-    meta = Path(cache_dir) / META_FILE
+PREVIOUS_REPORT_KEYS = {"folder": "cache_dir", "store_bytes": "cache_bytes"}
+""":class:`StoreReport` fields → the keys the report's JSON (``graphormer-urpe preprocess``)
+had before the store was called a store; written too until the next minor release."""
+
+
+def store_is_complete(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` holds a finished store of this format."""
+    meta = Path(folder) / META_FILE
     if not meta.is_file():
         return False
     try:
-        return json.loads(meta.read_text(encoding="utf-8")).get("format") == CACHE_FORMAT
+        return json.loads(meta.read_text(encoding="utf-8")).get("format") == STORE_FORMAT
     except (OSError, json.JSONDecodeError):
         return False
 
 
-def _pointer(counts: np.ndarray) -> np.ndarray:
+def counts_to_pointer(counts: np.ndarray) -> np.ndarray:
     ptr = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr
 
 
-def _cache_bytes(cache_dir: Path) -> int:
-    return sum(p.stat().st_size for p in cache_dir.iterdir() if p.is_file())
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
-def _row_text(row: int, line_offset: int | None) -> str:
+def row_text(row: int, line_offset: int | None) -> str:
     return f"row {row}" if line_offset is None else f"row {row} (line {row + line_offset})"

@@ -1,7 +1,8 @@
-"""Dataset downloads: one HTTP GET streamed into a file, with a progress bar.
+"""Dataset downloads: one HTTP GET streamed into a file, with a progress bar, and the error
+of a dataset whose files are neither there nor downloadable.
 
-The callers (:mod:`.lsc_files`, :mod:`.ogbg`) unpack what arrives and turn network errors
-into a :class:`~.zinc.DatasetUnavailableError` that says where to put the files by hand.
+The callers (:mod:`.zinc`, :mod:`.pcqm_files`, :mod:`.ogbg_mol`) unpack what arrives and turn
+network errors into a :class:`DatasetUnavailableError` that says where to put the files by hand.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ import urllib.request
 
 from tqdm.auto import tqdm
 
-__all__ = ["download_file"]
+__all__ = ["DatasetUnavailableError", "download_file"]
 
 _BLOCK = 1 << 20  # bytes read and written at a time
+
+
+class DatasetUnavailableError(FileNotFoundError):
+    """A dataset's files are missing and could not be downloaded."""
 
 
 def download_file(

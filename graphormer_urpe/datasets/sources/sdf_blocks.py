@@ -4,7 +4,7 @@ SD properties, without RDKit (cheap enough to check a file's first records at on
 A record is the text between two ``$$$$`` lines: the molecule's title on its first line, its
 connection table up to ``M  END``, then its SD properties, each a ``> <Name>`` line (more may
 follow the name on that line, e.g. ``> <pIC50> (1)``) with its value on the lines after it,
-up to a blank line. :mod:`.sdf` reads the molecules with RDKit; :mod:`.table_head` checks the
+up to a blank line. :mod:`.sdf` reads the molecules with RDKit; :mod:`.table_check` checks the
 properties' names and values before any of that.
 
 Example::

@@ -1,5 +1,6 @@
-"""The raw files of the OGB-LSC datasets: their layout, the download, safe split loading and
-the SMILES table (see :mod:`.pcqm`).
+"""The OGB-LSC molecule datasets (PCQM4Mv2, PCQM4M v1) as files: their folders, URLs and
+official splits (:class:`LSCInfo`, by name in :data:`LSC_DATASETS`), their raw layout, the
+download, safe split loading and the SMILES table (the store and the splits: :mod:`.pcqm`).
 
 * **No prompt.** OGB calls ``input()`` when ``RELEASE_v1.txt`` is missing; here a missing
   release file is logged and the files are used as they are (:func:`ensure_lsc_files`).
@@ -16,6 +17,7 @@ import os
 import tempfile
 import urllib.error
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +26,109 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .download import download_file
-from .lsc_info import LSC_DEFAULT_ROOT, LSCInfo
-from .zinc import DatasetUnavailableError
+from .download import DatasetUnavailableError, download_file
 
-__all__ = ["lsc_layout_help", "ensure_lsc_files", "load_split_dict", "read_lsc_csv"]
+__all__ = [
+    "LSCInfo",
+    "LSC_DATASETS",
+    "LSC_DEFAULT_ROOT",
+    "PCQM4MV2",
+    "PCQM4M",
+    "lsc_dataset",
+    "lsc_layout_help",
+    "ensure_lsc_files",
+    "load_split_dict",
+    "read_lsc_csv",
+]
 
-logger = logging.getLogger("graphormer_urpe.datasets.pcqm")  # the dataset's log, as before
+logger = logging.getLogger("graphormer_urpe.datasets.sources.pcqm")  # the dataset's log, as before
+
+LSC_DEFAULT_ROOT = "data"
+
+
+@dataclass(frozen=True)
+class LSCInfo:
+    """One OGB-LSC molecule dataset: where its files live and what the official splits are."""
+
+    name: str
+    """Name in :func:`~graphormer_urpe.datasets.load_dataset` (``pcqm4mv2``, ``pcqm4m``)."""
+    title: str
+    folder: str
+    """Folder under the root (OGB's name)."""
+    url: str
+    splits: tuple[str, ...]
+    test_splits: tuple[str, ...]
+    """Unlabelled splits predicted for a submission."""
+    official_sizes: tuple[tuple[str, int], ...]
+    evaluator: str
+    """Class name in ``ogb.lsc``."""
+    download_size: str
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return dict(self.official_sizes)
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes.values())
+
+    @property
+    def dev_test(self) -> str:
+        """The split used as ``DatasetSplits.test`` (the first test split)."""
+        return self.test_splits[0]
+
+    def submission_file(self, split: str) -> str:
+        """File name OGB's ``save_test_submission`` writes for ``split``."""
+        if self.name == "pcqm4mv2":
+            return f"y_pred_pcqm4m-v2_{split}.npz"
+        return "y_pred_pcqm4m.npz"
+
+
+PCQM4MV2 = LSCInfo(
+    name="pcqm4mv2",
+    title="PCQM4Mv2",
+    folder="pcqm4m-v2",
+    url="https://dgl-data.s3-accelerate.amazonaws.com/dataset/OGB-LSC/pcqm4m-v2.zip",
+    splits=("train", "valid", "test-dev", "test-challenge"),
+    test_splits=("test-dev", "test-challenge"),
+    official_sizes=(
+        ("train", 3_378_606),
+        ("valid", 73_545),
+        ("test-dev", 147_037),
+        ("test-challenge", 147_432),
+    ),
+    evaluator="PCQM4Mv2Evaluator",
+    download_size="about 60 MB",
+)
+PCQM4M = LSCInfo(
+    name="pcqm4m",
+    title="PCQM4M",
+    folder="pcqm4m_kddcup2021",
+    url="https://dgl-data.s3-accelerate.amazonaws.com/dataset/OGB-LSC/pcqm4m_kddcup2021.zip",
+    splits=("train", "valid", "test"),
+    test_splits=("test",),
+    official_sizes=(("train", 3_045_360), ("valid", 380_670), ("test", 377_423)),
+    evaluator="PCQM4MEvaluator",
+    download_size="about 60 MB",
+)
+LSC_DATASETS: dict[str, LSCInfo] = {PCQM4MV2.name: PCQM4MV2, PCQM4M.name: PCQM4M}
+"""The OGB-LSC molecule datasets by name."""
+
+
+def lsc_dataset(name: str) -> LSCInfo:
+    """The OGB-LSC dataset called ``name``; a :class:`ValueError` names the choices."""
+    try:
+        return LSC_DATASETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown OGB-LSC dataset {name!r}; choose {sorted(LSC_DATASETS)}"
+        ) from None
+
 
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, zipfile.BadZipFile)
 
 
-def _root(root: str | os.PathLike[str] | None) -> Path:
+def lsc_root(root: str | os.PathLike[str] | None) -> Path:
     return Path(LSC_DEFAULT_ROOT if root is None else root)
 
 
@@ -88,7 +181,7 @@ def ensure_lsc_files(
         DatasetUnavailableError: files missing and not downloadable, or only one of the two
             present (the message says where to put them).
     """
-    root = _root(root)
+    root = lsc_root(root)
     folder = root / info.folder
     needed = [folder / "raw" / "data.csv.gz", folder / "split_dict.pt"]
     missing = [p for p in needed if not p.is_file()]
@@ -181,7 +274,7 @@ def load_split_dict(path: str | os.PathLike[str], names: tuple[str, ...]) -> dic
         with torch.serialization.safe_globals(_numpy_safe_globals()):
             raw = torch.load(path, weights_only=True)
     except Exception as exc:
-        from ..io import torch_load_problem
+        from ...io import torch_load_problem
 
         raise ValueError(
             f"split file {path} cannot be loaded safely (only numpy/torch index arrays are "

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .featurize import parse_smiles
+from .featurizers.smiles import parse_smiles
 
 __all__ = [
     "SPLITS",

@@ -9,7 +9,7 @@ an error naming its record and property, and a record RDKit cannot read keeps it
 RDKit's reason, counted like an unreadable SMILES (left out of training and listed in the
 store's ``meta.json``; in ``predict``, an empty prediction with the reason in ``error``).
 
-Records are read lazily, one text block at a time (:mod:`.sdf_text`), so memory stays flat
+Records are read lazily, one text block at a time (:mod:`.sdf_blocks`), so memory stays flat
 as for a CSV: a store build holds the SMILES and the property values, never the molecules.
 
 Example::
@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .sdf_text import iter_sdf_blocks, sdf_properties, sdf_title
-from .source import MoleculeRecords
-from .store import MoleculeFailure
-from .table_head import describe_sdf_record
+from ..store import MoleculeFailure
+from ..store.records import MoleculeRecords
+from .sdf_blocks import iter_sdf_blocks, sdf_properties, sdf_title
+from .table_check import describe_sdf_record
 from .table_records import table_records
 
 __all__ = ["block_smiles", "iter_sdf_molecules", "read_sdf", "SMILES_COLUMN"]

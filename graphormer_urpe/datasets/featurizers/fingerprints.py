@@ -2,7 +2,7 @@
 
 :func:`morgan_bits` gives ``[G, bits]`` 0 / 1 fingerprints of RDKit molecules;
 :class:`NearestIndex` finds, for each query fingerprint, the largest Tanimoto similarity to a
-set of packed fingerprints (a training record's, :mod:`.domain`).
+set of packed fingerprints (a training record's, :mod:`..domain`).
 
 Example::
 

@@ -1,8 +1,7 @@
 r"""The store behind every dataset: memory-mapped molecules, built in parallel chunks, read lazily.
 
-A store (a "cache" in the names below) is a folder of flat numpy arrays (``.npy``, opened
-with ``mmap_mode="r"``) plus ``meta.json``. For ``M`` molecules with ``N_m`` atoms and ``E_m``
-directed bonds:
+A store is a folder of flat numpy arrays (``.npy``, opened with ``mmap_mode="r"``) plus
+``meta.json``. For ``M`` molecules with ``N_m`` atoms and ``E_m`` directed bonds:
 
 ================  ===================  ======================================================
 array             shape                content
@@ -12,14 +11,15 @@ array             shape                content
 ``edge_attr``     ``[sum E, F_e]``     bond features (OGB: ``F_e = 3``)
 ``y``             ``[M, T]`` float32   targets, ``NaN`` = missing (e.g. the test splits)
 ``node_ptr``      ``[M + 1]`` int64    offsets into ``x``; likewise ``edge_ptr``
-``source_index``  ``[M]`` int64        the source row of each cached molecule
+``source_index``  ``[M]`` int64        the source row of each stored molecule
 ``smiles_bytes``  ``[sum len]`` uint8  SMILES (UTF-8) of SMILES sources; ``smiles_ptr``
                                        ``[M + 1]`` their offsets
 ``split``         ``[M]`` int8         split codes (0 train, 1 valid, 2 test) when the
                                        source labels its splits
-``descriptors``   ``[M, K]`` float32   RDKit 2D descriptors (:mod:`.descriptors`), only in
-                                       stores built with ``descriptors=True``; ``NaN`` =
-                                       the descriptor failed or was not finite
+``descriptors``   ``[M, K]`` float32   RDKit 2D descriptors
+                                       (:mod:`..featurizers.descriptors`), only in stores
+                                       built with ``descriptors=True``; ``NaN`` = the
+                                       descriptor failed or was not finite
 ================  ===================  ======================================================
 
 No pairwise data is stored (the store's size per molecule: docs/results/code-notes.md),
@@ -32,82 +32,77 @@ out is identical to what :class:`~graphormer_urpe.graph.features.GraphormerFeatu
 (Format 1 also kept two ``[N, N]`` shortest-path matrices per molecule, 2 bytes per atom
 pair that reading never used; its stores are left alone and rebuilt under format 2.)
 
-**Building** (:func:`build_molecule_cache`) splits the source rows into fixed chunks (the chunk
+**Building** (:func:`build_molecule_store`) splits the source rows into fixed chunks (the chunk
 size is recorded in ``plan.json`` on the first run). Each chunk is featurised (OGB's features,
-:mod:`~graphormer_urpe.datasets.ogb_graph`, or the ZINC featuriser; sources of ready graphs
-such as ZINC's pickles and OGB's raw files skip this step) and written to ``chunks/<id>/``
-atomically (a temporary folder renamed into place), by ``workers`` processes.
+:mod:`..featurizers.ogb_features`, or the ZINC featuriser; sources of ready graphs such as
+ZINC's pickles and OGB's raw files skip this step) and written to ``chunks/<id>/`` atomically
+(a temporary folder renamed into place), by ``workers`` processes.
 An interrupted build resumes with the chunks that are missing; finished chunks are never
 recomputed. When all are there they are concatenated into the final arrays (again through
 temporary files), ``meta.json`` is written last, and the chunks are removed.
 
 **Descriptors** (``descriptors=True``, SMILES sources only): each chunk also computes the
-RDKit 2D descriptors of its molecules (:func:`~.descriptors.compute_descriptors`, in the same
-worker processes, from the same SMILES), raw and unnormalised; ``meta.json["descriptors"]``
-records the descriptor set and RDKit version (:func:`~.descriptors.descriptor_set_id`), the
-names and how many values per descriptor were not finite. The option is part of the build
-plan, and sources put it in their store's key (:func:`~.source.store_dir`), so a store built
-without descriptors is never reused for a request with them: that builds its own store. They
-cost several times the featurisation (measured: docs/results/code-notes.md).
+RDKit 2D descriptors of its molecules (:func:`~..featurizers.descriptors.compute_descriptors`,
+in the same worker processes, from the same SMILES), raw and unnormalised;
+``meta.json["descriptors"]`` records the descriptor set and RDKit version
+(:func:`~..featurizers.descriptors.descriptor_set_id`), the names and how many values per
+descriptor were not finite. The option is part of the build plan, and sources put it in
+their store's key (:func:`~.location.store_folder`), so a store built without descriptors is
+never reused for a request with them: that builds its own store. They cost several times the
+featurisation (measured: docs/results/code-notes.md).
 
 **Failures.** A SMILES that RDKit cannot parse, or a molecule without atoms, is left out:
 it is recorded (source row, SMILES, reason) in ``meta.json["failures"]``, counted and logged.
 Consumers decide what a missing molecule means (training skips it with a logged count;
 a submission refuses).
 
-**The code**: :mod:`.store_format` (file names, arrays, reports), :mod:`.chunks` (featurising
-and writing one chunk), :mod:`.store_build` (planning, running and merging the chunks) and
-:mod:`.store_read` (:class:`MoleculeCache`, :class:`CachedGraphDataset`); this module gives
+**The code**: :mod:`.format` (file names, arrays, reports), :mod:`.chunks` (featurising
+and writing one chunk), :mod:`.build` (planning, running and merging the chunks) and
+:mod:`.read` (:class:`MoleculeStore`, :class:`StoreGraphDataset`); this module gives
 their public names.
 """
 
 from __future__ import annotations
 
-from .chunks import (
-    GraphDict,
-    featurize_chunk,
-    featurize_smiles_list,
-    graph_arrays,
-    write_chunk,
-)
-from .store_build import build_molecule_cache, existing_cache_report
-from .store_format import (
-    CACHE_FORMAT,
+from .build import build_molecule_store, existing_store_report
+from .chunks import GraphDict, featurize_chunk, featurize_smiles_list, graph_arrays, write_chunk
+from .format import (
     DEFAULT_CHUNK_SIZE,
     FEATURIZER_NAMES,
     META_FILE,
     SPLIT_NAMES,
-    CacheReport,
+    STORE_FORMAT,
     ChunkResult,
     MoleculeFailure,
-    cache_is_complete,
+    StoreReport,
+    store_is_complete,
 )
-from .store_read import (
-    CachedGraphDataset,
-    MoleculeCache,
-    _gather,
+from .read import (
+    MoleculeStore,
+    StoreGraphDataset,
     decode_graphs,
     flat_graphs,
+    gather_arrays,
     with_pointers,
 )
 
 __all__ = [  # the code is in store_format, chunks, store_build and store_read
-    "CACHE_FORMAT",
+    "STORE_FORMAT",
     "DEFAULT_CHUNK_SIZE",
     "FEATURIZER_NAMES",
     "META_FILE",
     "SPLIT_NAMES",
-    "CacheReport",
-    "CachedGraphDataset",
+    "StoreReport",
+    "StoreGraphDataset",
     "ChunkResult",
     "GraphDict",
-    "MoleculeCache",
+    "MoleculeStore",
     "MoleculeFailure",
-    "_gather",
-    "build_molecule_cache",
-    "cache_is_complete",
+    "gather_arrays",
+    "build_molecule_store",
+    "store_is_complete",
     "decode_graphs",
-    "existing_cache_report",
+    "existing_store_report",
     "featurize_chunk",
     "featurize_smiles_list",
     "flat_graphs",

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 
-from .splitting import SPLITS
-from .store import CachedGraphDataset
+from .split_indices import SPLITS
+from .store import StoreGraphDataset
 
 if TYPE_CHECKING:
     from .dataset_splits import DatasetSplits
@@ -40,8 +40,8 @@ def graph_sizes(dataset: Dataset) -> np.ndarray:
     """
     if len(dataset) == 0:
         return np.zeros(0, dtype=np.int64)
-    if isinstance(dataset, CachedGraphDataset):
-        ptr = dataset.cache.open()["node_ptr"]
+    if isinstance(dataset, StoreGraphDataset):
+        ptr = dataset.store.open()["node_ptr"]
         return (ptr[dataset.positions + 1] - ptr[dataset.positions]).astype(np.int64)
     return np.array([int(dataset[i].num_nodes) for i in range(len(dataset))], dtype=np.int64)
 
@@ -60,7 +60,7 @@ def target_values(dataset: Dataset) -> np.ndarray:
 def _where(dataset: Dataset, positions: np.ndarray) -> str:
     """Where the graphs at ``positions`` of ``dataset`` come from (the first few), for logs."""
     shown = np.asarray([int(p) for p in positions[:_MAX_LISTED]], dtype=np.int64)
-    if isinstance(dataset, CachedGraphDataset):
+    if isinstance(dataset, StoreGraphDataset):
         names = dataset.describe(shown)
     else:
         names = [f"graph {p}" for p in shown]
@@ -71,7 +71,7 @@ def _where(dataset: Dataset, positions: np.ndarray) -> str:
 def _subset(dataset: Dataset, keep: np.ndarray) -> Dataset:
     """The graphs of ``dataset`` at positions ``keep``, as the same kind of dataset."""
     keep = np.asarray(keep, dtype=np.int64)
-    if isinstance(dataset, CachedGraphDataset):
+    if isinstance(dataset, StoreGraphDataset):
         return dataset.with_positions(dataset.positions[keep])
     return Subset(dataset, keep.tolist())
 

@@ -1,4 +1,4 @@
-"""A table read as text into :class:`~graphormer_urpe.datasets.source.MoleculeRecords`:
+"""A table read as text into :class:`~graphormer_urpe.datasets.store.records.MoleculeRecords`:
 its SMILES, target and split columns checked, as :mod:`.smiles_csv` states the rules (an SD
 file's records, :mod:`.sdf`, become such a table too)."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .source import MoleculeRecords
-from .splitting import normalize_split_name, split_code
-from .store import MoleculeFailure
-from .table_head import NA_STRINGS, not_a_number
+from ..split_indices import normalize_split_name, split_code
+from ..store import MoleculeFailure
+from ..store.records import MoleculeRecords
+from .table_check import NA_STRINGS, not_a_number
 
 __all__ = ["table_records"]
 

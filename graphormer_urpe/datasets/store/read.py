@@ -1,11 +1,12 @@
-"""Reading a store: the memory-mapped arrays (:class:`MoleculeCache`) and the dataset of a
-split (:class:`CachedGraphDataset`), whose batches get their Graphormer features as they are
-read (:mod:`.store` describes the whole)."""
+"""Reading a store: the memory-mapped arrays (:class:`MoleculeStore`) and the dataset of a
+split (:class:`StoreGraphDataset`), whose batches get their Graphormer features as they are
+read (:mod:`~graphormer_urpe.datasets.store` describes the whole)."""
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -15,26 +16,26 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..graph.fast_features import batched_graph_structure, concat_ranges
-from ..graph.flat import FlatGraphs
-from .store_format import (
-    _CACHE_ARRAYS,
-    CACHE_FORMAT,
+from ...graph.fast_features import batched_graph_structure, concat_ranges
+from ...graph.flat import FlatGraphs
+from .format import (
     META_FILE,
+    STORE_ARRAYS,
+    STORE_FORMAT,
     MoleculeFailure,
-    _cache_bytes,
-    _pointer,
-    _row_text,
-    cache_is_complete,
+    counts_to_pointer,
+    folder_bytes,
+    row_text,
+    store_is_complete,
 )
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 
 __all__ = [
-    "CachedGraphDataset",
+    "StoreGraphDataset",
     "MolFeatureSource",
-    "MoleculeCache",
+    "MoleculeStore",
     "decode_graphs",
     "flat_graphs",
     "with_pointers",
@@ -42,7 +43,7 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------
-# Reading a cache
+# Reading a store
 # --------------------------------------------------------------------------------------
 
 
@@ -51,12 +52,12 @@ def with_pointers(chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     offsets that :func:`decode_graphs` reads, as a finished store has them."""
     n = np.asarray(chunk["num_nodes"], dtype=np.int64)
     out = dict(chunk)
-    out["node_ptr"] = _pointer(n)
-    out["edge_ptr"] = _pointer(np.asarray(chunk["num_edges"], dtype=np.int64))
+    out["node_ptr"] = counts_to_pointer(n)
+    out["edge_ptr"] = counts_to_pointer(np.asarray(chunk["num_edges"], dtype=np.int64))
     return out
 
 
-def _gather(arrays: dict[str, np.ndarray], positions: np.ndarray) -> dict[str, np.ndarray]:
+def gather_arrays(arrays: dict[str, np.ndarray], positions: np.ndarray) -> dict[str, np.ndarray]:
     """The molecules at ``positions`` of store arrays, concatenated in that order."""
     node_ptr, edge_ptr = arrays["node_ptr"], arrays["edge_ptr"]
     n0, e0 = node_ptr[positions], edge_ptr[positions]
@@ -92,7 +93,7 @@ def flat_graphs(
     """
     if multi_hop_max_dist < 1:
         raise ValueError(f"multi_hop_max_dist must be >= 1, got {multi_hop_max_dist}")
-    raw = _gather(arrays, np.asarray(indices, dtype=np.int64).reshape(-1))
+    raw = gather_arrays(arrays, np.asarray(indices, dtype=np.int64).reshape(-1))
     s = batched_graph_structure(
         raw["num_nodes"], raw["edge_index"], raw["num_edges"], raw["edge_attr"], multi_hop_max_dist
     )
@@ -153,26 +154,26 @@ def decode_graphs(
     return out
 
 
-class MoleculeCache:
+class MoleculeStore:
     """Read access to a finished store; arrays are memory-mapped on first use.
 
     Safe to hand to ``DataLoader`` worker processes: the memory maps are not pickled, each
     process opens its own (the operating system shares the pages).
 
     Args:
-        cache_dir: a folder written by :func:`build_molecule_cache`.
+        folder: a folder written by :func:`build_molecule_store`.
     """
 
-    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
-        self.cache_dir = Path(cache_dir)
-        if not cache_is_complete(self.cache_dir):
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        if not store_is_complete(self.folder):
             raise FileNotFoundError(
-                f"{self.cache_dir} is not a finished molecule cache (no {META_FILE} of format "
-                f"{CACHE_FORMAT}); build it with build_molecule_cache or graphormer-urpe "
+                f"{self.folder} is not a finished molecule store (no {META_FILE} of format "
+                f"{STORE_FORMAT}); build it with build_molecule_store or graphormer-urpe "
                 "preprocess"
             )
         self.meta: dict[str, Any] = json.loads(
-            (self.cache_dir / META_FILE).read_text(encoding="utf-8")
+            (self.folder / META_FILE).read_text(encoding="utf-8")
         )
         self._arrays: dict[str, np.ndarray] | None = None
 
@@ -180,18 +181,18 @@ class MoleculeCache:
         """Memory-map every array (idempotent) and return them by name."""
         if self._arrays is None:
             arrays = {}
-            for name in self.meta.get("arrays", _CACHE_ARRAYS):
-                path = self.cache_dir / f"{name}.npy"
+            for name in self.meta.get("arrays", STORE_ARRAYS):
+                path = self.folder / f"{name}.npy"
                 try:
                     # a plain ndarray view of the map: slicing np.memmap is slower
                     # (docs/results/code-notes.md)
                     arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False).view(np.ndarray)
                 except (OSError, ValueError) as exc:
-                    raise ValueError(f"cache array {path} cannot be read: {exc}") from exc
+                    raise ValueError(f"store array {path} cannot be read: {exc}") from exc
             if arrays["node_ptr"].size != self.meta["graphs"] + 1:
                 raise ValueError(
-                    f"{self.cache_dir}: node_ptr has {arrays['node_ptr'].size} entries for "
-                    f"{self.meta['graphs']} graphs; the cache is damaged, remove it to rebuild"
+                    f"{self.folder}: node_ptr has {arrays['node_ptr'].size} entries for "
+                    f"{self.meta['graphs']} graphs; the store is damaged, remove it to rebuild"
                 )
             self._arrays = arrays
         return self._arrays
@@ -215,12 +216,12 @@ class MoleculeCache:
 
     @property
     def failures(self) -> list[MoleculeFailure]:
-        """Source rows that are not in the cache."""
+        """Source rows that are not in the store."""
         return [MoleculeFailure(**f) for f in self.meta["failures"]]
 
     @property
     def source_index(self) -> np.ndarray:
-        """``[M]`` source row of each cached graph."""
+        """``[M]`` source row of each stored graph."""
         return self.open()["source_index"]
 
     @property
@@ -236,13 +237,13 @@ class MoleculeCache:
 
     def describe_row(self, row: int) -> str:
         """Where source row ``row`` is, for messages (``"row r (line l)"`` for text files)."""
-        return _row_text(row, self.meta.get("line_offset"))
+        return row_text(row, self.meta.get("line_offset"))
 
     def smiles(self, positions: Sequence[int] | np.ndarray) -> list[str]:
         """The SMILES of the graphs at ``positions`` (the store must keep them)."""
         a = self.open()
         if "smiles_ptr" not in a:
-            raise ValueError(f"{self.cache_dir} keeps no SMILES (its source has none)")
+            raise ValueError(f"{self.folder} keeps no SMILES (its source has none)")
         ptr, raw = a["smiles_ptr"], a["smiles_bytes"]
         return [bytes(raw[ptr[p] : ptr[p + 1]]).decode("utf-8") for p in np.asarray(positions)]
 
@@ -260,7 +261,7 @@ class MoleculeCache:
     def descriptors(self) -> np.ndarray:
         """``[M, K]`` float32 raw RDKit 2D descriptors (memory-mapped; ``NaN`` = failed)."""
         if not self.has_descriptors:
-            raise ValueError(f"{self.cache_dir} was built without descriptors")
+            raise ValueError(f"{self.folder} was built without descriptors")
         return self.open()["descriptors"]
 
     @property
@@ -269,17 +270,17 @@ class MoleculeCache:
 
     @property
     def nbytes(self) -> int:
-        """Size of the cache on disk."""
-        return _cache_bytes(self.cache_dir)
+        """Size of the store on disk."""
+        return folder_bytes(self.folder)
 
     def graphs(self, indices: Sequence[int], multi_hop_max_dist: int = 5) -> list[Data]:
-        """The graphs at cache positions ``indices`` (see :func:`decode_graphs`)."""
+        """The graphs at store positions ``indices`` (see :func:`decode_graphs`)."""
         size = len(self)
         positions = []
         for i in indices:
             i = int(i)
             if not -size <= i < size:
-                raise IndexError(f"graph {i} out of range for a cache of {size} graphs")
+                raise IndexError(f"graph {i} out of range for a store of {size} graphs")
             positions.append(i % size)
         edge_1d = bool(self.meta.get("edge_attr_1d", False))
         return decode_graphs(self.open(), positions, multi_hop_max_dist, edge_1d)
@@ -289,59 +290,69 @@ class MoleculeCache:
         return self.graphs([i], multi_hop_max_dist)[0]
 
     def __repr__(self) -> str:
-        return f"MoleculeCache({str(self.cache_dir)!r}, graphs={len(self)})"
+        return f"MoleculeStore({str(self.folder)!r}, graphs={len(self)})"
+
+    @property
+    def cache_dir(self) -> Path:
+        """Deprecated: :attr:`folder` (the name goes in the next minor release)."""
+        warnings.warn(
+            "MoleculeStore.cache_dir is deprecated: use MoleculeStore.folder",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.folder
 
 
 class MolFeatureSource(Protocol):
-    """What a split needs of its molecule features (:class:`~.mol_features.MolFeatureMaker`)."""
+    """What a split needs of its molecule features (:class:`~..mol_features.MolFeatureMaker`)."""
 
-    def check(self, cache: MoleculeCache) -> None:
-        """``ValueError`` unless ``cache`` holds what the features are computed from."""
+    def check(self, store: MoleculeStore) -> None:
+        """``ValueError`` unless ``store`` holds what the features are computed from."""
 
-    def of_store(self, cache: MoleculeCache, positions: Sequence[int]) -> np.ndarray:
+    def of_store(self, store: MoleculeStore, positions: Sequence[int]) -> np.ndarray:
         """``[n, K]`` float32 features of the graphs at store ``positions``."""
 
 
-class CachedGraphDataset(Dataset):
-    """A split of a :class:`MoleculeCache` as a map-style dataset of PyG ``Data``.
+class StoreGraphDataset(Dataset):
+    """A split of a :class:`MoleculeStore` as a map-style dataset of PyG ``Data``.
 
     ``DataLoader`` fetches whole batches through :meth:`__getitems__`, so the path features of
     a batch are rebuilt together.
 
     Args:
-        cache: the cache.
-        positions: ``[N]`` cache positions of this split's graphs, in order.
+        store: the store.
+        positions: ``[N]`` store positions of this split's graphs, in order.
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
         name: the split's name, for messages.
-        mol_features: a fitted :class:`~.mol_features.MolFeatureMaker`: each ``Data`` then
+        mol_features: a fitted :class:`~..mol_features.MolFeatureMaker`: each ``Data`` then
             carries ``mol_x`` ``[1, K]`` float32, its molecule features (the model joins
             them to the graph token); ``None``: none.
     """
 
     def __init__(
         self,
-        cache: MoleculeCache,
+        store: MoleculeStore,
         positions: np.ndarray,
         multi_hop_max_dist: int = 5,
         name: str = "",
         *,
         mol_features: MolFeatureSource | None = None,
     ) -> None:
-        self.cache = cache
+        self.store = store
         self.positions = np.asarray(positions, dtype=np.int64)
         self.multi_hop_max_dist = int(multi_hop_max_dist)
         self.name = name
         if mol_features is not None:
-            mol_features.check(cache)
+            mol_features.check(store)
         self.mol_features = mol_features
 
     def __len__(self) -> int:
         return int(self.positions.size)
 
-    def with_positions(self, positions: np.ndarray) -> CachedGraphDataset:
+    def with_positions(self, positions: np.ndarray) -> StoreGraphDataset:
         """The same kind of split over other store ``positions`` ``[n]``."""
-        return CachedGraphDataset(
-            self.cache,
+        return StoreGraphDataset(
+            self.store,
             positions,
             self.multi_hop_max_dist,
             self.name,
@@ -359,33 +370,38 @@ class CachedGraphDataset(Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Data]:
         pos = [self._pos(int(i)) for i in indices]
-        graphs = self.cache.graphs(pos, self.multi_hop_max_dist)
+        graphs = self.store.graphs(pos, self.multi_hop_max_dist)
         if self.mol_features is not None:
-            mol_x = torch.from_numpy(self.mol_features.of_store(self.cache, pos))  # [n, K]
+            mol_x = torch.from_numpy(self.mol_features.of_store(self.store, pos))  # [n, K]
             for g, row in zip(graphs, mol_x, strict=True):
                 g.mol_x = row.view(1, -1)
         return graphs
 
     def target_matrix(self) -> Tensor:
         """``[N, T]`` float targets of the split, read without building any graph."""
-        return torch.from_numpy(np.asarray(self.cache.targets[self.positions], dtype=np.float32))
+        return torch.from_numpy(np.asarray(self.store.targets[self.positions], dtype=np.float32))
 
     @property
     def source_index(self) -> np.ndarray:
         """``[N]`` source row of each graph."""
-        return np.asarray(self.cache.source_index[self.positions])
+        return np.asarray(self.store.source_index[self.positions])
 
     def smiles(self) -> list[str]:
         """``[N]`` SMILES of the split's graphs (stores of SMILES sources only)."""
-        return self.cache.smiles(self.positions)
+        return self.store.smiles(self.positions)
 
     def describe(self, idx: Sequence[int] | np.ndarray) -> list[str]:
         """Where the graphs at split positions ``idx`` come from: source row (and SMILES)."""
         pos = self.positions[np.asarray(idx, dtype=np.int64)]
-        rows = [self.cache.describe_row(int(r)) for r in self.cache.source_index[pos]]
-        if not self.cache.has_smiles:
+        rows = [self.store.describe_row(int(r)) for r in self.store.source_index[pos]]
+        if not self.store.has_smiles:
             return rows
-        return [f"{r} {s!r}" for r, s in zip(rows, self.cache.smiles(pos), strict=True)]
+        return [f"{r} {s!r}" for r, s in zip(rows, self.store.smiles(pos), strict=True)]
 
     def __repr__(self) -> str:
-        return f"CachedGraphDataset({self.name!r}, {len(self)} graphs)"
+        return f"StoreGraphDataset({self.name!r}, {len(self)} graphs)"
+
+    @property
+    def cache(self) -> MoleculeStore:
+        """The previous name of :attr:`store`, kept until the next minor release."""
+        return self.store

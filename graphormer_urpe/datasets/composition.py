@@ -64,7 +64,7 @@ def graph_facts(arrays: dict[str, np.ndarray], featurizer: str) -> GraphFacts:
         code = x[:, 3].astype(np.int64)
         charge = np.where(code < 11, code - 5, OTHER_CHARGE)  # 11: "misc"
     elif featurizer == "zinc":
-        numbers, charges = _zinc_type_table()
+        numbers, charges = zinc_type_table()
         atomic_number, charge = numbers[x[:, 0]], charges[x[:, 0]]
     else:
         raise ValueError(f"unknown featurizer {featurizer!r}")
@@ -73,11 +73,11 @@ def graph_facts(arrays: dict[str, np.ndarray], featurizer: str) -> GraphFacts:
 
 
 @lru_cache(maxsize=1)
-def _zinc_type_table() -> tuple[np.ndarray, np.ndarray]:
+def zinc_type_table() -> tuple[np.ndarray, np.ndarray]:
     """``([28] atomic numbers, [28] charges)`` of the ZINC atom types."""
     from rdkit import Chem
 
-    from .featurize import ZINC_ATOM_TYPES
+    from .featurizers.zinc_atoms import ZINC_ATOM_TYPES
 
     table = Chem.GetPeriodicTable()
     names = [t.split() for t in ZINC_ATOM_TYPES]

@@ -28,7 +28,7 @@ import numpy as np
 from rdkit import Chem, RDConfig
 from rdkit.Chem import Crippen, rdmolops
 
-from .featurize import InvalidMoleculeError, parse_smiles
+from ..featurizers.smiles import InvalidMoleculeError, parse_smiles
 
 __all__ = [
     "LOGP_COEF",

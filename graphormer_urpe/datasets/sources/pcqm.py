@@ -1,4 +1,4 @@
-r"""OGB-LSC PCQM4Mv2 and PCQM4M (v1): official layout, safe loading, a memory-mapped cache.
+r"""OGB-LSC PCQM4Mv2 and PCQM4M (v1): official layout, safe loading, a memory-mapped store.
 
 Layout under ``root`` (what OGB's zip unpacks to; ``data`` by default)::
 
@@ -9,7 +9,7 @@ Layout under ``root`` (what OGB's zip unpacks to; ``data`` by default)::
 
 When ``data.csv.gz`` and ``split_dict.pt`` are both absent they are downloaded from OGB's URL
 (the zip is unpacked into ``root``); offline this fails within the socket timeout with a
-:class:`~graphormer_urpe.datasets.zinc.DatasetUnavailableError` that says where to put the
+:class:`~.download.DatasetUnavailableError` that says where to put the
 files.
 
 What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
@@ -20,18 +20,19 @@ What this module does differently from OGB 1.3.6's ``PygPCQM4Mv2Dataset``:
   under torch >= 2.6 (``weights_only=True``). It is loaded here with ``weights_only=True`` and
   only numpy's array-reconstruction functions and dtypes allow-listed
   (:func:`load_split_dict`), then checked (1-D integer arrays inside the data).
-* **Scale.** The processed data is a memory-mapped cache (:mod:`~graphormer_urpe.datasets.store`):
+* **Scale.** The processed data is a memory-mapped store (:mod:`~graphormer_urpe.datasets.store`):
   built in parallel, resumable chunks (its size: docs/results/code-notes.md), opened without reading
-  the arrays and read lazily; nothing is unpickled. It lives in the cache folder (:mod:`.source`),
+  the arrays and read lazily; nothing is unpickled. It lives in the store folder
+  (:mod:`..store.location`),
   under ``pcqm/<name>-<hash>/`` where the hash is that of ``data.csv.gz`` (editing the file rebuilds
   it); it does not depend on ``multi_hop_max_dist`` (applied when graphs are read).
-* **Failures.** Molecules RDKit cannot parse are listed by index in the cache's
+* **Failures.** Molecules RDKit cannot parse are listed by index in the store's
   ``meta.json``, logged with a count, and left out of every split (``missing`` says which
   split lost which rows); :func:`~graphormer_urpe.inference.submit.submit_checkpoint` refuses
   to write a submission when a test molecule is missing.
 
-The datasets' facts are in :mod:`.lsc_info`, their raw files (layout, download, safe split
-loading, the SMILES table) in :mod:`.lsc_files`; this module builds and opens the cache.
+The datasets' facts are in :mod:`.pcqm_files`, their raw files (layout, download, safe split
+loading, the SMILES table) in :mod:`.pcqm_files`; this module builds and opens the store.
 
 The metric is OGB's: ``ogb.lsc.PCQM4Mv2Evaluator`` (``PCQM4MEvaluator`` for v1) MAE over the
 molecules that have a label (:class:`LSCEvaluator`). In the
@@ -44,6 +45,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -51,35 +53,26 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .lsc_files import _NETWORK_ERRORS as _NETWORK_ERRORS
-from .lsc_files import _download as _download
-from .lsc_files import _numpy_safe_globals as _numpy_safe_globals
-from .lsc_files import _root as _root
-from .lsc_files import ensure_lsc_files, load_split_dict, lsc_layout_help, read_lsc_csv
-from .lsc_info import LSC_DATASETS, LSC_DEFAULT_ROOT, PCQM4M, PCQM4MV2, LSCInfo
-from .lsc_info import lsc_dataset as _info
-from .source import file_digest, store_dir
-from .store import (
+from ..store import (
     DEFAULT_CHUNK_SIZE,
-    CachedGraphDataset,
-    MoleculeCache,
-    build_molecule_cache,
-    cache_is_complete,
-    existing_cache_report,
+    MoleculeStore,
+    StoreGraphDataset,
+    build_molecule_store,
+    existing_store_report,
+    store_is_complete,
 )
+from ..store.location import file_digest, store_folder
+from .pcqm_files import (
+    LSCInfo,
+    ensure_lsc_files,
+    load_split_dict,
+    read_lsc_csv,
+)
+from .pcqm_files import lsc_dataset as _info
 
 __all__ = [
-    "LSCInfo",
-    "LSC_DATASETS",
-    "LSC_DEFAULT_ROOT",
-    "PCQM4MV2",
-    "PCQM4M",
     "LSCEvaluator",
     "LSCData",
-    "lsc_layout_help",
-    "ensure_lsc_files",
-    "load_split_dict",
-    "read_lsc_csv",
     "preprocess_lsc",
     "open_lsc",
     "load_lsc_splits",
@@ -87,12 +80,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CACHE_VERSION = 1
+_STORE_VERSION = 1
 
 
-def _store_dir(info: LSCInfo, csv_path: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
-    identity = {"sha256": file_digest(csv_path), "version": _CACHE_VERSION}
-    return store_dir("pcqm", info.name, identity, cache_dir)
+def lsc_store_folder(
+    info: LSCInfo, csv_path: Path, store_dir: str | os.PathLike[str] | None
+) -> Path:
+    identity = {"sha256": file_digest(csv_path), "version": _STORE_VERSION}
+    return store_folder("pcqm", info.name, identity, store_dir)
 
 
 # --------------------------------------------------------------------------------------
@@ -108,9 +103,9 @@ def preprocess_lsc(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     download: bool = True,
     progress: bool = True,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
-    """Build (or resume, or reuse) the memory-mapped cache of an OGB-LSC dataset.
+    """Build (or resume, or reuse) the memory-mapped store of an OGB-LSC dataset.
 
     Args:
         name: ``pcqm4mv2`` or ``pcqm4m``.
@@ -119,12 +114,12 @@ def preprocess_lsc(
         chunk_size: molecules per chunk (the resumable unit) of a new build.
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
-        cache_dir: the cache folder (:func:`~.source.default_cache_dir`).
+        store_dir: the store folder (:func:`~..store.location.default_store_dir`).
 
     Returns:
-        The :class:`~graphormer_urpe.datasets.store.CacheReport` as a dict, plus
+        The :class:`~graphormer_urpe.datasets.store.StoreReport` as a dict, plus
         ``dataset``, ``bytes_per_molecule`` and the projections for the official dataset
-        (``official_molecules``, ``projected_cache_bytes``, ``projected_seconds`` at this
+        (``official_molecules``, ``projected_store_bytes``, ``projected_seconds`` at this
         run's throughput).
     """
     info = _info(name)
@@ -132,11 +127,11 @@ def preprocess_lsc(
     load_split_dict(folder / "split_dict.pt", info.splits)  # fails now, not after the build
     csv_path = folder / "raw" / "data.csv.gz"
     digest = file_digest(csv_path)
-    store = _store_dir(info, csv_path, cache_dir)
+    store_path = lsc_store_folder(info, csv_path, store_dir)
     read_seconds = 0.0
-    if cache_is_complete(store):
-        report = existing_cache_report(store, workers)
-        logger.info("%s: the cache in %s is complete; nothing to do", info.title, store)
+    if store_is_complete(store_path):
+        report = existing_store_report(store_path, workers)
+        logger.info("%s: the store in %s is complete; nothing to do", info.title, store_path)
     else:
         t0 = time.perf_counter()
         smiles, gap = read_lsc_csv(csv_path)
@@ -148,8 +143,8 @@ def preprocess_lsc(
             csv_path,
             read_seconds,
         )
-        report = build_molecule_cache(
-            store,
+        report = build_molecule_store(
+            store_path,
             smiles,
             gap,
             target_names=["homolumogap"],
@@ -160,13 +155,15 @@ def preprocess_lsc(
             extra_meta={"dataset": info.name, "source_sha256": digest},
         )
     out = report.to_dict()
-    per_mol = report.cache_bytes / max(report.graphs, 1)
+    per_mol = report.store_bytes / max(report.graphs, 1)
+    projected = int(per_mol * info.total)
     out.update(
         dataset=info.name,
         read_seconds=round(read_seconds, 3),
         bytes_per_molecule=round(per_mol, 1),
         official_molecules=info.total,
-        projected_cache_bytes=int(per_mol * info.total),
+        projected_store_bytes=projected,
+        projected_cache_bytes=projected,  # its previous name, until the next minor release
         projected_seconds=(
             round(info.total / report.molecules_per_second, 1)
             if report.molecules_per_second
@@ -206,26 +203,26 @@ class LSCEvaluator:
 
 
 class LSCData:
-    """An OGB-LSC dataset opened from its cache: every official split, lazily read.
+    """An OGB-LSC dataset opened from its store: every official split, lazily read.
 
     Attributes:
         info: the dataset.
-        cache: the :class:`~graphormer_urpe.datasets.store.MoleculeCache`.
+        store: the :class:`~graphormer_urpe.datasets.store.MoleculeStore`.
         split_rows: ``{split: [K] source rows}`` from ``split_dict.pt``.
-        positions: ``{split: cache positions}`` of the rows that are cached, in split order.
+        positions: ``{split: store positions}`` of the rows that are stored, in split order.
         missing: ``{split: source rows that could not be featurised}``.
-        load_seconds: time to open the cache and map the splits.
+        load_seconds: time to open the store and map the splits.
     """
 
-    def __init__(self, info: LSCInfo, folder: Path, cache: MoleculeCache) -> None:
+    def __init__(self, info: LSCInfo, folder: Path, store: MoleculeStore) -> None:
         t0 = time.perf_counter()
         self.info = info
         self.folder = folder
-        self.cache = cache
+        self.store = store
         self.split_rows = load_split_dict(folder / "split_dict.pt", info.splits)
-        rows = int(cache.meta["rows"])
+        rows = int(store.meta["rows"])
         row_to_pos = np.full(rows, -1, dtype=np.int64)
-        row_to_pos[np.asarray(cache.source_index)] = np.arange(len(cache))
+        row_to_pos[np.asarray(store.source_index)] = np.arange(len(store))
         self.positions: dict[str, np.ndarray] = {}
         self.missing: dict[str, np.ndarray] = {}
         for split, idx in self.split_rows.items():
@@ -252,8 +249,16 @@ class LSCData:
         self._check_labels()
         self.load_seconds = time.perf_counter() - t0
 
+    @property
+    def cache(self) -> MoleculeStore:
+        """Deprecated: :attr:`store` (the name goes in the next minor release)."""
+        warnings.warn(
+            "LSCData.cache is deprecated: use LSCData.store", DeprecationWarning, stacklevel=2
+        )
+        return self.store
+
     def _check_labels(self) -> None:
-        y = np.asarray(self.cache.targets[:, 0])
+        y = np.asarray(self.store.targets[:, 0])
         for split, pos in self.positions.items():
             labelled = int(np.count_nonzero(~np.isnan(y[pos])))
             if split in self.info.test_splits and labelled:
@@ -281,11 +286,11 @@ class LSCData:
                     official,
                 )
 
-    def split(self, name: str, multi_hop_max_dist: int = 5) -> CachedGraphDataset:
-        """The cached graphs of split ``name``, in the split file's order."""
+    def split(self, name: str, multi_hop_max_dist: int = 5) -> StoreGraphDataset:
+        """The stored graphs of split ``name``, in the split file's order."""
         if name not in self.positions:
             raise ValueError(f"{self.info.title} has splits {list(self.info.splits)}, not {name!r}")
-        return CachedGraphDataset(self.cache, self.positions[name], multi_hop_max_dist, name)
+        return StoreGraphDataset(self.store, self.positions[name], multi_hop_max_dist, name)
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v.size}" for k, v in self.positions.items())
@@ -298,7 +303,7 @@ def open_lsc(
     *,
     download: bool = True,
     progress: bool = True,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> LSCData:
@@ -309,19 +314,19 @@ def open_lsc(
         root: the dataset root (default ``data``).
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
-        cache_dir: the cache folder (:func:`~.source.default_cache_dir`).
+        store_dir: the store folder (:func:`~..store.location.default_store_dir`).
         workers, chunk_size: the build's processes and chunk size, when the store is
             missing or unfinished (:func:`preprocess_lsc`).
     """
     info = _info(name)
     folder = ensure_lsc_files(info, root, download=download, progress=progress)
-    store = _store_dir(info, folder / "raw" / "data.csv.gz", cache_dir)
-    if not cache_is_complete(store):
+    store_path = lsc_store_folder(info, folder / "raw" / "data.csv.gz", store_dir)
+    if not store_is_complete(store_path):
         logger.info(
             "%s: no finished store in %s; preprocessing with %d worker(s) (run "
             "`graphormer-urpe preprocess --dataset %s --workers N` to choose)",
             info.title,
-            store,
+            store_path,
             workers,
             info.name,
         )
@@ -332,9 +337,9 @@ def open_lsc(
             chunk_size=chunk_size,
             download=False,
             progress=progress,
-            cache_dir=cache_dir,
+            store_dir=store_dir,
         )
-    return LSCData(info, folder, MoleculeCache(store))
+    return LSCData(info, folder, MoleculeStore(store_path))
 
 
 def load_lsc_splits(
@@ -346,7 +351,7 @@ def load_lsc_splits(
     workers: int = 1,
     download: bool = True,
     progress: bool = True,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
 ):
     """An OGB-LSC dataset as :class:`~graphormer_urpe.datasets.DatasetSplits`.
 
@@ -358,18 +363,18 @@ def load_lsc_splits(
         root: dataset root (default ``data``).
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
         strict: raise if any molecule could not be featurised.
-        workers: processes for preprocessing when the cache is missing.
+        workers: processes for preprocessing when the store is missing.
         download: fetch OGB's zip when the files are absent.
         progress: show progress bars.
     """
-    from .dataset_splits import DatasetSplits
-    from .featurize import InvalidMoleculeError
+    from ..dataset_splits import DatasetSplits
+    from ..featurizers.smiles import InvalidMoleculeError
 
     info = _info(name)
     data = open_lsc(
-        name, root, workers=workers, download=download, progress=progress, cache_dir=cache_dir
+        name, root, workers=workers, download=download, progress=progress, store_dir=store_dir
     )
-    failures = data.cache.failures
+    failures = data.store.failures
     if strict and failures:
         f = failures[0]
         raise InvalidMoleculeError(
@@ -383,7 +388,7 @@ def load_lsc_splits(
         valid=data.split("valid", multi_hop_max_dist),
         test=data.split(info.dev_test, multi_hop_max_dist),
         featurizer="ogb",
-        target_names=list(data.cache.target_names),
+        target_names=list(data.store.target_names),
         metric="mae",
         evaluator=LSCEvaluator(info),
         unreadable={

@@ -3,13 +3,13 @@ r"""``nci5k``: an embedded molecule set that needs no download.
 RDKit ships the first 5,000 molecules of the NCI open database
 (``<RDDataDir>/NCI/first_5k.tpsa.csv``: a comment line, then ``SMILES,TPSA`` lines). This
 dataset labels each molecule with the ZINC benchmark's target,
-:func:`~graphormer_urpe.datasets.zinc_target.penalized_logp`, and featurises it with OGB's
+:func:`~.penalized_logp.penalized_logp`, and featurises it with OGB's
 features (NCI has elements and charges outside ZINC's 28 atom types). It is a small, real,
 always-available regression task for smoke tests, tutorials and CI.
 
 Molecules whose SMILES do not parse, or whose target cannot be computed, are reported (row and
-SMILES) and left out, with the count logged. The store (:mod:`.source`) is keyed by the source
-file's bytes, the RDKit version (the target depends on it), the featuriser and ``limit``.
+SMILES) and left out, with the count logged. The store (:mod:`..store.location`) is keyed by
+the source file's bytes, the RDKit version (the target depends on it), the featuriser and ``limit``.
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ import numpy as np
 from rdkit import RDConfig, rdBase
 from tqdm.auto import tqdm
 
-from .featurize import InvalidMoleculeError, parse_smiles
-from .source import MoleculeRecords, file_digest, open_store, store_dir
-from .store import MoleculeCache, MoleculeFailure
-from .zinc_target import penalized_logp
+from ..featurizers.smiles import InvalidMoleculeError, parse_smiles
+from ..store import MoleculeFailure, MoleculeStore
+from ..store.location import file_digest, store_folder
+from ..store.records import MoleculeRecords, open_store
+from .penalized_logp import penalized_logp
 
 __all__ = [
     "NCI5K_PATH",
     "NCI5K_TARGET",
     "read_nci_smiles",
     "read_nci",
-    "nci_store_dir",
+    "nci_store_folder",
     "open_nci",
 ]
 
@@ -72,11 +73,11 @@ def read_nci_smiles(path: str = NCI5K_PATH, limit: int | None = None) -> list[st
 NCI5K_TARGET = "penalized_logp"
 
 
-def nci_store_dir(
+def nci_store_folder(
     source: str = NCI5K_PATH,
     featurizer: str = "ogb",
     limit: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """The store folder of the NCI molecules read with these options."""
     if limit is not None and limit < 1:
@@ -90,7 +91,7 @@ def nci_store_dir(
         "limit": limit,
     }
     size = "all" if limit is None else f"first{limit}"
-    return store_dir("nci5k", f"{featurizer}-{size}", identity, cache_dir)
+    return store_folder("nci5k", f"{featurizer}-{size}", identity, store_dir)
 
 
 def _target(smiles: str) -> tuple[float | None, str]:
@@ -136,12 +137,12 @@ def open_nci(
     featurizer: str = "ogb",
     limit: int | None = None,
     *,
-    cache_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
     progress: bool | None = None,
-) -> MoleculeCache:
+) -> MoleculeStore:
     """The store of the NCI molecules (built on first use)."""
-    folder = nci_store_dir(source, featurizer, limit, cache_dir)
+    folder = nci_store_folder(source, featurizer, limit, store_dir)
     description = "nci5k" if source == NCI5K_PATH else f"nci5k ({source})"
     return open_store(
         folder,

@@ -1,5 +1,5 @@
 """Building a store: chunks planned, featurised in parallel, resumed after an interruption,
-merged (:mod:`.store` describes the whole)."""
+merged (:mod:`~graphormer_urpe.datasets.store` describes the whole)."""
 
 from __future__ import annotations
 
@@ -18,36 +18,36 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .chunks import ChunkTask, GraphDict, _build_chunk
-from .store_format import (
-    _CHUNK_ARRAYS,
-    _MAX_LOGGED_FAILURES,
-    _OPTIONAL_CHUNK_ARRAYS,
-    CACHE_FORMAT,
+from .chunks import ChunkTask, GraphDict, build_chunk
+from .format import (
+    CHUNK_ARRAYS,
     CHUNKS_DIR,
     DEFAULT_CHUNK_SIZE,
+    MAX_LOGGED_FAILURES,
     META_FILE,
+    OPTIONAL_CHUNK_ARRAYS,
     PLAN_FILE,
-    CacheReport,
+    STORE_FORMAT,
     ChunkResult,
     MoleculeFailure,
-    _pointer,
-    _row_text,
-    cache_is_complete,
+    StoreReport,
+    counts_to_pointer,
+    row_text,
+    store_is_complete,
 )
-from .store_read import MoleculeCache
+from .read import MoleculeStore
 
-__all__ = ["build_molecule_cache", "existing_cache_report"]
+__all__ = ["build_molecule_store", "existing_store_report"]
 
 logger = logging.getLogger("graphormer_urpe.datasets.store")  # the store's log, as before
 
 # --------------------------------------------------------------------------------------
-# Building a cache
+# Building a store
 # --------------------------------------------------------------------------------------
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
-    from ..io import write_atomic
+    from ...io import write_atomic
 
     write_atomic(path, json.dumps(obj))
 
@@ -60,14 +60,14 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
 
 def _read_plan(
-    cache_dir: Path, rows: int, targets: int, chunk_size: int, descriptors: bool = False
+    folder: Path, rows: int, targets: int, chunk_size: int, descriptors: bool = False
 ) -> int:
     """The chunk size of an existing build plan, or a new plan with ``chunk_size``."""
-    plan_path = cache_dir / PLAN_FILE
+    plan_path = folder / PLAN_FILE
     if plan_path.is_file():
         plan = json.loads(plan_path.read_text(encoding="utf-8"))
         if (
-            plan.get("format") == CACHE_FORMAT
+            plan.get("format") == STORE_FORMAT
             and plan["rows"] == rows
             and plan["targets"] == targets
             and plan.get("descriptors", False) == descriptors
@@ -75,16 +75,16 @@ def _read_plan(
             if plan["chunk_size"] != chunk_size:
                 logger.info(
                     "%s: resuming a build planned with chunk size %d (not %d)",
-                    cache_dir,
+                    folder,
                     plan["chunk_size"],
                     chunk_size,
                 )
             return int(plan["chunk_size"])
-        logger.warning("%s: discarding an unfinished build of different data", cache_dir)
-        shutil.rmtree(cache_dir / CHUNKS_DIR, ignore_errors=True)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+        logger.warning("%s: discarding an unfinished build of different data", folder)
+        shutil.rmtree(folder / CHUNKS_DIR, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
     plan = {
-        "format": CACHE_FORMAT,
+        "format": STORE_FORMAT,
         "rows": rows,
         "targets": targets,
         "chunk_size": chunk_size,
@@ -112,23 +112,23 @@ def _concat_into(path: Path, arrays: list[np.ndarray], axis: int) -> None:
     del out
 
 
-def _merge_chunks(cache_dir: Path, num_chunks: int, meta: dict[str, Any]) -> None:
+def _merge_chunks(folder: Path, num_chunks: int, meta: dict[str, Any]) -> None:
     """Concatenate the chunks into the final arrays (through temporary files)."""
-    chunk_dirs = [cache_dir / CHUNKS_DIR / f"{c:06d}" for c in range(num_chunks)]
+    chunk_dirs = [folder / CHUNKS_DIR / f"{c:06d}" for c in range(num_chunks)]
     present = {p.stem for p in chunk_dirs[0].glob("*.npy")}
-    names = [n for n in _CHUNK_ARRAYS + _OPTIONAL_CHUNK_ARRAYS if n in present]
+    names = [n for n in CHUNK_ARRAYS + OPTIONAL_CHUNK_ARRAYS if n in present]
     parts = {n: [np.load(d / f"{n}.npy", mmap_mode="r") for d in chunk_dirs] for n in names}
     counts = {
         n: np.concatenate([np.asarray(a, dtype=np.int64) for a in parts[n]])
         for n in ("num_nodes", "num_edges") + (("smiles_len",) if "smiles_len" in parts else ())
     }
     ptrs = {
-        "node_ptr": _pointer(counts["num_nodes"]),
-        "edge_ptr": _pointer(counts["num_edges"]),
+        "node_ptr": counts_to_pointer(counts["num_nodes"]),
+        "edge_ptr": counts_to_pointer(counts["num_edges"]),
     }
     if "smiles_len" in counts:
-        ptrs["smiles_ptr"] = _pointer(counts["smiles_len"])
-    tmp = cache_dir / f".merge.tmp-{os.getpid()}"
+        ptrs["smiles_ptr"] = counts_to_pointer(counts["smiles_len"])
+    tmp = folder / f".merge.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -139,24 +139,24 @@ def _merge_chunks(cache_dir: Path, num_chunks: int, meta: dict[str, Any]) -> Non
         for name, ptr in ptrs.items():
             np.save(tmp / f"{name}.npy", ptr)
         for name in concatenated + list(ptrs):
-            os.replace(tmp / f"{name}.npy", cache_dir / f"{name}.npy")
+            os.replace(tmp / f"{name}.npy", folder / f"{name}.npy")
         meta["arrays"] = sorted(concatenated + list(ptrs))
-        _atomic_write_json(cache_dir / META_FILE, meta)
+        _atomic_write_json(folder / META_FILE, meta)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def existing_cache_report(cache_dir: str | os.PathLike[str], workers: int = 1) -> CacheReport:
-    """The :class:`CacheReport` of a finished cache (nothing built; open time measured)."""
+def existing_store_report(folder: str | os.PathLike[str], workers: int = 1) -> StoreReport:
+    """The :class:`StoreReport` of a finished store (nothing built; open time measured)."""
     t0 = time.perf_counter()
-    cache = MoleculeCache(cache_dir)
-    cache.open()
+    store = MoleculeStore(folder)
+    store.open()
     load = time.perf_counter() - t0
-    return CacheReport(
-        str(cache_dir),
-        int(cache.meta["rows"]),
-        len(cache),
-        cache.failures,
+    return StoreReport(
+        str(folder),
+        int(store.meta["rows"]),
+        len(store),
+        store.failures,
         False,
         0,
         0,
@@ -165,7 +165,7 @@ def existing_cache_report(cache_dir: str | os.PathLike[str], workers: int = 1) -
         0.0,
         None,
         {},
-        cache.nbytes,
+        store.nbytes,
         load,
     )
 
@@ -210,10 +210,10 @@ def _run_tasks(tasks: list[ChunkTask], workers: int, bar: tqdm) -> dict[str, flo
     try:
         if workers == 1 or len(tasks) <= 1:
             for task in tasks:
-                _account(_build_chunk(task), stage, bar)
+                _account(build_chunk(task), stage, bar)
         else:
             with _mp_context().Pool(min(workers, len(tasks))) as pool:
-                for r in pool.imap_unordered(_build_chunk, tasks):
+                for r in pool.imap_unordered(build_chunk, tasks):
                     _account(r, stage, bar)
     finally:
         bar.close()
@@ -221,28 +221,28 @@ def _run_tasks(tasks: list[ChunkTask], workers: int, bar: tqdm) -> dict[str, flo
 
 
 def _reuse(
-    cache_dir: Path, rows: int, workers: int, description: str, descriptors: bool = False
-) -> CacheReport:
-    report = existing_cache_report(cache_dir, workers)
-    if descriptors and not MoleculeCache(cache_dir).has_descriptors:
+    folder: Path, rows: int, workers: int, description: str, descriptors: bool = False
+) -> StoreReport:
+    report = existing_store_report(folder, workers)
+    if descriptors and not MoleculeStore(folder).has_descriptors:
         raise ValueError(
-            f"{cache_dir} holds a store without descriptors; a store with them needs its own "
+            f"{folder} holds a store without descriptors; a store with them needs its own "
             "folder (put the option in the store's key) or remove this one to rebuild it"
         )
     if report.molecules != rows:
         raise ValueError(
-            f"{cache_dir} caches {report.molecules} rows, but {description} has {rows}; "
+            f"{folder} stores {report.molecules} rows, but {description} has {rows}; "
             "remove the folder to rebuild it"
         )
     # leftovers of a build interrupted between meta.json and the clean-up
-    shutil.rmtree(cache_dir / CHUNKS_DIR, ignore_errors=True)
-    (cache_dir / PLAN_FILE).unlink(missing_ok=True)
-    logger.info("%s: reusing the cache in %s (%d graphs)", description, cache_dir, report.graphs)
+    shutil.rmtree(folder / CHUNKS_DIR, ignore_errors=True)
+    (folder / PLAN_FILE).unlink(missing_ok=True)
+    logger.info("%s: reusing the store in %s (%d graphs)", description, folder, report.graphs)
     return report
 
 
-def build_molecule_cache(
-    cache_dir: str | os.PathLike[str],
+def build_molecule_store(
+    folder: str | os.PathLike[str],
     smiles: Sequence[str] | None,
     targets: np.ndarray,
     *,
@@ -259,11 +259,11 @@ def build_molecule_cache(
     progress: bool | None = True,
     description: str = "molecules",
     extra_meta: dict[str, Any] | None = None,
-) -> CacheReport:
-    """Build (or resume, or reuse) the memory-mapped cache of ``smiles`` (or ``graphs``).
+) -> StoreReport:
+    """Build (or resume, or reuse) the memory-mapped store of ``smiles`` (or ``graphs``).
 
     Args:
-        cache_dir: the cache folder (created).
+        folder: the store folder (created).
         smiles: ``[R]`` SMILES, featurised with ``featurizer``; ``None`` with ``graphs``.
         targets: ``[R]`` or ``[R, T]`` targets, ``NaN`` = missing.
         target_names: ``[T]`` names, stored in ``meta.json``.
@@ -271,7 +271,7 @@ def build_molecule_cache(
         rows: ``[R]`` source row of each record (default ``0 .. R-1``).
         graphs: ``[R]`` ready graphs (:data:`GraphDict`) instead of SMILES.
         split: ``[R]`` split codes (index into :data:`SPLIT_NAMES`) stored with the graphs.
-        keep_smiles: store the SMILES of the cached graphs (scaffold splits, messages).
+        keep_smiles: store the SMILES of the stored graphs (scaffold splits, messages).
         descriptors: also store the RDKit 2D descriptors of every graph (SMILES only).
         skipped: rows the source already rejected; recorded among the failures.
         workers: processes featurising chunks in parallel (1: in this process).
@@ -282,9 +282,9 @@ def build_molecule_cache(
         extra_meta: more entries for ``meta.json`` (e.g. the source file's digest).
 
     Returns:
-        The :class:`CacheReport` (also logged).
+        The :class:`StoreReport` (also logged).
     """
-    cache_dir = Path(cache_dir)
+    folder = Path(folder)
     if (smiles is None) == (graphs is None):
         raise ValueError("give either smiles or graphs")
     if descriptors and smiles is None:
@@ -300,12 +300,12 @@ def build_molecule_cache(
     chunk_size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if cache_is_complete(cache_dir):
-        return _reuse(cache_dir, total_rows, workers, description, descriptors)
+    if store_is_complete(folder):
+        return _reuse(folder, total_rows, workers, description, descriptors)
     wall = time.perf_counter()
-    chunk_size = _read_plan(cache_dir, total_rows, targets.shape[1], chunk_size, descriptors)
+    chunk_size = _read_plan(folder, total_rows, targets.shape[1], chunk_size, descriptors)
     num_chunks = max(1, -(-records // chunk_size))
-    chunks_root = cache_dir / CHUNKS_DIR
+    chunks_root = folder / CHUNKS_DIR
     chunks_root.mkdir(parents=True, exist_ok=True)
     for stale in chunks_root.glob(".*.tmp-*"):  # left by an interrupted writer
         shutil.rmtree(stale, ignore_errors=True)
@@ -360,7 +360,7 @@ def build_molecule_cache(
     failures.sort(key=lambda f: f.index)
     edge_dims = {np.ndim(g["edge_feat"]) for g in graphs or []}
     meta = {
-        "format": CACHE_FORMAT,
+        "format": STORE_FORMAT,
         "source": description,
         "rows": total_rows,
         "graphs": num_graphs,
@@ -374,18 +374,18 @@ def build_molecule_cache(
     if descriptors:
         meta["descriptors"] = _descriptor_meta(nonfinite)
     t_merge = time.perf_counter()
-    _merge_chunks(cache_dir, num_chunks, meta)
+    _merge_chunks(folder, num_chunks, meta)
     stage["merge"] = time.perf_counter() - t_merge
     shutil.rmtree(chunks_root, ignore_errors=True)
-    (cache_dir / PLAN_FILE).unlink(missing_ok=True)
+    (folder / PLAN_FILE).unlink(missing_ok=True)
 
     _log_failures(description, failures, total_rows, meta.get("line_offset"))
     t0 = time.perf_counter()
-    cache = MoleculeCache(cache_dir)
-    cache.open()
+    store = MoleculeStore(folder)
+    store.open()
     load = time.perf_counter() - t0
-    report = CacheReport(
-        str(cache_dir),
+    report = StoreReport(
+        str(folder),
         total_rows,
         num_graphs,
         failures,
@@ -397,16 +397,16 @@ def build_molecule_cache(
         process_seconds,
         processed / process_seconds if processed and process_seconds > 0 else None,
         {k: round(v, 3) for k, v in stage.items()},
-        cache.nbytes,
+        store.nbytes,
         load,
     )
     logger.info(
-        "%s: cached %d graphs in %s (%.1f MB, %d failures); %d molecules in %.1f s "
+        "%s: stored %d graphs in %s (%.1f MB, %d failures); %d molecules in %.1f s "
         "(%.0f molecules/s, %d workers); opens in %.3f s",
         description,
         num_graphs,
-        cache_dir,
-        report.cache_bytes / 1e6,
+        folder,
+        report.store_bytes / 1e6,
         len(failures),
         processed,
         process_seconds,
@@ -419,7 +419,7 @@ def build_molecule_cache(
 
 def _descriptor_meta(nonfinite: np.ndarray | None) -> dict[str, Any]:
     """``meta.json["descriptors"]``: set, names, and per descriptor the non-finite values."""
-    from .descriptors import DESCRIPTOR_NAMES, descriptor_set_id
+    from ..featurizers.descriptors import DESCRIPTOR_NAMES, descriptor_set_id
 
     counts = np.zeros(len(DESCRIPTOR_NAMES), np.int64) if nonfinite is None else nonfinite
     return {
@@ -439,8 +439,8 @@ def _log_failures(
     description: str, failures: list[MoleculeFailure], rows: int, line_offset: int | None
 ) -> None:
     for n, f in enumerate(failures):
-        level = logging.WARNING if n < _MAX_LOGGED_FAILURES else logging.DEBUG
-        where = _row_text(f.index, line_offset)
+        level = logging.WARNING if n < MAX_LOGGED_FAILURES else logging.DEBUG
+        where = row_text(f.index, line_offset)
         logger.log(level, "%s: %s %r left out: %s", description, where, f.smiles, f.reason)
     if failures:
         logger.warning(
