@@ -409,10 +409,10 @@ class Trainer:
 
     def collator(self, batch_size: int) -> Any:
         """The collate function: static shapes of ``batch_size`` graphs when steps are captured."""
-        from graphormer_urpe.runtime.loaders import _collator
+        from graphormer_urpe.runtime.loaders import make_collator
 
         static = batch_size if self.backend is not None else None
-        return _collator(self.model.config, self.device, static)
+        return make_collator(self.model.config, self.device, static)
 
     def train_step(self, batch: Any) -> None:
         """One AdamW step on ``batch`` (the stepper copies it to the device)."""

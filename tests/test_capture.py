@@ -31,6 +31,7 @@ from graphormer_urpe.runtime.capture import (
     EagerGraphs,
     portable_optimizer_state,
 )
+from graphormer_urpe.runtime.loaders import make_collator
 from graphormer_urpe.training import loop
 from graphormer_urpe.training.loop import (
     Precision,
@@ -479,7 +480,7 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
     cpu = torch.device("cpu")
     want, y_want = loop.predict(
-        model, DataLoader(graphs, batch_size=8, collate_fn=loop._collator(model.config, cpu)), cpu
+        model, DataLoader(graphs, batch_size=8, collate_fn=make_collator(model.config, cpu)), cpu
     )
     backends: list[EagerGraphs] = []
     monkeypatch.setattr(

@@ -14,7 +14,7 @@ import torch
 from graphormer_urpe import Graphormer, cli, collate
 from graphormer_urpe.graph.batch import GraphormerCollator
 from graphormer_urpe.graph.shapes import StaticShapes, token_length
-from graphormer_urpe.inference.prediction import _evaluate
+from graphormer_urpe.inference.prediction import predict_split
 from graphormer_urpe.runtime.distributed import DistContext
 from graphormer_urpe.runtime.loaders import _eval_loader
 from graphormer_urpe.runtime.sampler import EpochBatchSampler, token_batches
@@ -190,7 +190,7 @@ def test_evaluation_in_token_batches_gives_todays_predictions_in_order():
     preds = []
     for max_tokens in (None, 100):
         loader, index = _eval_loader(graphs, model.config, 8, ctx, 0, max_tokens=max_tokens)
-        preds.append(_evaluate(model, loader, index, len(graphs), 1, ctx, precision))
+        preds.append(predict_split(model, loader, index, len(graphs), 1, ctx, precision))
     assert len(_eval_loader(graphs, model.config, 8, ctx, 0, max_tokens=100)[0]) != len(
         _eval_loader(graphs, model.config, 8, ctx, 0)[0]
     )

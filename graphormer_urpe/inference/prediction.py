@@ -13,10 +13,10 @@ from tqdm.auto import tqdm
 from ..graph.model import Graphormer
 from ..runtime.capture import CapturedForward, default_backend
 from ..runtime.distributed import DistContext, gather_in_order
-from ..runtime.loaders import _collator
+from ..runtime.loaders import make_collator
 from ..runtime.precision import Precision
 
-__all__ = ["predict", "predict_dataset"]
+__all__ = ["predict", "predict_dataset", "predict_split"]
 
 
 @torch.no_grad()
@@ -68,7 +68,7 @@ def predict_dataset(
         dataset,
         batch_size=batch_size,
         shuffle=False,
-        collate_fn=_collator(model.config, device, batch_size if backend else None),
+        collate_fn=make_collator(model.config, device, batch_size if backend else None),
         pin_memory=device.type == "cuda",
     )
     forward = None
@@ -77,7 +77,7 @@ def predict_dataset(
     return predict(net, loader, device, precision, progress, desc, forward)
 
 
-def _evaluate(
+def predict_split(
     model: nn.Module,
     loader: DataLoader,
     index: Tensor,
@@ -87,7 +87,9 @@ def _evaluate(
     precision: Precision,
     forward: CapturedForward | None = None,
 ) -> Tensor:
-    """Predictions ``[total, T]`` for a whole split, each graph computed by one process."""
+    """Predictions ``[total, T]`` for a whole split shared among the processes of ``ctx``:
+    this process predicts the graphs at ``index`` ``[n_r]`` (its share, batched by ``loader``;
+    none: an empty share), and every process gets all ``total`` rows back in split order."""
     if len(index):
         pred, _ = predict(model, loader, ctx.device, precision, forward=forward)
     else:

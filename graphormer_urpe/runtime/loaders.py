@@ -16,7 +16,7 @@ from ..graph.shapes import StaticShapes, token_length
 from .distributed import DistContext
 from .sampler import token_batches
 
-__all__ = ["make_loader", "loader_workers"]
+__all__ = ["make_loader", "make_collator", "loader_workers"]
 
 
 def make_loader(
@@ -52,7 +52,7 @@ def loader_workers(requested: int | None, device: torch.device) -> int:
     return min(8, max(1, (os.cpu_count() or 2) - 2))
 
 
-def _collator(
+def make_collator(
     config: GraphormerConfig,
     device: torch.device,
     static_batch: int | None = None,
@@ -82,7 +82,7 @@ def _eval_loader(
     sorted by size and cut to the token budget (:func:`~graphormer_urpe.runtime.sampler.
     token_batches`)."""
     index = torch.arange(ctx.rank, len(dataset), ctx.world_size)
-    collate = _collator(config, ctx.device, batch_size if static else None, max_tokens)
+    collate = make_collator(config, ctx.device, batch_size if static else None, max_tokens)
     if max_tokens is None:
         batches = [index[i : i + batch_size].tolist() for i in range(0, len(index), batch_size)]
     else:

@@ -47,7 +47,6 @@ from typing import Any
 import torch
 
 from ..attention.kernel_choice import attention_kernel
-from ..inference.prediction import _evaluate as _evaluate
 from ..inference.prediction import predict, predict_dataset
 from ..io.checkpoint import CheckpointKeeper, TrainingInterrupted, stop_requests, write_atomic
 from ..runtime.capture import CapturedForward
@@ -62,7 +61,6 @@ from ..runtime.inputs import (
     seed_everything,
     selection_metric,
 )
-from ..runtime.loaders import _collator as _collator
 from ..runtime.loaders import _eval_loader as _eval_loader
 from ..runtime.loaders import _read as _read
 from ..runtime.loaders import loader_workers as loader_workers

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..inference.prediction import _evaluate
+from ..inference.prediction import predict_split as _evaluate
 from ..io.checkpoint import TrainingInterrupted
 from ..runtime.capture import learning_rate
 from .run_state import RunState, log

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..datasets.domain import split_similarity
 from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
-from ..inference.prediction import _evaluate
+from ..inference.prediction import predict_split as _evaluate
 from ..io.checkpoint import load_checkpoint, write_atomic
 from .budget import MIN_USEFUL_EPOCHS
 from .run_state import RunState, log

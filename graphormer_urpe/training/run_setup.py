@@ -21,7 +21,8 @@ from ..io.checkpoint import incompatible_checkpoint
 from ..runtime.capture import CaptureBackend, CapturedStep, default_backend
 from ..runtime.config import TrainConfig
 from ..runtime.inputs import build_model, dataset_targets, load_splits
-from ..runtime.loaders import _collator, _eval_loader, loader_workers
+from ..runtime.loaders import _eval_loader, loader_workers
+from ..runtime.loaders import make_collator as _collator
 from ..runtime.precision import Precision
 from ..runtime.sampler import EpochBatchSampler
 from .budget import Schedule
