@@ -14,8 +14,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ".checkpoint": ["CheckpointError", "load_checkpoint", "save_checkpoint"],
         "..runtime.config": ["TRAIN_PRESETS", "TrainConfig", "make_config"],
         ".ensemble": ["train_ensemble"],
-        "..inference.ensemble": ["load_models"],
-        "..inference.loading": ["LoadedModel", "evaluate_checkpoint", "load_model"],
+        "..inference.loading": ["LoadedModel", "evaluate_checkpoint", "load_model", "load_models"],
         "..runtime.precision": ["Precision"],
         ".steps": ["linear_schedule", "masked_loss"],
         "..inference.prediction": ["predict"],
@@ -30,6 +29,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "init_from_checkpoint",
             "read_graphormer",
         ],
-        "..inference.stream": ["Prediction", "iter_predictions", "predict_smiles", "read_smiles"],
+        "..inference.engines.predict_io": ["Prediction", "read_smiles"],
+        "..inference.engines.stream": ["iter_predictions", "predict_smiles"],
     },
 )
