@@ -15,7 +15,6 @@ from graphormer_urpe.inference.explain.explainer import Explainer
 from graphormer_urpe.inference.explain.faithfulness import (
     crippen_atom_contributions,
     deletion_curve,
-    spearman,
 )
 from graphormer_urpe.inference.explain.integrated_gradients import (
     gauss_legendre,
@@ -23,6 +22,7 @@ from graphormer_urpe.inference.explain.integrated_gradients import (
     masked_predictions,
 )
 from graphormer_urpe.inference.explain.writing import write_explanations
+from graphormer_urpe.inference.rank_correlation import spearman
 
 MOLS = ["CC(=O)Nc1ccc(O)cc1", "c1ccccc1Cl", "CCN(CC)CCOC(=O)c1ccccc1", "OCC(O)CO"]
 

@@ -447,7 +447,7 @@ def error_spearman(error: np.ndarray, score: np.ndarray) -> float:
     """The Spearman correlation of ``|error|`` ``[N, T]`` with a difficulty ``score``
     ``[N, T]`` (e.g. an ensemble's std) over the known entries, targets pooled: near 1 when
     the score ranks molecules as their errors do, near 0 when it tells nothing."""
-    from ..explain.faithfulness import spearman
+    from ..rank_correlation import spearman
 
     known = np.isfinite(error) & np.isfinite(score)
     return spearman(error[known], score[known])
