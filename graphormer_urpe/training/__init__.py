@@ -18,6 +18,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "..runtime.precision": ["Precision"],
         ".steps": ["linear_schedule", "masked_loss"],
         "..inference.prediction": ["predict"],
+        "..inference.engines.predict_io": ["Prediction", "read_smiles"],
+        "..inference.engines.stream": ["iter_predictions", "predict_smiles"],
         "..runtime.inputs": ["resolve_device"],
         ".loop": ["train"],
         ".plots": ["plot_run"],
@@ -29,7 +31,5 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "init_from_checkpoint",
             "read_graphormer",
         ],
-        "..inference.engines.predict_io": ["Prediction", "read_smiles"],
-        "..inference.engines.stream": ["iter_predictions", "predict_smiles"],
     },
 )
