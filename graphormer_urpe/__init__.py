@@ -36,7 +36,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "init_from_checkpoint",
             "read_graphormer",
         ],
-        ".inference.stream": ["Prediction", "iter_predictions"],
+        ".inference.engines.predict_io": ["Prediction"],
+        ".inference.engines.stream": ["iter_predictions"],
     },
 )
 

@@ -36,15 +36,15 @@ from rdkit import Chem, RDLogger
 from rdkit.Chem import Crippen
 
 from graphormer_urpe import cli
-from graphormer_urpe.inference.draw import draw_contributions
-from graphormer_urpe.inference.explain import METHODS, Explainer, MoleculeExplanation
-from graphormer_urpe.inference.faithfulness import (
+from graphormer_urpe.inference.explain.drawing import draw_contributions
+from graphormer_urpe.inference.explain.explainer import METHODS, Explainer, MoleculeExplanation
+from graphormer_urpe.inference.explain.faithfulness import (
     crippen_atom_contributions,
     deletion_curve,
-    spearman,
 )
-from graphormer_urpe.inference.integrated import masked_predictions
+from graphormer_urpe.inference.explain.integrated_gradients import masked_predictions
 from graphormer_urpe.inference.loading import load_model
+from graphormer_urpe.inference.rank_correlation import spearman
 
 ZINC = Path(__file__).resolve().parents[2] / "shared" / "data" / "zinc" / "train.csv"
 KS = [1, 2, 3, 4, 6, 8]

@@ -22,8 +22,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from graphormer_urpe.inference.ensemble import load_models
-from graphormer_urpe.inference.explain import Explainer
+from graphormer_urpe.inference.explain.explainer import Explainer
+from graphormer_urpe.inference.loading import load_models
 
 
 def _options(setting: str) -> dict:

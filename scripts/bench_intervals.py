@@ -14,11 +14,11 @@ Each split is trained once with the README's first recipe (``train --init-from p
 --mol-features rdkit2d --ensemble 5``, ``--time-limit`` minutes, one thread); the run keeps
 every member's validation and test predictions. The calibrators are then fitted here, on the
 validation split only, from those predictions (the library's
-:func:`~graphormer_urpe.inference.calibration.fit_calibration`, one per difficulty score in
-:data:`~graphormer_urpe.inference.calibration.DIFFICULTIES`), for the ensemble and for its
-first member alone (a one-model run), and read once on the test split: coverage and mean
-width of the 90% intervals, and the Spearman correlation of ``|error|`` with each score on the
-validation and test splits. Run::
+:func:`~graphormer_urpe.inference.intervals.calibration.fit_calibration`, one per difficulty
+score in :data:`~graphormer_urpe.inference.intervals.calibration.DIFFICULTIES`), for the
+ensemble and for its first member alone (a one-model run), and read once on the test split:
+coverage and mean width of the 90% intervals, and the Spearman correlation of ``|error|`` with
+each score on the validation and test splits. Run::
 
     python scripts/bench_intervals.py --parallel 2                 # the runs (kept, resumable)
     python scripts/bench_intervals.py --collect --out docs/results/intervals.json
@@ -114,7 +114,7 @@ def evaluate(run: Path, members: int) -> dict:
     difficulty."""
     import torch
 
-    from graphormer_urpe.inference.calibration import DIFFICULTIES, difficulty_spearman
+    from graphormer_urpe.inference.intervals.calibration import DIFFICULTIES, difficulty_spearman
     from graphormer_urpe.inference.loading import load_model
 
     domain = load_model(member_folders(run, 1)[0] / "best.pt", "cpu").domain
@@ -153,7 +153,7 @@ def intervals(difficulty: str, fit: tuple, fit_rows: np.ndarray, on: tuple, rows
     """The coverage and width at :data:`LEVEL` on ``on``'s ``rows`` of a calibrator of
     ``difficulty`` fitted on ``fit``'s ``fit_rows`` (each: outputs ``[K, N, 1]``, targets
     ``[N, 1]``, similarities ``[N]``)."""
-    from graphormer_urpe.inference.calibration import calibration_report, fit_calibration
+    from graphormer_urpe.inference.intervals.calibration import calibration_report, fit_calibration
 
     (z, y, sim), (z_on, y_on, sim_on) = fit, on
     cal = fit_calibration(

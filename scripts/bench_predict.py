@@ -65,7 +65,7 @@ from _bench import untrained_checkpoint
 from _moses import moses_smiles_file
 
 from graphormer_urpe.datasets.domain import record_of_smiles
-from graphormer_urpe.inference.stream import (
+from graphormer_urpe.inference.engines.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_WORKERS,

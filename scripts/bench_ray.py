@@ -43,7 +43,7 @@ from bench_predict import (
     run_stream,
 )
 
-from graphormer_urpe.inference.stream_defaults import (
+from graphormer_urpe.inference.engines.defaults import (
     DEFAULT_OBJECT_STORE_MIB,
     DEFAULT_ROWS_PER_BLOCK,
 )

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from graphormer_urpe.inference.calibration import (
+from graphormer_urpe.inference.intervals.calibration import (
     Calibration,
     calibration_report,
     expected_calibration_error,
@@ -121,7 +121,7 @@ def test_distance_intervals_widen_with_distance_and_hold_under_shift():
 
 
 def test_default_difficulty_and_older_calibrators():
-    from graphormer_urpe.inference.calibration import default_difficulty
+    from graphormer_urpe.inference.intervals.calibration import default_difficulty
 
     known = np.array([0.5, np.nan])
     assert default_difficulty(1, known) == default_difficulty(5, known) == "distance"
@@ -365,7 +365,7 @@ def _training_smiles(run, table) -> list[str]:
 
 
 def test_train_closing_lines_state_test_coverage_and_warn_when_far_from_the_level():
-    from graphormer_urpe.inference.calibration import coverage_lines, coverage_tolerance
+    from graphormer_urpe.inference.intervals.calibration import coverage_lines, coverage_tolerance
 
     held = {"test_coverage_90": 0.885, "test_width_90": 1.234, "test_graphs": 100}
     (line,) = coverage_lines(held)

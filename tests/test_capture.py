@@ -453,7 +453,7 @@ def test_training_with_captured_steps_matches_eager_training(backend, table, tmp
 
 
 def test_streamed_predictions_through_captured_passes_equal_the_eager_ones(monkeypatch, tmp_path):
-    from graphormer_urpe.inference import stream
+    from graphormer_urpe.inference.engines import stream
 
     from .test_predict_stream import MIXED, _checkpoint, reference
 

@@ -433,7 +433,7 @@ def test_an_ensemble_uses_its_members_record(drug_table, tmp_path, capsys):
 
 
 def test_domain_cells_of_the_csv_writer():
-    from graphormer_urpe.inference.stream import Prediction, write_predictions_csv
+    from graphormer_urpe.inference.engines.predict_io import Prediction, write_predictions_csv
 
     preds = [
         Prediction(0, "CCO", torch.tensor([1.0]), None, domain=DomainCheck((), 0.25, 3, 1)),

@@ -1,4 +1,4 @@
-"""Embeddings (``predict --embeddings``, :mod:`graphormer_urpe.inference.embeddings_io`)
+"""Embeddings (``predict --embeddings``, :mod:`graphormer_urpe.inference.engines.embeddings_io`)
 against a plain reference: each molecule featurised alone and passed through the model's
 encoder, its graph token joined to its descriptors by hand."""
 
@@ -19,15 +19,15 @@ from graphormer_urpe.datasets.featurizers.descriptors import (
     compute_descriptors,
     descriptor_functions,
 )
-from graphormer_urpe.inference.embeddings_io import (
+from graphormer_urpe.inference.engines.embeddings_io import (
     EmbeddingWriter,
     embed_smiles,
     npy_header,
     side_paths,
     write_embeddings,
 )
+from graphormer_urpe.inference.engines.predict_io import Prediction
 from graphormer_urpe.inference.loading import load_model
-from graphormer_urpe.inference.predict_io import Prediction
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.runtime.inputs import build_model
@@ -115,7 +115,7 @@ def test_rows_in_input_order_with_nan_for_unreadable(ckpt):
 
 def test_the_head_reads_the_embedding(ckpt):
     """The predictions come from the embedding: the head on it gives ``values``."""
-    from graphormer_urpe.inference.stream import iter_predictions
+    from graphormer_urpe.inference.engines.stream import iter_predictions
 
     lm = load_model(ckpt, "cpu")
     for p in iter_predictions(lm, VALID[:5], workers=0, embeddings=True):

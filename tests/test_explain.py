@@ -11,18 +11,18 @@ import torch
 
 from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
 from graphormer_urpe.graph.model import Graphormer, GraphormerConfig
-from graphormer_urpe.inference.explain import Explainer
-from graphormer_urpe.inference.explain_io import write_explanations
-from graphormer_urpe.inference.faithfulness import (
+from graphormer_urpe.inference.explain.explainer import Explainer
+from graphormer_urpe.inference.explain.faithfulness import (
     crippen_atom_contributions,
     deletion_curve,
-    spearman,
 )
-from graphormer_urpe.inference.integrated import (
+from graphormer_urpe.inference.explain.integrated_gradients import (
     gauss_legendre,
     integrated_gradients,
     masked_predictions,
 )
+from graphormer_urpe.inference.explain.writing import write_explanations
+from graphormer_urpe.inference.rank_correlation import spearman
 
 MOLS = ["CC(=O)Nc1ccc(O)cc1", "c1ccccc1Cl", "CCN(CC)CCOC(=O)c1ccccc1", "OCC(O)CO"]
 

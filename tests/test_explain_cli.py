@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from graphormer_urpe import cli
-from graphormer_urpe.inference import draw, explain_io
-from graphormer_urpe.inference.explain import METHODS
+from graphormer_urpe.inference.explain import drawing, writing
+from graphormer_urpe.inference.explain.explainer import METHODS
 from tests.test_cli import SMILES, TINY_MODEL
 
 DRAW_ATOMS = 12
@@ -43,8 +43,8 @@ def _read(path: Path) -> list[dict[str, str]]:
 def draw_atoms(monkeypatch) -> None:
     """Molecules of more than :data:`DRAW_ATOMS` heavy atoms are not drawn: a chain just over
     the limit is explained in far fewer forward passes than one over the library's 100."""
-    assert draw.MAX_DRAW_ATOMS > DRAW_ATOMS
-    for module in (draw, explain_io):
+    assert drawing.MAX_DRAW_ATOMS > DRAW_ATOMS
+    for module in (drawing, writing):
         monkeypatch.setattr(module, "MAX_DRAW_ATOMS", DRAW_ATOMS)
 
 
@@ -101,8 +101,7 @@ def test_explain_smiles_flag_no_pictures_and_a_missing_checkpoint(run, tmp_path,
 
 
 def test_pictures_colour_by_the_target_asked_for(tmp_path, monkeypatch):
-    from graphormer_urpe.inference import explain_io
-    from graphormer_urpe.inference.explain import MoleculeExplanation
+    from graphormer_urpe.inference.explain.explainer import MoleculeExplanation
 
     drawn: list[tuple[list[float], str]] = []
 
@@ -110,8 +109,8 @@ def test_pictures_colour_by_the_target_asked_for(tmp_path, monkeypatch):
         drawn.append((list(values), title))
         return b"\x89PNG" if fmt == "png" else "<svg/>"
 
-    monkeypatch.setattr(explain_io, "draw_contributions", fake_draw)
-    monkeypatch.setattr(explain_io, "draw_grid", lambda smiles, values, titles, **kw: b"\x89PNG")
+    monkeypatch.setattr(writing, "draw_contributions", fake_draw)
+    monkeypatch.setattr(writing, "draw_grid", lambda smiles, values, titles, **kw: b"\x89PNG")
     e = MoleculeExplanation(
         index=0,
         smiles="CCO",
@@ -122,13 +121,11 @@ def test_pictures_colour_by_the_target_asked_for(tmp_path, monkeypatch):
     )
     for target, column in ((None, 0), ("b", 1)):
         drawn.clear()
-        explain_io.write_explanations(
-            [e], tmp_path / str(target), ["a", "b"], picture_target=target
-        )
+        writing.write_explanations([e], tmp_path / str(target), ["a", "b"], picture_target=target)
         assert drawn[0][0] == e.contributions[:, column].tolist()
         assert drawn[0][1].startswith(f"row 0: {'ab'[column]} = {e.prediction[column]:.3g}")
     with pytest.raises(ValueError, match="'c' is not a target of this model; its targets: a, b"):
-        explain_io.write_explanations([e], tmp_path / "c", ["a", "b"], picture_target="c")
+        writing.write_explanations([e], tmp_path / "c", ["a", "b"], picture_target="c")
 
 
 def test_a_picture_target_the_model_lacks_is_one_line(run, tmp_path, capsys):
@@ -168,7 +165,7 @@ def test_explain_keeps_the_input_names_and_reads_sd_files(run, tmp_path):
 
 
 def _explained(index: int, contributions: list[float], ids=(), descriptors=None):
-    from graphormer_urpe.inference.explain import MoleculeExplanation
+    from graphormer_urpe.inference.explain.explainer import MoleculeExplanation
 
     values = np.array(contributions)[:, None]
     total = values.sum() + (0.0 if descriptors is None else descriptors)
@@ -187,7 +184,6 @@ def _explained(index: int, contributions: list[float], ids=(), descriptors=None)
 def test_pictures_share_one_scale_name_the_molecule_and_show_the_descriptor_term(
     tmp_path, monkeypatch
 ):
-    from graphormer_urpe.inference import explain_io
 
     calls: list[dict] = []
 
@@ -196,9 +192,9 @@ def test_pictures_share_one_scale_name_the_molecule_and_show_the_descriptor_term
         return b"\x89PNG" if fmt == "png" else "<svg/>"
 
     grids: list[dict] = []
-    monkeypatch.setattr(explain_io, "draw_contributions", fake_draw)
+    monkeypatch.setattr(writing, "draw_contributions", fake_draw)
     monkeypatch.setattr(
-        explain_io,
+        writing,
         "draw_grid",
         lambda s, v, titles, **kw: grids.append(kw | {"t": titles}) or b"\x89PNG",
     )
@@ -206,7 +202,7 @@ def test_pictures_share_one_scale_name_the_molecule_and_show_the_descriptor_term
         _explained(0, [0.38, -0.1, 0.2], ids=("cpd-7",), descriptors=0.57),
         _explained(1, [0.13, -0.05], ids=("",)),
     ]
-    summary = explain_io.write_explanations(mols, tmp_path / "a", ["pIC50"], descriptors=True)
+    summary = writing.write_explanations(mols, tmp_path / "a", ["pIC50"], descriptors=True)
     pngs = [c for c in calls if c["fmt"] == "png"]
     assert [c["scale"] for c in pngs] == [0.38, 0.38] and summary.scale == 0.38
     assert pngs[0]["label"] == ["contribution", "to pIC50"]
@@ -218,9 +214,7 @@ def test_pictures_share_one_scale_name_the_molecule_and_show_the_descriptor_term
     assert grids[0]["scale"] == 0.38 and grids[0]["label"] == ["contribution", "to pIC50"]
     assert grids[0]["t"][0].startswith("cpd-7: ")
     calls.clear()
-    summary = explain_io.write_explanations(
-        mols, tmp_path / "b", ["pIC50"], per_molecule_scale=True
-    )
+    summary = writing.write_explanations(mols, tmp_path / "b", ["pIC50"], per_molecule_scale=True)
     assert [c["scale"] for c in calls] == [None] * 4 and summary.scale is None
 
 
@@ -229,7 +223,13 @@ def test_drawn_pictures_carry_a_colour_bar_and_the_note():
 
     from PIL import Image
 
-    from graphormer_urpe.inference.draw import BAR, FOOTER, SIZE, draw_contributions, draw_grid
+    from graphormer_urpe.inference.explain.drawing import (
+        BAR,
+        FOOTER,
+        SIZE,
+        draw_contributions,
+        draw_grid,
+    )
 
     values = np.array([0.3, -0.2, 0.1])
     plain = Image.open(BytesIO(draw_contributions("CCO", values, "t")))

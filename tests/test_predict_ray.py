@@ -24,7 +24,7 @@ pytest.importorskip("ray.data")
 psutil = pytest.importorskip("psutil")
 
 from graphormer_urpe import cli  # noqa: E402
-from graphormer_urpe.inference.ray_engine import predict_on_ray  # noqa: E402
+from graphormer_urpe.inference.engines.ray.engine import predict_on_ray  # noqa: E402
 
 from .test_predict_stream import MIXED, VALID  # noqa: E402
 from .test_ray_parts import _inputs, domain_checkpoint  # noqa: E402

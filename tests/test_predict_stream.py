@@ -20,20 +20,10 @@ import torch
 
 from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
 from graphormer_urpe.datasets import featurize_smiles
-from graphormer_urpe.inference import (
-    iter_predictions,
-    load_model,
-    predict_io,
-    predict_smiles,
-    read_smiles,
-    stream,
-)
-from graphormer_urpe.inference.stream import (
-    SORT_WINDOW,
-    Prediction,
-    default_threads,
-    write_predictions_csv,
-)
+from graphormer_urpe.inference import iter_predictions, load_model, predict_smiles, read_smiles
+from graphormer_urpe.inference.engines import predict_io, stream
+from graphormer_urpe.inference.engines.predict_io import Prediction, write_predictions_csv
+from graphormer_urpe.inference.engines.stream import SORT_WINDOW, default_threads
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.training.loop import build_model
@@ -397,7 +387,6 @@ def test_interrupted_writer_leaves_a_valid_prefix(ogb_ckpt, tmp_path):
 
 
 def test_interrupted_cli_run_leaves_a_prefix_of_the_output(ogb_ckpt, tmp_path, monkeypatch):
-    from graphormer_urpe.inference import predict_io
 
     path = _write_inputs(tmp_path, MIXED)["smi"]
     full, part = tmp_path / "full.csv", tmp_path / "part.csv"

@@ -18,17 +18,17 @@ import pytest
 import torch
 
 from graphormer_urpe.datasets.domain import record_of_smiles
-from graphormer_urpe.inference.calibration import fit_calibration
-from graphormer_urpe.inference.predict_io import read_named_smiles, write_predictions_csv
-from graphormer_urpe.inference.ray_output import MANIFEST, Manifest, PartWriter
-from graphormer_urpe.inference.ray_predictor import (
+from graphormer_urpe.inference.engines.predict_io import read_named_smiles, write_predictions_csv
+from graphormer_urpe.inference.engines.ray.output import MANIFEST, Manifest, PartWriter
+from graphormer_urpe.inference.engines.ray.predictor import (
     FEATURIZED,
     FeaturizedPredictor,
     Predictor,
     featurize_block,
 )
-from graphormer_urpe.inference.ray_shards import list_shards, read_shard
-from graphormer_urpe.inference.stream import Featurizing, iter_predictions
+from graphormer_urpe.inference.engines.ray.shards import list_shards, read_shard
+from graphormer_urpe.inference.engines.stream import Featurizing, iter_predictions
+from graphormer_urpe.inference.intervals.calibration import fit_calibration
 from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
 
 from .test_predict_stream import MIXED, VALID, _checkpoint
@@ -123,7 +123,7 @@ def test_shards_are_read_as_local_predict_reads_them(tmp_path):
 
 def _local_csv(ckpt: Path, smiles: list[str], names: list[str] | None = None, **options) -> str:
     """What local ``predict`` writes for ``smiles`` (one window: the same batches)."""
-    from graphormer_urpe.inference.calibration import load_calibration
+    from graphormer_urpe.inference.intervals.calibration import load_calibration
 
     binary = options.pop("binary", False)
     logits = options.pop("logits", False)

@@ -21,7 +21,7 @@ pytest.importorskip("httpx", reason="the test client needs httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from graphormer_urpe import cli  # noqa: E402
-from graphormer_urpe.inference.stream import StreamModel  # noqa: E402
+from graphormer_urpe.inference.engines.stream import StreamModel  # noqa: E402
 from graphormer_urpe.serve import LimitExceeded, ModelService, ServeLimits, create_app  # noqa: E402
 from graphormer_urpe.serve.app import COOKIE  # noqa: E402
 from graphormer_urpe.serve.batcher import Batcher  # noqa: E402

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
-from graphormer_urpe.inference.explain import Explainer
-from graphormer_urpe.inference.integrated import masked_predictions
-from graphormer_urpe.inference.shapley import shapley_from_orders, shapley_values
+from graphormer_urpe.inference.explain.explainer import Explainer
+from graphormer_urpe.inference.explain.integrated_gradients import masked_predictions
+from graphormer_urpe.inference.explain.shapley import shapley_from_orders, shapley_values
 
 from .test_explain import MOLS, additive_model, tiny
 

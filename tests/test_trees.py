@@ -132,8 +132,8 @@ def start(table, tmp_path_factory):  # noqa: F811
 def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, start, tmp_path):  # noqa: F811
     from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
     from graphormer_urpe.inference.embeddings import WithHeadInput
+    from graphormer_urpe.inference.engines.stream import predict_smiles
     from graphormer_urpe.inference.loading import evaluate_checkpoint, load_model
-    from graphormer_urpe.inference.stream import predict_smiles
     from graphormer_urpe.inference.trees import graph_tokens, load_embedder, trees_folder
 
     out = tmp_path / "ens"

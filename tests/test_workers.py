@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from graphormer_urpe.inference import workers
+from graphormer_urpe.inference.engines import workers
 from tests.test_predict_stream import _checkpoint
 
 MOLECULES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC", "C1CCCCC1N", "OCC(=O)[O-]"]

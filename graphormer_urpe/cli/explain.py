@@ -10,8 +10,8 @@ from .flags import add_command, add_shared_flags, add_smiles_source
 
 def _explainer(checkpoint: str, device: str, **options):
     """The explainer of a checkpoint or an ensemble's folder (its loading, in one place)."""
-    from ..inference.ensemble import load_models
-    from ..inference.explain import Explainer
+    from ..inference.explain.explainer import Explainer
+    from ..inference.loading import load_models
 
     return Explainer.from_loaded(load_models(checkpoint, device), **options)
 
@@ -38,8 +38,8 @@ def run_explain(args: argparse.Namespace) -> int:
     drawn."""
     import torch
 
-    from ..inference.explain_io import picture_index, with_input_rows, write_explanations
-    from ..inference.predict_io import read_input_table
+    from ..inference.engines.predict_io import read_input_table
+    from ..inference.explain.writing import picture_index, with_input_rows, write_explanations
 
     torch.set_num_threads(args.threads)
     options = {

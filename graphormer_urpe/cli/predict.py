@@ -89,14 +89,15 @@ def run_predict(args: argparse.Namespace) -> int:
     import torch
 
     from ..inference.embeddings import embedding_dim
-    from ..inference.ensemble import load_models
-    from ..inference.predict_io import (
+    from ..inference.engines.predict_io import (
         WriteCounts,
         carry_names,
         interrupts_between_rows,
         read_input_table,
+        write_predictions_csv,
     )
-    from ..inference.stream import default_threads, iter_predictions, write_predictions_csv
+    from ..inference.engines.stream import default_threads, iter_predictions
+    from ..inference.loading import load_models
 
     torch.set_num_threads(args.threads or default_threads(args.workers))
     models = load_models(args.checkpoint, args.device or "auto")
@@ -106,7 +107,7 @@ def run_predict(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--logits applies to binary tasks; {args.checkpoint} predicts regression targets"
         )
-    from ..inference.calibrate_csv import check_interval_request
+    from ..inference.intervals.calibration import check_interval_request
 
     level = args.interval
     calibration = check_interval_request(args.checkpoint, level, lm.task_type, lm.target_names)
@@ -179,7 +180,7 @@ def run_predict(args: argparse.Namespace) -> int:
 def _embeddings_tee(stack: contextlib.ExitStack, args: argparse.Namespace, models, results):
     """``results`` as they are, each row's embedding written to ``--embeddings`` on its way
     (the files close with ``stack``)."""
-    from ..inference.embeddings_io import EmbeddingWriter
+    from ..inference.engines.embeddings_io import EmbeddingWriter
 
     source = str(args.checkpoint)
     writer = stack.enter_context(
@@ -190,7 +191,7 @@ def _embeddings_tee(stack: contextlib.ExitStack, args: argparse.Namespace, model
 
 def add_predict_command(sub: argparse._SubParsersAction) -> None:
     """Add ``graphormer-urpe predict`` and its flags to the sub-commands ``sub``."""
-    from ..inference.stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+    from ..inference.engines.defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
 
     p = add_command(sub, "predict", run_predict, exit_at_once=True)
     p.add_argument(
@@ -261,7 +262,7 @@ def add_predict_command(sub: argparse._SubParsersAction) -> None:
 
 def _add_ray_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``predict --engine ray`` (a group of ``predict``'s)."""
-    from ..inference.stream_defaults import DEFAULT_OBJECT_STORE_MIB, DEFAULT_ROWS_PER_BLOCK
+    from ..inference.engines.defaults import DEFAULT_OBJECT_STORE_MIB, DEFAULT_ROWS_PER_BLOCK
 
     g = p.add_argument_group(
         "Ray cluster (--engine ray; pip install 'graphormer-urpe[ray]')",

@@ -29,7 +29,7 @@ def run_predict_ray(args: argparse.Namespace) -> int:
         )
     from tqdm.auto import tqdm
 
-    from ..inference.predict_io import WriteCounts, interrupts_between_rows
+    from ..inference.engines.predict_io import WriteCounts, interrupts_between_rows
 
     disable = None if not args.no_progress else True
     bar = tqdm(desc="predict (ray)", unit="mol", disable=disable, smoothing=0.1)
@@ -59,7 +59,7 @@ def run_predict_ray(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace, progress) -> dict:
-    from ..inference.ray_engine import predict_on_ray
+    from ..inference.engines.ray.engine import predict_on_ray
 
     return predict_on_ray(
         args.checkpoint,

@@ -73,7 +73,7 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         metrics = train(cfg, args.resume, not args.no_progress, started=_started(args))
     print_json(metrics)
-    from ..inference.calibration import coverage_lines
+    from ..inference.intervals.calibration import coverage_lines
 
     for line in coverage_lines(metrics):  # how the intervals held on the test molecules
         print(f"graphormer-urpe: {line}", file=sys.stderr)

@@ -238,7 +238,7 @@ class GraphormerEncoder(nn.Module):
 
         The attention bias ``B`` (and URPE's ``C``) still come from the batch's structure, so
         gradients with respect to ``embeddings`` are those of the atoms' embeddings alone (what
-        integrated gradients needs, :mod:`graphormer_urpe.inference.integrated`).
+        integrated gradients needs, :mod:`graphormer_urpe.inference.explain.integrated_gradients`).
 
         Args:
             batch: the dense batch (its structure).

@@ -11,15 +11,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .calibration import (
+from .engines.stream import iter_predictions
+from .intervals.calibration import (
     calibration_path,
     calibration_report,
     fit_calibration,
 )
-from .ensemble import load_models
-from .stream import iter_predictions
+from .loading import load_models
 
-__all__ = ["calibrate_from_csv", "check_interval_request", "checked_calibration"]
+__all__ = ["calibrate_from_csv"]
 
 
 def calibrate_from_csv(
@@ -32,10 +32,10 @@ def calibrate_from_csv(
     batch_size: int = 64,
 ) -> dict[str, Any]:
     """Predict the molecules of ``source`` (a CSV with a SMILES column and one column per
-    model target, in the model's order), fit a calibrator on them (:func:`~graphormer_urpe.
-    inference.calibration.fit_calibration`; an ensemble folder: normalised by its members'
-    std) and write it where :func:`~graphormer_urpe.inference.calibration.load_calibration`
-    finds it. Rows that cannot be read or have no target are left out.
+    model target, in the model's order), fit a calibrator on them
+    (:func:`~.intervals.calibration.fit_calibration`; an ensemble folder: normalised by its
+    members' std) and write it where :func:`~.intervals.calibration.load_calibration` finds
+    it. Rows that cannot be read or have no target are left out.
 
     Returns:
         A summary: the file written, the molecules used, and the calibrator's coverage and
@@ -82,44 +82,3 @@ def calibrate_from_csv(
     known = int(torch.isfinite(y).any(dim=1).sum())
     report = calibration_report(cal, members, y, similarity=sim)
     return {"calibration": str(out), "molecules": known, **report}
-
-
-def check_interval_request(
-    checkpoint: str | Path, level: float | None, task_type: str, target_names: list[str]
-):
-    """The calibrator ``predict`` uses (``None``: none), after checking that an interval
-    asked for (``level``) can be given: a regression model with a calibrator
-    (:func:`checked_calibration` on the checkpoint's calibrator).
-
-    Raises:
-        ValueError: an interval for a binary task, or for a checkpoint without a
-            calibrator (the message says how to build one).
-    """
-    from .calibration import load_calibration
-
-    cal = load_calibration(checkpoint)
-    return checked_calibration(cal, checkpoint, level, task_type, target_names)
-
-
-def checked_calibration(
-    cal, checkpoint: str | Path, level: float | None, task_type: str, target_names: list[str]
-):
-    """``cal`` (the calibrator of ``checkpoint``, already loaded, or ``None``) after checking
-    that an interval at ``level`` can be given (``level`` ``None``: nothing to check).
-
-    Raises:
-        ValueError: an interval for a binary task, or for a checkpoint without a
-            calibrator (the message says how to build one).
-    """
-    from .calibration import uncalibrated_message
-
-    if level is None:
-        return cal
-    if task_type == "binary":
-        raise ValueError(
-            "--interval applies to regression targets; a binary task's probabilities are "
-            "calibrated (temperature scaling) wherever the run keeps its calibration"
-        )
-    if cal is None:
-        raise ValueError(uncalibrated_message(checkpoint, target_names))
-    return cal

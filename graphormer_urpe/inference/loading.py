@@ -1,10 +1,13 @@
-"""Using a trained checkpoint: evaluate a split, predict molecules from SMILES.
+"""Loading what training wrote: a checkpoint (:func:`load_model`), or an ensemble folder's
+members, checked to read and predict the same thing (:func:`load_models`), and evaluating a
+checkpoint on a split (:func:`evaluate_checkpoint`).
 
 Checkpoints carry their config, featuriser and target names, so nothing else is needed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +21,7 @@ from ..io.checkpoint import incompatible_checkpoint, load_checkpoint
 from ..runtime.config import TrainConfig
 from ..runtime.inputs import load_splits, resolve_device
 from ..runtime.precision import Precision
-from .calibration import calibration_report, load_calibration
+from .intervals.calibration import calibration_report, load_calibration
 from .prediction import predict_dataset
 from .trees import Trees, dataset_inputs, load_embedder, load_trees, trees_folder
 
@@ -26,13 +29,19 @@ if TYPE_CHECKING:
     from ..datasets.domain import DomainRecord
 
 __all__ = [
+    "ENSEMBLE_FILE",
     "LoadedModel",
     "load_model",
+    "load_models",
+    "mean_and_std",
     "evaluate_checkpoint",
     "checkpoint_task_type",
 ]
 
 log = logging.getLogger(__name__)
+
+ENSEMBLE_FILE = "ensemble.json"
+"""The file naming an ensemble folder's members (written by ``train --ensemble``)."""
 
 
 @dataclass
@@ -113,6 +122,37 @@ def load_model(path: str | Path, device: str = "auto") -> LoadedModel:
     )
 
 
+def load_models(path: str | Path, device: str = "auto") -> list[LoadedModel]:
+    """The model(s) of a checkpoint file, or every member of an ensemble folder.
+
+    Raises:
+        ValueError: the members disagree on what they read or predict.
+    """
+    path = Path(path)
+    if not (path.is_dir() and (path / ENSEMBLE_FILE).exists()):
+        return [load_model(path, device)]
+    spec = json.loads((path / ENSEMBLE_FILE).read_text())
+    models = [load_model(path / m / "best.pt", device) for m in spec["members"]]
+    first = models[0]
+    for m, name in zip(models[1:], spec["members"][1:], strict=True):
+        same = (
+            m.featurizer == first.featurizer
+            and m.target_names == first.target_names
+            and m.task_type == first.task_type
+            and m.model.config.multi_hop_max_dist == first.model.config.multi_hop_max_dist
+            and m.model.config.spatial_pos_max == first.model.config.spatial_pos_max
+        )
+        if not same:
+            raise ValueError(f"{path}: member {name} does not read or predict what the first does")
+    return models
+
+
+def mean_and_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[K, T]`` member values → ``([T] mean, [T] population std)``."""
+    mean = values.mean(dim=0)
+    return mean, values.sub(mean).pow(2).mean(dim=0).sqrt()
+
+
 def evaluate_checkpoint(
     path: str | Path,
     split: str = "test",
@@ -126,7 +166,7 @@ def evaluate_checkpoint(
     """The metric(s) of a checkpoint on ``split`` (``train``, ``valid`` or ``test``), read
     through the dataset's store (built first, with ``workers`` processes, when missing;
     ``cache_dir`` overrides the folder the run used); with the checkpoint's calibrator, its
-    interval coverage and width at :data:`~graphormer_urpe.inference.calibration.LEVELS`
+    interval coverage and width at :data:`~graphormer_urpe.inference.intervals.calibration.LEVELS`
     (``coverage_90``, ``width_90``, ...) or, binary tasks, the ECE before and after."""
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be train, valid or test, got {split!r}")

@@ -87,9 +87,9 @@ def predict_split(
     precision: Precision,
     forward: CapturedForward | None = None,
 ) -> Tensor:
-    """Predictions ``[total, T]`` for a whole split of ``total`` graphs, each computed by one
-    process: ``loader`` holds this process's share, ``index`` ``[n_r]`` their positions in the
-    split (:func:`~graphormer_urpe.runtime.loaders.split_loader` makes both)."""
+    """Predictions ``[total, T]`` for a whole split shared among the processes of ``ctx``:
+    this process predicts the graphs at ``index`` ``[n_r]`` (its share, batched by ``loader``;
+    none: an empty share), and every process gets all ``total`` rows back in split order."""
     if len(index):
         pred, _ = predict(model, loader, ctx.device, precision, forward=forward)
     else:

@@ -17,7 +17,7 @@ While the model is busy the gatherer also waits up to :data:`WAIT` for company (
 whose answers just went out send their next requests), up to ``max_molecules``; a lone request
 goes through at once (no waiting for company). Featurising the next batch overlaps the
 model's pass over the current one, as in streaming ``predict``
-(:mod:`~graphormer_urpe.inference.stream`), whose code does both.
+(:mod:`~graphormer_urpe.inference.engines.stream`), whose code does both.
 
 A request whose caller gave up (a timeout, a client that went away) is cancelled: it is
 skipped if not yet featurised, and its result is dropped otherwise.
@@ -33,9 +33,9 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.pool import AsyncResult
 
-from ..inference.predict_io import Prediction
-from ..inference.stream import Featurizing, StreamModel
-from ..inference.workers import featurising_pool
+from ..inference.engines.predict_io import Prediction
+from ..inference.engines.stream import Featurizing, StreamModel
+from ..inference.engines.workers import featurising_pool
 
 __all__ = ["Batcher"]
 
@@ -129,7 +129,7 @@ class Batcher:
             t.start()
 
     def submit(self, smiles: list[str]) -> Future:
-        """A future of ``smiles``' :class:`~graphormer_urpe.inference.predict_io.Prediction`
+        """A future of ``smiles``' :class:`~graphormer_urpe.inference.engines.predict_io.Prediction`
         rows, in order (``index`` counted from 0 over ``smiles``)."""
         request = _Request(list(smiles))
         if not request.smiles:

@@ -34,7 +34,7 @@ def static_file(name: str) -> str:
 
 
 def _thumbnail(smiles: str) -> str:
-    from ..inference.draw import draw_molecule
+    from ..inference.explain.drawing import draw_molecule
 
     try:
         return draw_molecule(smiles)

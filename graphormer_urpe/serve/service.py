@@ -3,9 +3,9 @@
 :class:`ModelService` holds the model (or an ensemble's members), its calibrator and its
 training-domain record; it predicts SMILES through a :class:`~.batcher.Batcher` (so that
 concurrent requests share forward passes), lays rows out with ``predict``'s own
-:class:`~graphormer_urpe.inference.predict_io.PredictionLayout` (the same columns, the same
+:class:`~graphormer_urpe.inference.engines.predict_io.PredictionLayout` (the same columns, the same
 numbers), explains molecules with ``explain``'s
-:class:`~graphormer_urpe.inference.explain.Explainer` and describes the model.
+:class:`~graphormer_urpe.inference.explain.explainer.Explainer` and describes the model.
 
 Example::
 
@@ -29,12 +29,15 @@ from typing import Any
 
 import torch
 
-from ..inference.calibrate_csv import checked_calibration
-from ..inference.calibration import LEVELS, Calibration, load_calibration
-from ..inference.ensemble import load_models
-from ..inference.loading import LoadedModel
-from ..inference.predict_io import Prediction, PredictionLayout
-from ..inference.stream import StreamModel, default_threads
+from ..inference.engines.predict_io import Prediction, PredictionLayout
+from ..inference.engines.stream import StreamModel, default_threads
+from ..inference.intervals.calibration import (
+    LEVELS,
+    Calibration,
+    checked_calibration,
+    load_calibration,
+)
+from ..inference.loading import LoadedModel, load_models
 from .batcher import Batcher
 from .limits import LimitExceeded, ServeLimits, too_many_atoms
 
@@ -313,9 +316,9 @@ class ModelService:
         Raises:
             LimitExceeded: more molecules than allowed, too large ones, an unknown target.
         """
-        from ..inference.draw import TooLargeToDraw, draw_contributions
-        from ..inference.explain import Explainer
-        from ..inference.explain_io import picture_index, picture_title
+        from ..inference.explain.drawing import TooLargeToDraw, draw_contributions
+        from ..inference.explain.explainer import Explainer
+        from ..inference.explain.writing import picture_index, picture_title
 
         limits = self.limits
         if len(smiles) > limits.max_explain:

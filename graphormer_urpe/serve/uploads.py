@@ -4,7 +4,7 @@ copy, never from a path the request names.
 The upload's name gives only its kind (its suffix: ``.csv``, ``.smi``, ``.txt``, ``.sdf``,
 ``.sd``, ``.mol``); compressed files are refused (their size on arrival says nothing of
 their size unpacked). The bytes are written to a file of the server's choosing in a fresh
-temporary folder, read by :func:`~graphormer_urpe.inference.predict_io.read_input_rows`
+temporary folder, read by :func:`~graphormer_urpe.inference.engines.predict_io.read_input_rows`
 (rows past the limit are not read), and deleted.
 """
 
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path, PurePath
 from typing import NamedTuple
 
-from ..inference.predict_io import read_input_rows
+from ..inference.engines.predict_io import read_input_rows
 from .limits import LimitExceeded
 
 __all__ = ["UPLOAD_SUFFIXES", "UploadRows", "read_upload"]

@@ -1,4 +1,4 @@
-r"""Ensembles of seeds: train K members (:mod:`~graphormer_urpe.inference.ensemble` loads them to
+r"""Ensembles of seeds: train K members (:mod:`~graphormer_urpe.inference.loading` loads them to
 predict a mean and a spread).
 
 ``graphormer-urpe train --ensemble K --out OUT`` trains K runs that differ only in their
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..inference.ensemble import ENSEMBLE_FILE
+from ..inference.loading import ENSEMBLE_FILE
 from ..io.checkpoint import write_atomic
 from ..runtime.config import TrainConfig
 from .budget import MIN_USEFUL_EPOCHS, RESERVE_FRACTION, RESERVE_SECONDS, RunCosts
@@ -234,9 +234,9 @@ def _write_ensemble_predictions(
     similarity: np.ndarray | None,
 ) -> None:
     """``out/test_predictions.csv``: per test molecule the true value, the members' mean,
-    their std and (a regression with a calibrator) the interval at
-    :data:`~graphormer_urpe.inference.calibration.REPORT_LEVEL`, as a single run writes it."""
-    from ..inference.calibration import REPORT_LEVEL
+    their std and (a regression with a calibrator) the interval at :data:`~graphormer_urpe.
+    inference.intervals.calibration.REPORT_LEVEL`, as a single run writes it."""
+    from ..inference.intervals.calibration import REPORT_LEVEL
     from .run_report import write_test_predictions
 
     shown = torch.sigmoid(members) if splits.task_type == "binary" else members
@@ -258,13 +258,14 @@ def _ensemble_calibration(
     similarity: dict[str, np.ndarray | None],
 ) -> tuple[dict[str, float], Any]:
     """Fit the ensemble's calibrator on its members' validation outputs (scores scaled by
-    the difficulty :func:`~graphormer_urpe.inference.calibration.default_difficulty` picks),
+    the difficulty :func:`~graphormer_urpe.inference.intervals.calibration.default_difficulty`
+    picks),
     keep it in ``out/calibration.json``; its coverage and width (or ECE) on the test outputs
     ``test`` ``[K, n_test, T]``, with the Spearman of the error with each difficulty on the
     validation split, and the calibrator. Nothing (``({}, None)``) where a member kept no
     validation predictions (a run from before calibration). ``similarity``: the validation
     and test molecules' nearest training similarity."""
-    from ..inference.calibration import (
+    from ..inference.intervals.calibration import (
         CALIBRATION_FILE,
         calibration_report,
         difficulty_spearman,

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..datasets.domain import split_similarity
-from ..inference.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
+from ..inference.intervals.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
 from ..io.checkpoint import load_checkpoint, write_atomic
 from .budget import MIN_USEFUL_EPOCHS
 from .history import History

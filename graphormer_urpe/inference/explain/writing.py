@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..io.files import write_atomic
-from .draw import (
+from ...io.files import write_atomic
+from .drawing import (
     MAX_DRAW_ATOMS,
     MAX_GRID,
     TooLargeToDraw,
@@ -29,7 +29,7 @@ from .draw import (
     draw_grid,
     largest,
 )
-from .explain import MoleculeExplanation
+from .explainer import MoleculeExplanation
 
 __all__ = [
     "ExplainSummary",
@@ -80,7 +80,7 @@ def with_input_rows(
     explanations: Iterable[MoleculeExplanation],
     rows: Iterable[tuple[str, tuple[str, ...], str | None]],
 ) -> Iterator[MoleculeExplanation]:
-    """The explanations of an input's rows (:attr:`~graphormer_urpe.inference.predict_io.
+    """The explanations of an input's rows (:attr:`~graphormer_urpe.inference.engines.predict_io.
     InputTable.rows`, in the same order) with each row's id values, and a row's own error
     (an SD record RDKit cannot read, whose empty SMILES the explainer refused) in place of
     the explainer's."""
@@ -165,7 +165,7 @@ def write_explanations(
 
     Pictures colour atoms by the contributions to ``picture_target`` (default: the first
     target; a name not in ``target_names`` raises ``ValueError``). The grid (``grid.png``) holds
-    the first :data:`~graphormer_urpe.inference.draw.MAX_GRID` molecules that could be drawn.
+    the first :data:`~.drawing.MAX_GRID` molecules that could be drawn.
     ``descriptors``: write the ``<target>_descriptors`` columns (a model with per-molecule
     features). ``id_columns``: the input's id columns, written after ``smiles`` from each
     explanation's ``ids`` (the first names the molecule in the pictures' titles).

@@ -44,47 +44,28 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..graph.batch import GraphormerCollator
-from ..graph.flat import FlatGraphs
-from ..graph.shapes import StaticShapes
-from ..runtime.capture import CapturedForward, default_backend
-from ..runtime.precision import Precision
-from .embeddings import WithHeadInput
-from .ensemble import load_models
-from .loading import LoadedModel, load_model
-from .predict_io import (
-    DOMAIN_COLUMNS,
-    Prediction,
-    WriteCounts,
-    prediction_columns,
-    read_named_smiles,
-    read_smiles,
-    write_predictions_csv,
-)
-from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
-from .trees import TreesBeside
+from ...graph.batch import GraphormerCollator
+from ...graph.flat import FlatGraphs
+from ...graph.shapes import StaticShapes
+from ...runtime.capture import CapturedForward, default_backend
+from ...runtime.precision import Precision
+from ..embeddings import WithHeadInput
+from ..loading import LoadedModel, load_model, load_models
+from ..trees import TreesBeside
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, DEFAULT_WORKERS
+from .predict_io import Prediction
 from .workers import featurising_pool
 
 if TYPE_CHECKING:
-    from ..datasets.domain import ChunkDomain, DomainCheck, DomainRecord
+    from ...datasets.domain import ChunkDomain, DomainCheck, DomainRecord
 
-__all__ = [  # the reading and writing of predict_io re-exported, where they were first
-    "DEFAULT_BATCH_SIZE",
-    "DEFAULT_CHUNK_SIZE",
-    "DEFAULT_WORKERS",
-    "DOMAIN_COLUMNS",
+__all__ = [
     "Featurizing",
-    "Prediction",
     "StreamModel",
-    "WriteCounts",
     "default_threads",
     "iter_predictions",
     "loaded_models",
     "predict_smiles",
-    "prediction_columns",
-    "read_named_smiles",
-    "read_smiles",
-    "write_predictions_csv",
 ]
 
 log = logging.getLogger(__name__)
@@ -143,8 +124,8 @@ def _featurize_part(
     checkpoint's record), compared with the training record ``domain`` where there is one;
     with ``trees``, the trees head's descriptors and counts too (``tree_x``, computed with
     the molecule features from one pass of the descriptors)."""
-    from ..datasets.mol_features import mol_features_of_smiles
-    from ..datasets.store import featurize_chunk, flat_graphs, with_pointers
+    from ...datasets.mol_features import mol_features_of_smiles
+    from ...datasets.store import featurize_chunk, flat_graphs, with_pointers
 
     mols = [] if domain is not None and domain.fingerprints is not None else None
     zeros = np.zeros((len(part), 1))
@@ -160,7 +141,7 @@ def _featurize_part(
         kept = [s for i, s in enumerate(part, start=first) if i not in errors]
         raw = None
         if trees:
-            from .trees import tree_chunk_inputs
+            from ..trees import tree_chunk_inputs
 
             flat.tree_x, raw = tree_chunk_inputs(kept)  # [valid, F], [valid, 202]
         if mol_features is not None:
@@ -374,7 +355,7 @@ class StreamModel:
     checkpoint reads molecules, and predicting featurised chunks window by window.
 
     :func:`iter_predictions` runs one in this process; the Ray engine
-    (:mod:`~graphormer_urpe.inference.ray_predictor`) runs one in each actor, so both give a
+    (:mod:`~graphormer_urpe.inference.engines.ray.predictor`) runs one in each actor, so both give a
     row the same columns from the same code.
 
     Args:

@@ -4,7 +4,7 @@ shard, read in blocks of rows.
 A shard is a ``.csv`` / ``.csv.gz`` (the ``smiles_column`` column), a ``.smi`` / ``.txt``
 (optionally ``.gz``; one SMILES a line, a name may follow) or a ``.parquet`` file (the
 ``smiles_column`` column). CSV and SMILES-line files are read by the functions of local
-``predict`` (:func:`~graphormer_urpe.inference.predict_io.read_named_smiles`), so a row is
+``predict`` (:func:`~graphormer_urpe.inference.engines.predict_io.read_named_smiles`), so a row is
 the same row for both engines. Nothing here imports Ray: the blocks are plain columns.
 
 Example::
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .predict_io import read_named_smiles
+from ..predict_io import read_named_smiles
 
 __all__ = [
     "NAMED_SUFFIXES",

@@ -3,7 +3,8 @@ r"""Is an explanation faithful? Measures against a known truth and against the m
 * **Against a known decomposition.** Crippen's logP (RDKit ``Crippen.MolLogP``) is a sum of
   per-atom terms; :func:`crippen_atom_contributions` gives them per heavy atom (each hydrogen's
   term added to its heavy atom), so a model trained on logP can be checked atom by atom:
-  :func:`spearman` per molecule between its contributions and Crippen's.
+  the Spearman correlation per molecule between its contributions and Crippen's
+  (:func:`~graphormer_urpe.inference.rank_correlation.spearman`).
 * **Against the model.** :func:`deletion_curve`: how much the prediction moves when the ``k``
   atoms with the largest contributions are set to the baseline, beside ``k`` random atoms. A
   faithful ranking moves it more.
@@ -17,7 +18,7 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import rdMolDescriptors
 
-__all__ = ["crippen_atom_contributions", "spearman", "deletion_curve"]
+__all__ = ["crippen_atom_contributions", "deletion_curve"]
 
 
 def crippen_atom_contributions(smiles: str) -> np.ndarray:
@@ -37,17 +38,6 @@ def crippen_atom_contributions(smiles: str) -> np.ndarray:
     for atom in list(full.GetAtoms())[heavy:]:
         out[atom.GetNeighbors()[0].GetIdx()] += terms[atom.GetIdx()]
     return out
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman rank correlation of two ``[n]`` vectors (average ranks for ties); ``nan``
-    when either is constant or ``n < 2``."""
-    from scipy.stats import spearmanr
-
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    return float(spearmanr(a, b).statistic)
 
 
 def deletion_curve(

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..io.checkpoint import write_atomic
+from ...io.checkpoint import write_atomic
 
 __all__ = [
     "CALIBRATION_FILE",
@@ -64,6 +64,8 @@ __all__ = [
     "Calibration",
     "calibration_path",
     "calibration_report",
+    "check_interval_request",
+    "checked_calibration",
     "coverage_lines",
     "coverage_tolerance",
     "default_difficulty",
@@ -445,7 +447,7 @@ def error_spearman(error: np.ndarray, score: np.ndarray) -> float:
     """The Spearman correlation of ``|error|`` ``[N, T]`` with a difficulty ``score``
     ``[N, T]`` (e.g. an ensemble's std) over the known entries, targets pooled: near 1 when
     the score ranks molecules as their errors do, near 0 when it tells nothing."""
-    from .faithfulness import spearman
+    from ..rank_correlation import spearman
 
     known = np.isfinite(error) & np.isfinite(score)
     return spearman(error[known], score[known])
@@ -478,3 +480,44 @@ def uncalibrated_message(checkpoint: str | Path, target_names: list[str]) -> str
         f"train on with graphormer-urpe calibrate --checkpoint {checkpoint} --input FILE.csv "
         f"--target-columns {' '.join(target_names)}"
     )
+
+
+def check_interval_request(
+    checkpoint: str | Path, level: float | None, task_type: str, target_names: list[str]
+) -> Calibration | None:
+    """The calibrator ``predict`` uses (``None``: none), after checking that an interval
+    asked for (``level``) can be given: a regression model with a calibrator
+    (:func:`checked_calibration` on the checkpoint's calibrator).
+
+    Raises:
+        ValueError: an interval for a binary task, or for a checkpoint without a
+            calibrator (the message says how to build one).
+    """
+    cal = load_calibration(checkpoint)
+    return checked_calibration(cal, checkpoint, level, task_type, target_names)
+
+
+def checked_calibration(
+    cal: Calibration | None,
+    checkpoint: str | Path,
+    level: float | None,
+    task_type: str,
+    target_names: list[str],
+) -> Calibration | None:
+    """``cal`` (the calibrator of ``checkpoint``, already loaded, or ``None``) after checking
+    that an interval at ``level`` can be given (``level`` ``None``: nothing to check).
+
+    Raises:
+        ValueError: an interval for a binary task, or for a checkpoint without a
+            calibrator (the message says how to build one).
+    """
+    if level is None:
+        return cal
+    if task_type == "binary":
+        raise ValueError(
+            "--interval applies to regression targets; a binary task's probabilities are "
+            "calibrated (temperature scaling) wherever the run keeps its calibration"
+        )
+    if cal is None:
+        raise ValueError(uncalibrated_message(checkpoint, target_names))
+    return cal

@@ -5,8 +5,8 @@ column: one column per target (``prob_`` / ``logit_`` prefixed for binary tasks)
 ensemble ``<column>_std``, with ``interval`` ``<target>_low`` and ``<target>_high``, then
 ``domain``, ``nearest_similarity`` and ``error``, and with ``embeddings`` the vector the
 head reads (``embedding``, ``[D]`` float32 per row). The numbers are those of local
-``predict``, from the same code (:class:`~graphormer_urpe.inference.stream.StreamModel`
-featurises the batch and runs the model, :class:`~graphormer_urpe.inference.predict_io.
+``predict``, from the same code (:class:`~graphormer_urpe.inference.engines.stream.StreamModel`
+featurises the batch and runs the model, :class:`~graphormer_urpe.inference.engines.predict_io.
 PredictionLayout` gives the columns); a row that cannot be read keeps its place with NaN
 values, an empty ``domain`` and the reason in ``error``.
 
@@ -15,7 +15,7 @@ batches go through the forward pass captured per batch shape. This module does n
 Ray; the class needs nothing of it. Example::
 
     import ray
-    from graphormer_urpe.inference.ray_predictor import Predictor
+    from graphormer_urpe.inference import Predictor
 
     ds = ray.data.read_parquet("s3://bucket/library/")
     ds = ds.map_batches(Predictor, fn_constructor_args=("best.pt",), batch_size=4096,
@@ -36,15 +36,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..runtime.inputs import resolve_device
-from .embeddings import embedding_dim
-from .loading import LoadedModel
-from .predict_io import Prediction, PredictionLayout
-from .stream import Featurizing, StreamModel, loaded_models
-from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE
+from ....runtime.inputs import resolve_device
+from ...embeddings import embedding_dim
+from ...loading import LoadedModel
+from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE
+from ..predict_io import Prediction, PredictionLayout
+from ..stream import Featurizing, StreamModel, loaded_models
 
 if TYPE_CHECKING:
-    from .calibration import Calibration
+    from ...intervals.calibration import Calibration
 
 __all__ = [
     "FeaturizedPredictor",
@@ -86,7 +86,7 @@ def prediction_columns_of(
     embedding_dim: int | None = None,
 ) -> dict[str, np.ndarray]:
     """``rows`` predictions (``p.index`` in ``0..rows - 1``) as columns: ``[rows]`` float64
-    per :attr:`~graphormer_urpe.inference.predict_io.PredictionLayout.value_columns` (NaN:
+    per :attr:`~graphormer_urpe.inference.engines.predict_io.PredictionLayout.value_columns` (NaN:
     unreadable), ``domain`` and ``error`` (str, ``""``: none), ``nearest_similarity``
     (float64, NaN: none), and with ``embedding_dim`` ``embedding`` ``[rows, D]`` float32."""
     values = np.full((rows, len(layout.value_columns)), math.nan)
@@ -161,7 +161,7 @@ class Predictor:
             torch.set_num_threads(threads)
         models = loaded_models(model, device)
         if isinstance(model, (str, Path)) and calibration is None:
-            from .calibrate_csv import check_interval_request
+            from ...intervals.calibration import check_interval_request
 
             lm = models[0]
             calibration = check_interval_request(model, interval, lm.task_type, lm.target_names)

@@ -2,7 +2,7 @@
 
 A folder holds ``part-00000.csv``, ``part-00001.csv``, ... (the columns of local ``predict``,
 rows in the input shard's order), with ``--embeddings`` ``part-00000.npy`` beside each (and
-its ``.json`` and ``.ids.csv``, as :class:`~graphormer_urpe.inference.embeddings_io.
+its ``.json`` and ``.ids.csv``, as :class:`~graphormer_urpe.inference.engines.embeddings_io.
 EmbeddingWriter` writes them), and ``manifest.json``::
 
     {"format": 1, "checkpoint": "...", "columns": [...], "embeddings": false,
@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..graph.model import Graphormer
-from ..io.files import write_atomic
-from .embeddings_io import EmbeddingWriter, side_paths
-from .predict_io import Prediction, PredictionLayout
+from ....graph.model import Graphormer
+from ....io.files import write_atomic
+from ..embeddings_io import EmbeddingWriter, side_paths
+from ..predict_io import Prediction, PredictionLayout
 
 __all__ = ["MANIFEST", "Manifest", "PartWriter", "ShardRecord"]
 

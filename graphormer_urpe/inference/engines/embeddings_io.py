@@ -15,7 +15,7 @@ shape into that header when it closes (then renames the file into place). Next t
 
 An unreadable SMILES gets a row of NaN. Example::
 
-    from graphormer_urpe.inference.embeddings_io import embed_smiles
+    from graphormer_urpe.inference import embed_smiles
 
     X = embed_smiles("runs/x/best.pt", ["CCO", "c1ccccc1O"])   # [2, D] float32
 """
@@ -32,11 +32,10 @@ from types import TracebackType
 
 import numpy as np
 
-from ..graph.model import Graphormer
-from ..io.files import write_atomic
-from .embeddings import embedding_dim
-from .ensemble import load_models
-from .loading import LoadedModel
+from ...graph.model import Graphormer
+from ...io.files import write_atomic
+from ..embeddings import embedding_dim
+from ..loading import LoadedModel, load_models
 from .predict_io import Prediction
 from .stream import iter_predictions
 
@@ -180,11 +179,11 @@ def write_embeddings(
     ``path`` (with its side files; see the module's text) and map the array.
 
     Args:
-        model: as for :func:`~graphormer_urpe.inference.stream.iter_predictions`.
+        model: as for :func:`~graphormer_urpe.inference.engines.stream.iter_predictions`.
         smiles: the SMILES.
         path: the ``.npy`` file.
         device: where to load a checkpoint path.
-        options: passed on to :func:`~graphormer_urpe.inference.stream.iter_predictions`
+        options: passed on to :func:`~graphormer_urpe.inference.engines.stream.iter_predictions`
             (``batch_size``, ``workers``, ``chunk_size``, ``progress``, ``similarity``).
 
     Returns:

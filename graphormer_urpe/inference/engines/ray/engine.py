@@ -3,11 +3,11 @@ r"""``predict --engine ray``: a library of SMILES files screened on a Ray cluste
 ::
 
     input shards (a folder or glob of .csv, .csv.gz, .smi, .parquet files)
-      ──read tasks (ray_shards.read_shard)──▶ blocks of rows_per_block rows
-      ──actors, one model copy each (ray_predictor.Predictor)──▶ predict's columns
+      ──read tasks (shards.read_shard)──▶ blocks of rows_per_block rows
+      ──actors, one model copy each (predictor.Predictor)──▶ predict's columns
             CPU cluster: each actor featurises its block and runs the model (one core each)
             GPU cluster: CPU tasks featurise, an actor per GPU runs the captured forward
-      ──in input order, to this process──▶ part-00000.csv, ... + manifest.json (ray_output)
+      ──in input order, to this process──▶ part-00000.csv, ... + manifest.json (output)
 
 The rows of every shard reach this process in input order (Ray Data's ``preserve_order``),
 where they are written to the shard's part file. Ray retries a failed task, and restarts an
@@ -23,7 +23,7 @@ run at once with :class:`ClusterUnreachable`, before anything is written.
 
 Example::
 
-    from graphormer_urpe.inference.ray_engine import predict_on_ray
+    from graphormer_urpe.inference import predict_on_ray
 
     summary = predict_on_ray("runs/x/best.pt", "library/", "predictions/")
     summary["rows"], summary["failed"], summary["skipped_shards"]
@@ -44,16 +44,14 @@ from typing import Any
 
 import numpy as np
 
-from .ensemble import load_models
-from .ray_output import Manifest, PartWriter
-from .ray_predictor import FeaturizedPredictor, Predictor, featurize_block, output_layout
-from .ray_shards import list_shards, read_shard, shards_have_names
-from .stream import Featurizing
-from .stream_defaults import DEFAULT_BATCH_SIZE, DEFAULT_OBJECT_STORE_MIB, DEFAULT_ROWS_PER_BLOCK
+from ...loading import load_models
+from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_OBJECT_STORE_MIB, DEFAULT_ROWS_PER_BLOCK
+from ..stream import Featurizing
+from .output import Manifest, PartWriter
+from .predictor import FeaturizedPredictor, Predictor, featurize_block, output_layout
+from .shards import list_shards, read_shard, shards_have_names
 
 __all__ = [
-    "DEFAULT_OBJECT_STORE_MIB",
-    "DEFAULT_ROWS_PER_BLOCK",
     "ClusterUnreachable",
     "connect",
     "predict_on_ray",
@@ -234,7 +232,7 @@ def predict_on_ray(
         checkpoint: a checkpoint or an ensemble folder; read here and sent to the actors (the
             cluster's machines need not see it).
         source: a folder, a glob pattern or a file
-            (:func:`~graphormer_urpe.inference.ray_shards.list_shards`); every machine of
+            (:func:`~graphormer_urpe.inference.engines.ray.shards.list_shards`); every machine of
             the cluster must read these paths (a shared file system).
         output: the folder of part files and ``manifest.json`` (written by this process).
         address: the cluster (see the module's text); ``None``: start one here.
@@ -265,7 +263,7 @@ def predict_on_ray(
     shards = list_shards(source)
     names = shards_have_names(shards)
     models = load_models(checkpoint, "cpu")
-    from .calibrate_csv import check_interval_request
+    from ...intervals.calibration import check_interval_request
 
     lm = models[0]
     calibration = check_interval_request(checkpoint, interval, lm.task_type, lm.target_names)

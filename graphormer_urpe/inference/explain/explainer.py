@@ -2,9 +2,9 @@ r"""Which atoms drive a prediction: per-atom contributions of a trained model (o
 
 Each molecule is featurised as the model was trained, then explained by one of
 :data:`METHODS`: integrated gradients on its atom embeddings
-(:mod:`~graphormer_urpe.inference.integrated`, which states the baseline, by default every
-atom replaced by the molecule's mean atom, and the completeness check) or sampled Shapley
-values of the atoms against the same baseline (:mod:`~graphormer_urpe.inference.shapley`).
+(:mod:`.integrated_gradients`, which states the baseline, by default every atom replaced by
+the molecule's mean atom, and the completeness check) or sampled Shapley values of the atoms
+against the same baseline (:mod:`.shapley`).
 Either way ``contributions`` ``[n, T]`` add up, with the ``descriptors`` term of a model
 trained with ``--mol-features``, to ``prediction - baseline`` (within 1% for integrated
 gradients, exactly for Shapley values). An ensemble gives the mean of its members'
@@ -20,7 +20,7 @@ baseline is the blend of the network's baseline and the trees' mean output.
 
 Example::
 
-    from graphormer_urpe.inference.explain import Explainer
+    from graphormer_urpe.inference import Explainer
 
     explainer = Explainer([model], featurizer="zinc", target_names=["logp"])
     for e in explainer.explain_many(["CCO", "c1ccccc1O"]):
@@ -38,12 +38,12 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from ..datasets.featurizers.molecule_graphs import featurize_smiles
-from ..datasets.featurizers.smiles import InvalidMoleculeError, parse_smiles
-from ..graph.model import Graphormer
-from .integrated import Attribution, integrated_gradients
+from ...datasets.featurizers.molecule_graphs import featurize_smiles
+from ...datasets.featurizers.smiles import InvalidMoleculeError, parse_smiles
+from ...graph.model import Graphormer
+from ..trees import Trees
+from .integrated_gradients import Attribution, integrated_gradients
 from .shapley import shapley_values
-from .trees import Trees
 
 __all__ = ["METHODS", "Explainer", "MoleculeExplanation", "TrainedModel"]
 
@@ -151,13 +151,13 @@ class Explainer:
             them the reverses of the others); the members of an ensemble share them.
         seed: Shapley values: seeds each molecule's orderings.
         steps: integrated gradients: Gauss–Legendre nodes per panel of the path (panels are
-            halved until complete; see :mod:`~graphormer_urpe.inference.integrated`).
+            halved until complete; see :mod:`.integrated_gradients`).
         max_steps: integrated gradients: the most quadrature nodes in all, per molecule and
             member.
         rtol: integrated gradients: the completeness tolerance (relative to ``|prediction -
             baseline|``).
         baseline: ``mean`` (each atom's embedding replaced by the molecule's mean atom
-            embedding) or ``zero``; see :mod:`~graphormer_urpe.inference.integrated`.
+            embedding) or ``zero``; see :mod:`.integrated_gradients`.
         trees: each member's trees head (``None``: the networks alone).
         embedders: each member's trees' embedder (``None`` entries: no graph token).
     """
@@ -205,7 +205,7 @@ class Explainer:
         mol = parse_smiles(smiles)
         data = featurize_smiles(smiles, self.featurizer)
         if self.mol_features is not None:
-            from ..datasets.mol_features import mol_features_of_smiles
+            from ...datasets.mol_features import mol_features_of_smiles
 
             data.mol_x = torch.from_numpy(mol_features_of_smiles([smiles], self.mol_features))
         return data, [a.GetSymbol() for a in mol.GetAtoms()]
@@ -264,7 +264,7 @@ class Explainer:
         trees)."""
         if self.trees is None:
             return parts
-        from .trees import tree_chunk_inputs
+        from ..trees import tree_chunk_inputs
 
         counts, _ = tree_chunk_inputs([smiles])  # [1, 202 + bits]
         embedders = self.embedders or [None] * len(parts)

@@ -36,9 +36,9 @@ Crippen logP it ranked atoms *against* Crippen's terms (mean Spearman -0.16), th
 with them (0.59 on 30 molecules), so the mean is the default.
 
 :func:`masked_predictions` gives the prediction with chosen atoms set to the baseline
-(deletion curves, :mod:`graphormer_urpe.inference.faithfulness`); :func:`coalition_outputs`
+(deletion curves, :mod:`graphormer_urpe.inference.explain.faithfulness`); :func:`coalition_outputs`
 also sets the per-molecule features to theirs (Shapley values,
-:mod:`graphormer_urpe.inference.shapley`).
+:mod:`graphormer_urpe.inference.explain.shapley`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..graph.model import Graphormer
+from ...graph.model import Graphormer
 
 __all__ = [
     "Attribution",
@@ -62,6 +62,7 @@ __all__ = [
     "integrated_gradients",
     "coalition_outputs",
     "masked_predictions",
+    "path_ends",
 ]
 
 log = logging.getLogger(__name__)
@@ -121,11 +122,14 @@ class Attribution:
         return self.prediction - self.baseline - self.total
 
 
-def _features(
+def path_ends(
     model: Graphormer, graph: Data, baseline: str = "mean"
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """The molecule's embeddings ``[1, n + 1, d]``, their baseline (see :data:`BASELINES`)
-    and its per-molecule features ``[1, K]`` (or ``None``)."""
+    """The two ends of the path that attributions integrate or mask along: the molecule's
+    embeddings ``[1, n + 1, d]``, their baseline ``[1, n + 1, d]`` (the graph token kept;
+    see :data:`BASELINES`) and its per-molecule features ``[1, K]`` (or ``None``), as
+    :func:`integrated_gradients`, :func:`coalition_outputs` and the Shapley values
+    (:mod:`~graphormer_urpe.inference.explain.shapley`) take them."""
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; choose one of {BASELINES}")
     batch, emb = model.embed([graph])
@@ -223,7 +227,7 @@ def integrated_gradients(
         The :class:`Attribution` (atoms ``[n, T]`` in the graph's node order).
     """
     model.eval()
-    emb, base, mol = _features(model, graph, baseline)
+    emb, base, mol = path_ends(model, graph, baseline)
     f0, f1 = _outputs(model, graph, emb, base, mol, [0.0, 1.0])
     allowed = rtol * np.abs(f1 - f0) + atol  # [T]
     share = 0.5 * allowed / (len(PANELS) - 1)  # each first panel's part of half of it
@@ -294,7 +298,7 @@ def coalition_outputs(
     Returns:
         ``[M, T]`` outputs, one row per coalition.
     """
-    emb, base, mol = features or _features(model, graph, baseline)
+    emb, base, mol = features or path_ends(model, graph, baseline)
     n = graph.num_nodes
     present = np.asarray(present, dtype=bool)
     if present.ndim != 2 or present.shape[1] != n + (mol is not None):
@@ -329,7 +333,7 @@ def masked_predictions(
         ``[M, T]`` outputs, one row per mask.
     """
     model.eval()
-    features = _features(model, graph, baseline)
+    features = path_ends(model, graph, baseline)
     present = ~np.asarray(masks, dtype=bool).reshape(-1, graph.num_nodes)
     if features[2] is not None:
         present = np.concatenate([present, np.ones((len(present), 1), dtype=bool)], axis=1)

@@ -1,7 +1,7 @@
-"""The defaults of streaming prediction (:mod:`graphormer_urpe.inference.stream`).
+"""The defaults of the prediction engines: streaming (:mod:`.stream`) and Ray (:mod:`.ray`).
 
 Plain numbers, no torch: ``graphormer-urpe predict --help`` shows them without importing the
-model; :mod:`.stream` re-exports them.
+model.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_WORKERS = 2
 """Featurisation processes (0: featurise in the calling process)."""
 DEFAULT_ROWS_PER_BLOCK = 4096
-"""The Ray engine (:mod:`.ray_engine`): input rows an actor featurises and predicts per call."""
+"""The Ray engine (:mod:`.ray.engine`): input rows an actor featurises and predicts per call."""
 DEFAULT_OBJECT_STORE_MIB = 512
 """The Ray engine: the object store of a cluster it starts (MiB), which bounds the blocks in
 flight."""

@@ -40,11 +40,11 @@ from typing import IO, TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from .ensemble import mean_and_std
+from ..loading import mean_and_std
 
 if TYPE_CHECKING:
-    from ..datasets.domain import DomainCheck
-    from .calibration import Calibration
+    from ...datasets.domain import DomainCheck
+    from ..intervals.calibration import Calibration
 
 __all__ = [
     "DOMAIN_COLUMNS",
@@ -130,7 +130,7 @@ def read_named_smiles(
         yield from _read_stdin(stdin if stdin is not None else sys.stdin, smiles_column)
         return
     name = str(source).lower().removesuffix(".gz")
-    from ..datasets.sources.sdf_blocks import is_sdf
+    from ...datasets.sources.sdf_blocks import is_sdf
 
     if is_sdf(source):  # records, not lines: read_input_rows / read_input_table read them
         raise ValueError(
@@ -188,10 +188,10 @@ def read_input_rows(
     ``.sdf.gz``: the canonical SMILES, the title, and why RDKit cannot read the record, see
     :mod:`~graphormer_urpe.datasets.sdf`), else :func:`read_named_smiles`' rows (error
     ``None``)."""
-    from ..datasets.sources.sdf_blocks import is_sdf
+    from ...datasets.sources.sdf_blocks import is_sdf
 
     if str(source) != "-" and is_sdf(source):
-        from ..datasets.sources.sdf import iter_sdf_molecules
+        from ...datasets.sources.sdf import iter_sdf_molecules
 
         yield from iter_sdf_molecules(source)
         return
@@ -238,7 +238,7 @@ def read_input_table(
     wanted = list(id_columns) if id_columns is not None else None
     if wanted is not None and smiles_column in wanted:
         raise ValueError(f"--id-columns names the SMILES column {smiles_column!r}")
-    from ..datasets.sources.sdf_blocks import is_sdf
+    from ...datasets.sources.sdf_blocks import is_sdf
 
     if str(source) != "-" and is_sdf(source):
         columns = wanted if wanted is not None else [NAME_COLUMN]
@@ -313,8 +313,8 @@ def _sdf_rows(
     source: str | Path, columns: list[str]
 ) -> Iterator[tuple[str, tuple[str, ...], str | None]]:
     """An SD file's rows: each record's SMILES, its title (``name``) or properties, error."""
-    from ..datasets.sources.sdf import block_smiles
-    from ..datasets.sources.sdf_blocks import iter_sdf_blocks, sdf_properties, sdf_title
+    from ...datasets.sources.sdf import block_smiles
+    from ...datasets.sources.sdf_blocks import iter_sdf_blocks, sdf_properties, sdf_title
 
     for block in iter_sdf_blocks(source):
         smiles, error = block_smiles(block)
@@ -577,7 +577,7 @@ def write_predictions_csv(
     ``id_columns`` (the input's, :class:`InputTable`) come there instead, from
     :attr:`Prediction.ids`.
     ``counts`` is kept up to date as rows are written. A binary task's ``calibration``
-    (:mod:`~graphormer_urpe.inference.calibration`) calibrates its probabilities; a
+    (:mod:`~graphormer_urpe.inference.intervals.calibration`) calibrates its probabilities; a
     regression's, with ``level``, gives each target its interval in ``<target>_low`` and
     ``<target>_high`` after the std columns.
 

@@ -3,9 +3,9 @@ r"""Shapley values of the atoms of a Graphormer, by sampled permutations (exactl
 The players are the molecule's atoms, and the per-molecule features (``--mol-features``) as
 one more player. A coalition :math:`S` is the molecule with every atom outside :math:`S`
 replaced by the baseline atom (by default the molecule's mean atom embedding, as for
-integrated gradients: :mod:`~graphormer_urpe.inference.integrated`) and, when the descriptor
-player is outside :math:`S`, the descriptors at their baseline 0 (the training median after
-the run's normalisation). With :math:`v(S)` the model's output on that coalition, atom
+integrated gradients: :mod:`.integrated_gradients`) and, when the descriptor player is
+outside :math:`S`, the descriptors at their baseline 0 (the training median after the run's
+normalisation). With :math:`v(S)` the model's output on that coalition, atom
 :math:`i`'s Shapley value is
 
 .. math::
@@ -34,8 +34,8 @@ import numpy as np
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..graph.model import Graphormer
-from .integrated import Attribution, _features, coalition_outputs
+from ...graph.model import Graphormer
+from .integrated_gradients import Attribution, coalition_outputs, path_ends
 
 __all__ = ["shapley_from_orders", "shapley_values"]
 
@@ -66,11 +66,11 @@ def shapley_from_orders(
         features: the molecule's embeddings, baseline and descriptors, when already computed.
 
     Returns:
-        The :class:`~graphormer_urpe.inference.integrated.Attribution`; ``steps`` counts the
+        The :class:`~.integrated_gradients.Attribution`; ``steps`` counts the
         forward evaluations of the molecule.
     """
     model.eval()
-    features = features or _features(model, graph, baseline)
+    features = features or path_ends(model, graph, baseline)
     orders = np.asarray(orders)
     count, players = orders.shape
     rank = np.argsort(orders, axis=1)  # [P, p]: the position of each player in each order
@@ -114,13 +114,13 @@ def shapley_values(
         baseline: ``mean`` or ``zero``.
 
     Returns:
-        The :class:`~graphormer_urpe.inference.integrated.Attribution` (atoms ``[n, T]`` in
+        The :class:`~.integrated_gradients.Attribution` (atoms ``[n, T]`` in
         the graph's node order).
     """
     if permutations < 1:
         raise ValueError(f"permutations must be at least 1, got {permutations}")
     model.eval()
-    features = _features(model, graph, baseline)
+    features = path_ends(model, graph, baseline)
     players = graph.num_nodes + (features[2] is not None)
     orders = _orders(players, permutations, seed)
     return shapley_from_orders(model, graph, orders, baseline, features)
