@@ -284,7 +284,8 @@ def test_a_store_s_previous_attribute_and_report_key_names(tmp_path):
     with pytest.warns(DeprecationWarning, match="use MoleculeStore.folder"):
         assert store.cache_dir == store.folder == tmp_path / "s"
     split = StoreGraphDataset(store, np.arange(len(store)))
-    assert split.cache is split.store is store
+    with pytest.warns(DeprecationWarning, match="use StoreGraphDataset.store"):
+        assert split.cache is split.store is store
 
 
 def test_a_config_that_names_cache_dir_still_loads_and_the_flag_s_old_name_works(tmp_path, capsys):

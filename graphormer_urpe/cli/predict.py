@@ -34,7 +34,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         args.data_root,
         args.device or "auto",
         progress=not args.no_progress,
-        cache_dir=args.store_dir,
+        store_dir=args.store_dir,
         workers=args.workers,
     )
     out = args.output or os.path.join(

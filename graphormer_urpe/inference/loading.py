@@ -160,12 +160,12 @@ def evaluate_checkpoint(
     device: str = "auto",
     batch_size: int | None = None,
     progress: bool = True,
-    cache_dir: str | None = None,
+    store_dir: str | None = None,
     workers: int = 1,
 ) -> dict[str, float]:
     """The metric(s) of a checkpoint on ``split`` (``train``, ``valid`` or ``test``), read
     through the dataset's store (built first, with ``workers`` processes, when missing;
-    ``cache_dir`` overrides the folder the run used); with the checkpoint's calibrator, its
+    ``store_dir`` overrides the folder the run used); with the checkpoint's calibrator, its
     interval coverage and width at :data:`~graphormer_urpe.inference.intervals.calibration.LEVELS`
     (``coverage_90``, ``width_90``, ...) or, binary tasks, the ECE before and after."""
     if split not in ("train", "valid", "test"):
@@ -174,8 +174,8 @@ def evaluate_checkpoint(
     cfg = lm.config
     if data_root is not None:
         cfg = replace(cfg, data_root=data_root)
-    if cache_dir is not None:
-        cfg = replace(cfg, cache_dir=cache_dir)
+    if store_dir is not None:
+        cfg = replace(cfg, store_dir=store_dir)
     cfg = replace(cfg, preprocess_workers=workers)
     splits = load_splits(cfg, lm.mol_features)
     dataset = getattr(splits, split)

@@ -3,7 +3,7 @@ r"""The trees head: gradient-boosted trees beside the network, blended on the va
 A run on a table of SMILES (``train --trees``; by default with a pretrained start) also fits,
 per target, a LightGBM model on three groups of per-molecule inputs ``[N, F]``:
 
-* the 202 RDKit 2D descriptors, raw (:mod:`~graphormer_urpe.datasets.descriptors`; trees do
+* the 202 RDKit 2D descriptors, raw (:mod:`~graphormer_urpe.datasets.featurizers.descriptors`; trees do
   not need them scaled, and read a missing value as missing);
 * the Morgan count fingerprint of radius 2, 2048 bits (ECFP4 counts);
 * the graph token of the run's *starting* model (its pretrained encoder, frozen: ``[d]``),
@@ -395,9 +395,9 @@ def dataset_inputs(
     from .prediction import predict_dataset
 
     smiles = dataset.smiles()
-    cache = dataset.cache
-    if cache.has_descriptors:
-        descriptors = cache.descriptors[np.asarray(dataset.positions, dtype=np.int64)]
+    store = dataset.store
+    if store.has_descriptors:
+        descriptors = store.descriptors[np.asarray(dataset.positions, dtype=np.int64)]
     else:
         descriptors = compute_descriptors(smiles)
     tokens = None

@@ -256,7 +256,7 @@ def write_test_predictions(
     test = getattr(splits, split)
     if splits.task_type == "binary":
         y_pred = torch.sigmoid(y_pred)
-    smiles = test.smiles() if getattr(test.cache, "has_smiles", False) else None
+    smiles = test.smiles() if getattr(test.store, "has_smiles", False) else None
     header = ([] if smiles is None else ["smiles"]) + ["source_row"]
     per_target = ["true", "pred"] + ["std"] * (spread is not None)
     per_target += ["low", "high"] if interval is not None else []

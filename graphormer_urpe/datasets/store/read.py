@@ -403,5 +403,10 @@ class StoreGraphDataset(Dataset):
 
     @property
     def cache(self) -> MoleculeStore:
-        """The previous name of :attr:`store`, kept until the next minor release."""
+        """Deprecated: :attr:`store` (the name goes in the next minor release)."""
+        warnings.warn(
+            "StoreGraphDataset.cache is deprecated: use StoreGraphDataset.store",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.store

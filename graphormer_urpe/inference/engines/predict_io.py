@@ -186,7 +186,7 @@ def read_input_rows(
 ) -> Iterator[tuple[str, str | None, str | None]]:
     """``predict``'s input rows, ``(smiles, name, error)``: an SD file's records (``.sdf``,
     ``.sdf.gz``: the canonical SMILES, the title, and why RDKit cannot read the record, see
-    :mod:`~graphormer_urpe.datasets.sdf`), else :func:`read_named_smiles`' rows (error
+    :mod:`~graphormer_urpe.datasets.sources.sdf`), else :func:`read_named_smiles`' rows (error
     ``None``)."""
     from ...datasets.sources.sdf_blocks import is_sdf
 
