@@ -3,8 +3,9 @@ r"""The trees head: gradient-boosted trees beside the network, blended on the va
 A run on a table of SMILES (``train --trees``; by default with a pretrained start) also fits,
 per target, a LightGBM model on three groups of per-molecule inputs ``[N, F]``:
 
-* the 202 RDKit 2D descriptors, raw (:mod:`~graphormer_urpe.datasets.featurizers.descriptors`; trees do
-  not need them scaled, and read a missing value as missing);
+* the 202 RDKit 2D descriptors, raw
+  (:mod:`~graphormer_urpe.datasets.featurizers.descriptors`; trees do not need them scaled,
+  and read a missing value as missing);
 * the Morgan count fingerprint of radius 2, 2048 bits (ECFP4 counts);
 * the graph token of the run's *starting* model (its pretrained encoder, frozen: ``[d]``),
   kept as ``trees/embedder.pt``. A fine-tuned network's own vector would not do: it has

@@ -16,8 +16,8 @@ and writes into ``config.out``:
   has labels: ``test_has_labels``), the mean-predictor baseline, wall time and training graphs
   per second.
 
-A pretraining set (``pretrain:PATH``, see :mod:`graphormer_urpe.datasets.sources.pretrain`) is trained
-like any multi-target regression; its checkpoints also hold ``"pretrain"`` (the descriptor
+A pretraining set (``pretrain:PATH``, see :mod:`graphormer_urpe.datasets.sources.pretrain`) is
+trained like any multi-target regression; its checkpoints also hold ``"pretrain"`` (the descriptor
 names, their normalisation and the RDKit version), and its test split writes no
 ``test_predictions.csv``.
 
