@@ -27,7 +27,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ".encoder": ["Encoder", "EncoderLayer"],
         ".graph.batch": ["GraphormerBatch", "GraphormerCollator", "collate"],
         ".graph.config": ["PRESETS", "GraphormerConfig", "get_preset"],
-        ".graph.features": ["add_graphormer_features", "graph_structure"],
+        ".graph.add_features": ["add_graphormer_features"],
+        ".graph.structure": ["graph_structure"],
         ".graph.model": ["Graphormer", "GraphormerEncoder"],
         ".graph.transform": ["GraphormerFeatures"],
         ".training.pretrained": [

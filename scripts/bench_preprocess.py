@@ -27,12 +27,10 @@ import torch
 from _bench import hf_peer, median_rate, peer_skipped, report, setup
 from torch_geometric.data import Data
 
-from graphormer_urpe.graph.fast_features import BatchedStructures, batched_graph_structure
-from graphormer_urpe.graph.features import (
-    GraphormerFeatures,
-    add_graphormer_features,
-    graph_structure,
-)
+from graphormer_urpe.graph.add_features import add_graphormer_features
+from graphormer_urpe.graph.batched_structure import BatchedStructures, batched_graph_structure
+from graphormer_urpe.graph.structure import graph_structure
+from graphormer_urpe.graph.transform import GraphormerFeatures
 
 
 def _batched(items: list[dict], multi_hop_max_dist: int | None) -> BatchedStructures:

@@ -1,11 +1,12 @@
 """The work of one training step's forward + backward, op by op: the static path against the
 eager one.
 
-A captured GPU step runs on static batches (:class:`~graphormer_urpe.graph.shapes.StaticShapes`:
-a fixed number of graphs, the attention length and the path hops rounded up to buckets); the
-eager step runs on batches sized to their graphs. This script counts, on the same molecules,
-what each path executes in the forward and backward of the training loss (L1, as
-``bench_train.py``; the AdamW update, the same for both, is left out):
+A captured GPU step runs on static batches
+(:class:`~graphormer_urpe.graph.static_shapes.StaticShapes`: a fixed number of graphs, the
+attention length and the path hops rounded up to buckets); the eager step runs on batches sized
+to their graphs. This script counts, on the same molecules, what each path executes in the
+forward and backward of the training loss (L1, as ``bench_train.py``; the AdamW update, the same
+for both, is left out):
 
 * ``flops``: the matrix-product FLOPs of every ATen operator (PyTorch's FLOP formulas, those of
   ``torch.utils.flop_counter``: linear layers, batched matmuls), the count ``bench_train.py``
@@ -41,7 +42,7 @@ from torch.utils.flop_counter import flop_registry
 
 from graphormer_urpe import Graphormer, collate, get_preset
 from graphormer_urpe.graph.model import fit_tables
-from graphormer_urpe.graph.shapes import StaticShapes
+from graphormer_urpe.graph.static_shapes import StaticShapes
 
 NOTE = (
     "per training step (mean over the batches), forward + backward of the L1 loss; flops: "

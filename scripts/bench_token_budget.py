@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from rdkit import Chem, RDLogger
 
-from graphormer_urpe.graph.shapes import token_length
+from graphormer_urpe.graph.static_shapes import token_length
 from graphormer_urpe.runtime.sampler import EpochBatchSampler
 
 

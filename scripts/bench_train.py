@@ -61,9 +61,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from graphormer_urpe import Graphormer, collate, get_preset
 from graphormer_urpe.attention.kernel_choice import attention_kernel
-from graphormer_urpe.graph.interop import config_to_hf, hf_inputs
 from graphormer_urpe.graph.model import fit_tables
-from graphormer_urpe.graph.shapes import StaticShapes
+from graphormer_urpe.graph.published_weights import config_to_hf, hf_inputs
+from graphormer_urpe.graph.static_shapes import StaticShapes
 from graphormer_urpe.runtime import Precision
 from graphormer_urpe.runtime.capture import CapturedStep, EagerGraphs, default_backend
 from graphormer_urpe.training.loop import StepTotals, make_optimizer, step_body

@@ -17,7 +17,7 @@ from graphormer_urpe.attention.attn_scale import IndexedAttnScale
 from graphormer_urpe.attention.core import urpe_attention
 from graphormer_urpe.attention.kernel_choice import attention_kernel, fused_kernel_for
 from graphormer_urpe.graph.encodings import LayerSpatialScales
-from graphormer_urpe.graph.shapes import StaticShapes
+from graphormer_urpe.graph.static_shapes import StaticShapes
 
 from .conftest import graph_zoo
 from .test_model import tiny_config

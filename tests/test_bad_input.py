@@ -34,8 +34,9 @@ from graphormer_urpe.datasets import (
 from graphormer_urpe.datasets.sources.smiles_csv import open_csv
 from graphormer_urpe.datasets.store import MoleculeStore, StoreGraphDataset
 from graphormer_urpe.graph.batch import collate
-from graphormer_urpe.graph.features import UNREACHABLE, GraphormerFeatures
 from graphormer_urpe.graph.model import Graphormer, fit_tables, get_preset
+from graphormer_urpe.graph.structure import UNREACHABLE
+from graphormer_urpe.graph.transform import GraphormerFeatures
 from graphormer_urpe.io.checkpoint import load_checkpoint
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.training import masked_loss, train

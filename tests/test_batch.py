@@ -170,8 +170,8 @@ def _assert_same_batch(a, b) -> None:
 def test_flat_graphs_collate_like_their_data_list():
     """Slices and joins of FlatGraphs (what streaming prediction collates) give the batch of
     the same graphs as PyG Data, for every hop cut-off and mixed feature widths."""
-    from graphormer_urpe.graph.fast_features import batched_graph_structure
-    from graphormer_urpe.graph.flat import FlatGraphs
+    from graphormer_urpe.graph.batched_structure import batched_graph_structure
+    from graphormer_urpe.graph.flat_graphs import FlatGraphs
 
     graphs = graph_zoo(seed=5, count=23, node_features=2, edge_features=2)
     for g in graphs:

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from graphormer_urpe import Graphormer, GraphormerEncoder, cli, collate
-from graphormer_urpe.graph.shapes import StaticShapes, round_up_geometric
+from graphormer_urpe.graph.static_shapes import StaticShapes, round_up_geometric
 from graphormer_urpe.inference import prediction
 from graphormer_urpe.runtime.capture import (
     CapturedForward,

@@ -45,7 +45,8 @@ from graphormer_urpe.datasets import (
 )
 from graphormer_urpe.datasets.sources.penalized_logp import cycle_basis, largest_ring_penalty
 from graphormer_urpe.datasets.sources.smiles_csv import open_csv
-from graphormer_urpe.graph.features import GraphormerFeatures, has_graphormer_features
+from graphormer_urpe.graph.structure import has_graphormer_features
+from graphormer_urpe.graph.transform import GraphormerFeatures
 from tests.conftest import SHARED_DATA
 
 ZINC_VAL_CSV = SHARED_DATA / "zinc" / "val.csv"

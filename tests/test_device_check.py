@@ -114,7 +114,7 @@ def test_hugging_face_inputs_built_from_ours_equal_its_collator():
     pre_check = collating.preprocess_item
     collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
     from graphormer_urpe import collate
-    from graphormer_urpe.graph.interop import hf_inputs
+    from graphormer_urpe.graph.published_weights import hf_inputs
 
     smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CC1N", "OCC(O)CO"]
     items = bench.ogb_items(smiles)

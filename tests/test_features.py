@@ -11,12 +11,9 @@ from torch_geometric.data import Batch, Data, InMemoryDataset
 
 from graphormer_urpe import GraphormerFeatures, graph_structure
 from graphormer_urpe.graph import add_features as add_features_module
-from graphormer_urpe.graph.fast_features import batched_graph_structure, next_hop_floyd_warshall
-from graphormer_urpe.graph.features import (
-    add_graphormer_features,
-    floyd_warshall,
-    has_graphormer_features,
-)
+from graphormer_urpe.graph.add_features import add_graphormer_features
+from graphormer_urpe.graph.batched_structure import batched_graph_structure, next_hop_floyd_warshall
+from graphormer_urpe.graph.structure import floyd_warshall, has_graphormer_features
 from tests.conftest import graph_zoo, load_zinc_val_graphs, random_graph
 from tests.reference import _all_edges, ref_floyd_warshall, ref_preprocess
 
@@ -362,3 +359,18 @@ def test_smiles_csv_store_gives_the_transforms_features(tmp_path):
                 want = GraphormerFeatures(hops)(featurize_smiles(smiles[row], featurizer))
                 want.y = torch.tensor([[row * 0.5]])
                 _assert_graphs_equal(part[k], want)
+
+
+def test_the_old_features_module_still_gives_its_names_with_a_warning():
+    import graphormer_urpe.graph.features as old
+    from graphormer_urpe.graph import structure
+    from graphormer_urpe.graph.transform import GraphormerFeatures
+
+    with pytest.warns(DeprecationWarning, match="graphormer_urpe.graph.structure"):
+        assert old.graph_structure is structure.graph_structure
+    with pytest.warns(DeprecationWarning, match="graphormer_urpe.graph.add_features"):
+        assert old.add_graphormer_features is add_graphormer_features
+    with pytest.warns(DeprecationWarning, match="graphormer_urpe.graph.transform"):
+        assert old.GraphormerFeatures is GraphormerFeatures
+    with pytest.raises(AttributeError):
+        old.not_a_name  # noqa: B018

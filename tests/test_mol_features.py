@@ -19,9 +19,9 @@ from graphormer_urpe import cli
 from graphormer_urpe.datasets import DescriptorNormalizer, load_dataset
 from graphormer_urpe.graph import Graphormer, collate
 from graphormer_urpe.graph.batch import _flatten
-from graphormer_urpe.graph.flat import FlatGraphs
-from graphormer_urpe.graph.interop import InteropError, config_to_hf
+from graphormer_urpe.graph.flat_graphs import FlatGraphs
 from graphormer_urpe.graph.model import fit_tables, get_preset
+from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime.config import TrainConfig
 from graphormer_urpe.training import init_from_checkpoint

@@ -40,7 +40,8 @@ from graphormer_urpe.datasets import (
 )
 from graphormer_urpe.datasets.sources.pcqm_files import PCQM4M, PCQM4MV2, load_split_dict
 from graphormer_urpe.graph.batch import collate
-from graphormer_urpe.graph.features import GraphormerFeatures, graph_structure
+from graphormer_urpe.graph.structure import graph_structure
+from graphormer_urpe.graph.transform import GraphormerFeatures
 from graphormer_urpe.inference.submit import SubmissionError, write_submission
 from graphormer_urpe.training.loop import masked_loss
 

@@ -23,8 +23,8 @@ import torch
 from graphormer_urpe import GraphormerFeatures, cli, collate, get_preset
 from graphormer_urpe.datasets import featurize_smiles
 from graphormer_urpe.datasets.sources.nci import read_nci_smiles
-from graphormer_urpe.graph.interop import InteropError, hf_inputs
 from graphormer_urpe.graph.model import Graphormer, fit_tables
+from graphormer_urpe.graph.published_weights import InteropError, hf_inputs
 from graphormer_urpe.inference import evaluate_checkpoint
 from graphormer_urpe.training.pretrained import (
     convert_checkpoint,

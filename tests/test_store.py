@@ -26,7 +26,7 @@ from graphormer_urpe.datasets import (
 )
 from graphormer_urpe.datasets.store import build as store_build
 from graphormer_urpe.datasets.store import chunks as chunks_module
-from graphormer_urpe.graph.features import GraphormerFeatures
+from graphormer_urpe.graph.transform import GraphormerFeatures
 
 SMILES = [
     "CCO",

@@ -15,8 +15,8 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.graph.batch import collate
-from graphormer_urpe.graph.interop import InteropError, config_to_hf
 from graphormer_urpe.graph.model import Graphormer, GraphormerConfig, fit_tables
+from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import load_checkpoint
 from graphormer_urpe.training.loop import masked_loss
 

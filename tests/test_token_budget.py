@@ -13,7 +13,7 @@ import torch
 
 from graphormer_urpe import Graphormer, cli, collate
 from graphormer_urpe.graph.batch import GraphormerCollator
-from graphormer_urpe.graph.shapes import StaticShapes, token_length
+from graphormer_urpe.graph.static_shapes import StaticShapes, token_length
 from graphormer_urpe.inference.prediction import predict_split
 from graphormer_urpe.runtime.distributed import DistContext
 from graphormer_urpe.runtime.loaders import split_loader

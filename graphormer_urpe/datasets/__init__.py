@@ -31,7 +31,7 @@ Example::
     splits.train[0]                      # Data(x=[N, 9], edge_attr=[E, 3], y=[1, 1], ...)
     splits.evaluate(y_pred, y_true)      # {"mae": ..., "rmse": ...}
 
-For your own PyG datasets, :class:`~graphormer_urpe.graph.features.GraphormerFeatures` is the
+For your own PyG datasets, :class:`~graphormer_urpe.graph.transform.GraphormerFeatures` is the
 ``pre_transform`` that stores the same features on each ``Data``.
 
 The public names are imported from their modules on first use (PEP 562). The names from before

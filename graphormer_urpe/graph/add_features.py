@@ -1,6 +1,6 @@
 r"""Graphormer's structural features on many PyG graphs at once: :func:`add_graphormer_features`.
 
-The graphs go in chunks through :func:`~.fast_features.batched_graph_structure` and each gets
+The graphs go in chunks through :func:`~.batched_structure.batched_graph_structure` and each gets
 the tensors :class:`~.transform.GraphormerFeatures` would store, several times faster; a graph
 the batched code does not take goes through :func:`~.structure.store_graphormer_features`.
 Needs no ``torch_geometric`` (the graphs only need PyG's ``Data`` attributes).
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .fast_features import batched_graph_structure
+from .batched_structure import batched_graph_structure
 from .structure import compact_ints, store_graphormer_features
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def add_graphormer_features(
     r"""Store :class:`GraphormerFeatures` on many graphs at once, through the batched path.
 
     The graphs go in chunks (a few thousand molecules) through
-    :func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`, and each graph then
+    :func:`~graphormer_urpe.graph.batched_structure.batched_graph_structure`, and each graph then
     gets its own ``spatial_pos`` ``[N * N]``, ``edge_input`` ``[N * N * D, F_e]``,
     ``edge_input_hops`` ``[1]`` and ``degree`` ``[N]``: the same values, shapes and dtypes as
     ``GraphormerFeatures(multi_hop_max_dist)(data)``, several times faster. Like the transform

@@ -1,7 +1,7 @@
 r"""Dense, padded batches of graphs for Graphormer.
 
 :func:`collate` turns a list of PyG ``Data`` objects carrying
-:class:`~graphormer_urpe.graph.features.GraphormerFeatures` attributes into a
+:class:`~graphormer_urpe.graph.transform.GraphormerFeatures` attributes into a
 :class:`GraphormerBatch` of ``B`` graphs padded to ``n`` = the largest graph's node count.
 Every index tensor is shifted so that **0 is padding**:
 
@@ -20,7 +20,7 @@ included) is a multiple of ``m`` (e.g. 8 for GPU tensor cores); the extra positi
 like any other (masked keys, ``node_mask`` ``False``).
 
 ``static=StaticShapes(...)`` gives the batch one of a few fixed shapes (see
-:mod:`~graphormer_urpe.graph.shapes`): ``B`` graphs (empty ones added), ``n + 1`` and the
+:mod:`~graphormer_urpe.graph.static_shapes`): ``B`` graphs (empty ones added), ``n + 1`` and the
 path-hop rows rounded up to buckets, ``D`` fixed. Such a batch also carries the hop index of
 every path row (:attr:`GraphormerBatch.path_hop`) and the ``T`` token positions its encoder
 runs on (:attr:`GraphormerBatch.token_slots`: the real tokens and enough padding positions to
@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .flat import FlatGraphs
-from .shapes import StaticShapes
+from .flat_graphs import FlatGraphs
+from .static_shapes import StaticShapes
 from .structure import FEATURE_OFFSET, UNREACHABLE, has_graphormer_features
 
 if TYPE_CHECKING:  # PyG is imported where PyG graphs are handled (batches of FlatGraphs need none)
@@ -253,13 +253,13 @@ def collate(
 
     Args:
         data_list: graphs (or a PyG ``Batch``), each with integer ``x`` ``[N]``/``[N, F]``; or
-            :class:`~graphormer_urpe.graph.flat.FlatGraphs`, the same features already flat.
+            :class:`~graphormer_urpe.graph.flat_graphs.FlatGraphs`, the same features already flat.
         multi_hop_max_dist: keep at most this many hops of path bond features.
         spatial_pos_max: pairs at raw distance ``>= spatial_pos_max`` are masked (``-inf``).
         pad_to_multiple: pad the attention length ``n + 1`` (graph token included) up to a
             multiple of this (1 = to the largest graph only).
         static: give the batch one of a few fixed shapes (see
-            :class:`~graphormer_urpe.graph.shapes.StaticShapes`, whose ``max_hops`` must be
+            :class:`~graphormer_urpe.graph.static_shapes.StaticShapes`, whose ``max_hops`` must be
             ``multi_hop_max_dist``); ``pad_to_multiple`` is then ignored.
 
     Returns:

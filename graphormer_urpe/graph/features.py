@@ -1,35 +1,36 @@
-r"""Graphormer's per-graph structural features: the public names, from the modules that hold
-the code.
+"""Deprecated: the names once gathered here live in the modules that hold their code, and
+still resolve here, with a ``DeprecationWarning``, until the next minor release.
 
-* :mod:`.structure`: shortest paths (``spatial_pos``, 510 when unreachable), path bond
-  features (``edge_input``) and degrees of one graph, exactly as Microsoft's Graphormer
-  preprocessing computes them, in vectorised numpy (:func:`graph_structure`);
-* :mod:`.add_features`: the same for many graphs at once (:func:`add_graphormer_features`,
-  through the batched code of :mod:`.fast_features`);
-* :mod:`.transform`: :class:`GraphormerFeatures`, the PyG ``BaseTransform`` that stores them
-  (imported on first use: the rest needs no ``torch_geometric``).
+* :mod:`graphormer_urpe.graph.structure`: :func:`~graphormer_urpe.graph.structure.graph_structure`
+  and the other per-graph names;
+* :mod:`graphormer_urpe.graph.add_features`: ``add_graphormer_features``;
+* :mod:`graphormer_urpe.graph.transform`: ``GraphormerFeatures`` (PyG's ``BaseTransform``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
+import warnings
+from typing import Any
 
 from . import structure
-from .add_features import add_graphormer_features
-from .structure import *  # noqa: F403 - the public names of the per-graph code
 
-if TYPE_CHECKING:
-    from .transform import GraphormerFeatures
-
-__all__ = [*structure.__all__, "GraphormerFeatures", "add_graphormer_features"]
+_HOMES = {
+    **dict.fromkeys(structure.__all__, "structure"),
+    "add_graphormer_features": "add_features",
+    "GraphormerFeatures": "transform",
+}
+"""Name → the module of :mod:`graphormer_urpe.graph` that defines it."""
 
 
 def __getattr__(name: str) -> Any:
-    """:class:`GraphormerFeatures`, a PyG ``BaseTransform``, from
-    :mod:`graphormer_urpe.graph.transform` on first use: the structural features here need no
-    ``torch_geometric``, the transform does."""
-    if name == "GraphormerFeatures":
-        from .transform import GraphormerFeatures
-
-        return GraphormerFeatures
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"graphormer_urpe.graph.features.{name} is deprecated: import it from "
+        f"graphormer_urpe.graph.{home} (the old path goes in the next minor release)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(f".{home}", __package__), name)

@@ -15,7 +15,7 @@ Graphormer v2 (Microsoft's fairseq code, Hugging Face's port) is the same model 
 switches of :class:`GraphormerConfig`: post-LN layers (``pre_ln=False``), a LayerNorm on the
 input embeddings (``embedding_norm``), no final LayerNorm (``final_norm=False``), an optional
 ``embed_scale`` and :class:`TransformHead` (``head="transform"``); see
-:mod:`graphormer_urpe.graph.interop`.
+:mod:`graphormer_urpe.graph.published_weights`.
 
 The encoder runs on the real tokens only (graph tokens and nodes, ``[T, d]``, see
 :class:`~graphormer_urpe.graph.encodings.GraphTokens`): padding is skipped by every per-token
@@ -92,7 +92,7 @@ class GraphormerEncoder(nn.Module):
     r"""Graphormer (or URPE-Graphormer) encoder, usable as a layer in a PyG model.
 
     Accepts a PyG ``Batch`` (or list of ``Data``) whose graphs carry
-    :class:`~graphormer_urpe.graph.features.GraphormerFeatures` attributes (computed on the
+    :class:`~graphormer_urpe.graph.transform.GraphormerFeatures` attributes (computed on the
     fly when absent), or a dense :class:`~graphormer_urpe.graph.batch.GraphormerBatch`.
 
     Args:
@@ -216,7 +216,7 @@ class GraphormerEncoder(nn.Module):
     def forward_padded(self, batch: GraphormerBatch, graph_tokens_only: bool = False) -> Tensor:
         """:meth:`forward_tokens` laid out on the padded ``[B, n + 1]`` grid.
 
-        For a static batch (see :class:`~graphormer_urpe.graph.shapes.StaticShapes`) the
+        For a static batch (see :class:`~graphormer_urpe.graph.static_shapes.StaticShapes`) the
         encoder runs on the batch's fixed number of tokens (its real ones and padding positions
         up to the bucket, :attr:`~graphormer_urpe.graph.batch.GraphormerBatch.token_slots`):
         nothing in it is sized by the data, so the same operations run on tensors of the same

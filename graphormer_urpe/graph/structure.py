@@ -22,7 +22,7 @@ at once (no Python loop over node pairs).
 :func:`store_graphormer_features` puts them on a graph as the flat tensors that PyG's
 ``InMemoryDataset`` and ``Batch`` can concatenate (:class:`~.transform.GraphormerFeatures`
 is that as a PyG transform; :func:`~.add_features.add_graphormer_features` does it for many
-graphs at once through :mod:`~.fast_features`). Everything here imports neither PyG nor any
+graphs at once through :mod:`~.batched_structure`). Everything here imports neither PyG nor any
 other module of the library: the batched code, the transform and the public
 :mod:`~.features` build on it.
 """

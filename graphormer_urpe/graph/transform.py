@@ -2,8 +2,8 @@
 
 The features themselves (shortest paths, path bond features, degrees) are computed by
 :mod:`graphormer_urpe.graph.structure`, which needs no ``torch_geometric``; this module holds
-the one class that subclasses PyG's ``BaseTransform`` (``graphormer_urpe.graph.features``
-gives it too, importing it on first use).
+the one class that subclasses PyG's ``BaseTransform`` (``graphormer_urpe.graph`` gives it
+too, importing it on first use).
 """
 
 from __future__ import annotations

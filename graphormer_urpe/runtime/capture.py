@@ -7,7 +7,7 @@ launches once and replays them with one call. :class:`CapturedStep` does this fo
 step (forward, loss, backward, gradient clipping, the AdamW update and the device-side loss
 totals), :class:`CapturedForward` for the forward pass of evaluation and prediction:
 
-* batches come in a few static shapes (:class:`~graphormer_urpe.graph.shapes.StaticShapes`);
+* batches come in a few static shapes (:class:`~graphormer_urpe.graph.static_shapes.StaticShapes`);
   each shape gets its own static input buffers and graph; a batch is copied into its shape's
   buffers and the graph replayed;
 * a new shape's first ``warmup`` batches run as ordinary (eager) steps on a side stream, so

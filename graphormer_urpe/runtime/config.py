@@ -107,7 +107,7 @@ class TrainConfig:
     max_tokens: int | None = None
     """A token budget instead of ``batch_size``: each batch holds as many graphs as fit this
     many padded tokens per process, ``graphs x (largest graph's atoms + 1)`` (the length
-    rounded up on the static shapes' grid, :func:`~graphormer_urpe.graph.shapes.
+    rounded up on the static shapes' grid, :func:`~graphormer_urpe.graph.static_shapes.
     token_length`, so the batches are the same captured or not), sorted by size
     (:class:`~graphormer_urpe.runtime.sampler.EpochBatchSampler`); evaluation batches too.
     For large graphs, whose memory a fixed batch size cannot bound. ``None``: off."""

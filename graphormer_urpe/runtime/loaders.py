@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..graph.batch import GraphormerCollator
 from ..graph.model import GraphormerConfig
-from ..graph.shapes import StaticShapes, token_length
+from ..graph.static_shapes import StaticShapes, token_length
 from .distributed import DistContext
 from .sampler import token_batches
 

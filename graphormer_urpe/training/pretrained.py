@@ -28,14 +28,14 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..graph.interop import (
+from ..graph.model import Graphormer, GraphormerConfig, fit_tables
+from ..graph.published_weights import (
     InteropError,
     config_from_hf,
     config_to_hf,
     graphormer_to_hf_state,
     v2_to_graphormer,
 )
-from ..graph.model import Graphormer, GraphormerConfig, fit_tables
 from ..io.checkpoint import (
     SHIPPED,
     CheckpointError,

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from ..datasets.spec import names_table
 from ..graph.batch import GraphormerBatch
 from ..graph.model import Graphormer
-from ..graph.shapes import token_length
+from ..graph.static_shapes import token_length
 from ..io.checkpoint import CheckpointKeeper, incompatible_checkpoint
 from ..runtime.capture import CaptureBackend, CapturedStep, default_backend
 from ..runtime.config import TrainConfig

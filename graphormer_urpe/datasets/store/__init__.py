@@ -27,8 +27,8 @@ against the 30 bytes *per atom pair* of an ``int16`` ``[N, N, D, F_e]`` ``edge_i
 (``D = 5``, ``F_e = 3``), which would also tie the store to one ``multi_hop_max_dist``. The
 Graphormer features are computed when graphs are read, for a whole batch at once when the
 ``DataLoader`` asks through ``__getitems__``, from the bonds
-(:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`); the graph that comes
-out is identical to what :class:`~graphormer_urpe.graph.features.GraphormerFeatures` stores.
+(:func:`~graphormer_urpe.graph.batched_structure.batched_graph_structure`); the graph that comes
+out is identical to what :class:`~graphormer_urpe.graph.transform.GraphormerFeatures` stores.
 (Format 1 also kept two ``[N, N]`` shortest-path matrices per molecule, 2 bytes per atom
 pair that reading never used; its stores are left alone and rebuilt under format 2.)
 

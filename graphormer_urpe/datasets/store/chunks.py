@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ...graph.fast_features import index_dtype
+from ...graph.batched_structure import index_dtype
 from .format import FEATURIZER_NAMES, META_FILE, ChunkResult, MoleculeFailure
 
 __all__ = ["GraphDict", "featurize_chunk", "featurize_smiles_list", "graph_arrays", "write_chunk"]

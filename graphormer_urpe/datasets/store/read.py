@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ...graph.fast_features import batched_graph_structure, concat_ranges
-from ...graph.flat import FlatGraphs
+from ...graph.batched_structure import batched_graph_structure, concat_ranges
+from ...graph.flat_graphs import FlatGraphs
 from .format import (
     META_FILE,
     STORE_ARRAYS,
@@ -79,7 +79,7 @@ def flat_graphs(
 ) -> tuple[FlatGraphs, dict[str, np.ndarray]]:
     """The graphs at positions ``indices`` of store arrays with their Graphormer features,
     computed together from their bonds
-    (:func:`~graphormer_urpe.graph.fast_features.batched_graph_structure`).
+    (:func:`~graphormer_urpe.graph.batched_structure.batched_graph_structure`).
 
     Args:
         arrays: a finished store's arrays, or chunk arrays through :func:`with_pointers`.
@@ -87,7 +87,7 @@ def flat_graphs(
         multi_hop_max_dist: hops of path bond features in ``edge_input``.
 
     Returns:
-        ``(flat, raw)``: the :class:`~graphormer_urpe.graph.flat.FlatGraphs` (targets in
+        ``(flat, raw)``: the :class:`~graphormer_urpe.graph.flat_graphs.FlatGraphs` (targets in
         ``y``), and the graphs' concatenated store arrays (``num_nodes``, ``num_edges``,
         ``x``, ``edge_index`` local to each graph, ``edge_attr`` ``[sum E, F_e]``, ``y``).
     """
@@ -110,7 +110,7 @@ def decode_graphs(
 
     Each ``Data`` has ``x`` ``[N, F]`` long, ``edge_index`` ``[2, E]`` long, ``edge_attr``
     ``[E, F_e]`` long (``[E]`` with ``edge_attr_1d``), ``y`` ``[1, T]`` float32 and exactly
-    the attributes of :class:`~graphormer_urpe.graph.features.GraphormerFeatures`
+    the attributes of :class:`~graphormer_urpe.graph.transform.GraphormerFeatures`
     (``spatial_pos`` ``[N * N]`` int16, ``edge_input`` ``[N * N * D, F_e]`` int16,
     ``edge_input_hops`` ``[1]``, ``degree`` ``[N]`` long), computed for all the graphs at
     once (:func:`flat_graphs`).

@@ -45,8 +45,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ...graph.batch import GraphormerCollator
-from ...graph.flat import FlatGraphs
-from ...graph.shapes import StaticShapes
+from ...graph.flat_graphs import FlatGraphs
+from ...graph.static_shapes import StaticShapes
 from ...runtime.capture import CapturedForward, default_backend
 from ...runtime.precision import Precision
 from ..embeddings import WithHeadInput

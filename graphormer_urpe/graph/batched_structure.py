@@ -1,11 +1,11 @@
 r"""Graphormer's structural features for many graphs at once (the batched fast path).
 
-:func:`~graphormer_urpe.graph.features.graph_structure` handles one graph per call, so on
+:func:`~graphormer_urpe.graph.structure.graph_structure` handles one graph per call, so on
 millions of small molecules the Python and numpy call overhead per graph dominates.
 :func:`batched_graph_structure` computes everything
-:class:`~graphormer_urpe.graph.features.GraphormerFeatures` stores (``spatial_pos``,
+:class:`~graphormer_urpe.graph.transform.GraphormerFeatures` stores (``spatial_pos``,
 ``edge_input``, ``degree``) for a whole collection, with no Python loop over graphs or pairs
-(:func:`~graphormer_urpe.graph.features.add_graphormer_features` puts it on PyG graphs, the
+(:func:`~graphormer_urpe.graph.add_features.add_graphormer_features` puts it on PyG graphs, the
 molecule store computes every batch it reads with it). The graphs are grouped by node count
 ``n`` and each group runs one Floyd–Warshall over a stacked ``[G, n, n]`` array: ``n`` rounds
 of whole-array updates serve ``G`` graphs, in small integer dtypes. It rests on two properties
@@ -67,7 +67,7 @@ class BatchedStructures:
 
     The blocks are laid out in the order that was fastest to compute, not necessarily graph
     order; :meth:`graph` reads one graph back, equal to what
-    :func:`~graphormer_urpe.graph.features.graph_structure` returns.
+    :func:`~graphormer_urpe.graph.structure.graph_structure` returns.
 
     Attributes:
         num_nodes: ``[M]`` int64 ``N_g``.
@@ -257,7 +257,7 @@ def batched_graph_structure(
     edge_attr: np.ndarray | None = None,
     multi_hop_max_dist: int | None = None,
 ) -> BatchedStructures:
-    r""":func:`~graphormer_urpe.graph.features.graph_structure` for many graphs in one pass.
+    r""":func:`~graphormer_urpe.graph.structure.graph_structure` for many graphs in one pass.
 
     Nothing loops over graphs or node pairs in Python:
 

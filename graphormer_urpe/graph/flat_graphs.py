@@ -2,7 +2,7 @@ r"""Many graphs' Graphormer features as a few flat arrays, in graph order.
 
 :func:`~graphormer_urpe.graph.batch.collate` pads graphs into a dense batch; what it reads of
 each graph is its node features and its
-:class:`~graphormer_urpe.graph.features.GraphormerFeatures` attributes. :class:`FlatGraphs`
+:class:`~graphormer_urpe.graph.transform.GraphormerFeatures` attributes. :class:`FlatGraphs`
 holds exactly that for ``B`` graphs, concatenated graph after graph:
 
 ==================  ========================  ==========================================
@@ -37,7 +37,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .fast_features import BatchedStructures, concat_ranges, prefix_offsets
+from .batched_structure import BatchedStructures, concat_ranges, prefix_offsets
 
 __all__ = ["FlatGraphs"]
 
@@ -134,7 +134,7 @@ class FlatGraphs:
     def from_structures(
         cls, s: BatchedStructures, x: np.ndarray, y: np.ndarray | None = None
     ) -> FlatGraphs:
-        """Graphs whose features :func:`~graphormer_urpe.graph.fast_features.
+        """Graphs whose features :func:`~graphormer_urpe.graph.batched_structure.
         batched_graph_structure` computed (blocks in any order), put in graph order.
 
         Args:
