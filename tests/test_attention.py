@@ -2,54 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from graphormer_urpe import URPEAttention, urpe_attention
-
-
-def naive_attention(q, k, v, bias=None, scale=None, key_padding_mask=None):
-    """softmax(q kᵀ/√d + B) ⊙ C, then · v, in float64, rows with every key forbidden -> 0."""
-    q, k, v = q.double(), k.double(), v.double()
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if bias is not None:
-        scores = scores + bias.double()
-    if key_padding_mask is not None:
-        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-    out = torch.zeros(*scores.shape[:-1], v.shape[-1], dtype=torch.float64)
-    b, h, nq, _ = scores.shape
-    for bi in range(b):
-        for hi in range(h):
-            for i in range(nq):
-                row = scores[bi, hi, i]
-                if torch.isinf(row).all():
-                    continue  # fully masked: output stays 0
-                p = torch.softmax(row, dim=-1)
-                if scale is not None:
-                    p = p * scale.expand(b, h, nq, -1)[bi, hi, i].double()
-                out[bi, hi, i] = p @ v[bi, hi]
-    return out
-
-
-def _inputs(seed=0, b=3, h=4, n=7, d=8):
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
-    bias = torch.randn(b, h, n, n, generator=g)
-    bias[torch.rand(b, h, n, n, generator=g) < 0.2] = float("-inf")
-    scale = torch.rand(b, h, n, n, generator=g) * 2
-    kpm = torch.zeros(b, n, dtype=torch.bool)
-    kpm[0, -2:] = True
-    kpm[1, -1] = True
-    return q, k, v, bias, scale, kpm
+from tests.helpers import attention_inputs
+from tests.reference import naive_attention
 
 
 @pytest.mark.parametrize("with_scale", [False, True])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_matches_naive_formula(with_scale, with_bias, with_mask):
-    q, k, v, bias, scale, kpm = _inputs()
+    q, k, v, bias, scale, kpm = attention_inputs()
     args = dict(
         attn_bias=bias if with_bias else None,
         attn_scale=scale if with_scale else None,
@@ -69,7 +34,7 @@ def test_matches_naive_formula(with_scale, with_bias, with_mask):
 
 
 def test_scale_of_ones_equals_standard_attention():
-    q, k, v, bias, _, kpm = _inputs(1)
+    q, k, v, bias, _, kpm = attention_inputs(1)
     ones = torch.ones(1, 1, 1, 1).expand(3, 4, 7, 7)
     plain = urpe_attention(q, k, v, attn_bias=bias, key_padding_mask=kpm)
     urpe = urpe_attention(q, k, v, attn_bias=bias, attn_scale=ones, key_padding_mask=kpm)
@@ -77,7 +42,7 @@ def test_scale_of_ones_equals_standard_attention():
 
 
 def test_scale_is_not_renormalised():
-    q, k, v, *_ = _inputs(2)
+    q, k, v, *_ = attention_inputs(2)
     half = torch.full((1, 1, 7, 7), 0.5)
     torch.testing.assert_close(
         urpe_attention(q, k, v, attn_scale=half),
@@ -88,7 +53,7 @@ def test_scale_is_not_renormalised():
 
 
 def test_padded_keys_get_zero_probability():
-    q, k, v, _, scale, kpm = _inputs(3)
+    q, k, v, _, scale, kpm = attention_inputs(3)
     v2 = v.clone()
     v2[0, :, -2:] = 1e6  # padded keys' values must not leak into any output
     a = urpe_attention(q, k, v, attn_scale=scale, key_padding_mask=kpm)
@@ -98,7 +63,7 @@ def test_padded_keys_get_zero_probability():
 
 @pytest.mark.parametrize("with_scale", [False, True])
 def test_fully_masked_rows_are_zero_and_finite(with_scale):
-    q, k, v, bias, scale, _ = _inputs(4)
+    q, k, v, bias, scale, _ = attention_inputs(4)
     bias = bias.clone()
     bias[:, :, 2, :] = float("-inf")  # query row 2 may attend to nothing
     kpm = torch.zeros(3, 7, dtype=torch.bool)
@@ -117,7 +82,7 @@ def test_fully_masked_rows_are_zero_and_finite(with_scale):
 
 
 def test_gradients_reach_scale():
-    q, k, v, bias, scale, kpm = _inputs(5)
+    q, k, v, bias, scale, kpm = attention_inputs(5)
     s = scale.clone().requires_grad_(True)
     urpe_attention(q, k, v, attn_bias=bias, attn_scale=s, key_padding_mask=kpm).sum().backward()
     assert s.grad is not None and s.grad.abs().sum() > 0
@@ -128,7 +93,7 @@ def test_gradients_reach_scale():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("with_scale", [False, True])
 def test_half_precision(dtype, with_scale):
-    q, k, v, bias, scale, kpm = _inputs(6)
+    q, k, v, bias, scale, kpm = attention_inputs(6)
     ref = naive_attention(q, k, v, bias, scale if with_scale else None, kpm)
     out = urpe_attention(
         q.to(dtype),
@@ -217,7 +182,7 @@ def test_attention_dropout_matches_naive_formula_with_the_same_mask(with_scale, 
     from graphormer_urpe.attention import core
     from graphormer_urpe.attention.dropout import dropout_mask
 
-    q, k, v, bias, scale, kpm = _inputs(7)
+    q, k, v, bias, scale, kpm = attention_inputs(7)
     mask = dropout_mask((3, 4, 7, 7), 0.4, torch.device("cpu"), torch.float32)
     monkeypatch.setattr(core, "dropout_mask", lambda *a, **kw: mask)
     s = scale if with_scale else torch.ones(1, 1, 1, 1)

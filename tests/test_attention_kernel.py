@@ -18,9 +18,7 @@ from graphormer_urpe.attention.core import urpe_attention
 from graphormer_urpe.attention.kernel_choice import attention_kernel, fused_kernel_for
 from graphormer_urpe.graph.encodings import LayerSpatialScales
 from graphormer_urpe.graph.shapes import StaticShapes
-
-from .conftest import graph_zoo
-from .test_model import tiny_config
+from tests.helpers import graph_zoo, perturb_tables, tiny_config, tiny_xl
 
 HOPS = 4
 needs_fused = pytest.mark.skipif(
@@ -185,11 +183,10 @@ def test_the_sequence_models_dense_scales_run_in_the_fused_kernel(device):
 def test_the_language_models_run_in_the_fused_kernel(pe):
     """Causal masks, a memory of the previous segment and (xl-urpe) query-dependent biases:
     the fused kernel gives the eager logits and gradients."""
-    from .test_lm import _perturb_tables, _xl
 
     torch.manual_seed(5)
-    model = _xl(pe, tgt_len=6, mem_len=6, share_scale=False).train()
-    _perturb_tables(model)
+    model = tiny_xl(pe, tgt_len=6, mem_len=6, share_scale=False).train()
+    perturb_tables(model)
     tokens = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(2))
     outs = {}
     for kind in ("eager", "fused"):

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 from torch_geometric.data import Batch, Data
 
 from graphormer_urpe import GraphormerCollator, GraphormerFeatures, collate
-from tests.conftest import graph_zoo
+from tests.helpers import graph_zoo
 from tests.reference import ref_collate, ref_preprocess
 
 NEG = float("-inf")

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import BAD, MIXED, SMILES
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def _mixed_smi(tmp_path: Path) -> Path:
     """300 lines of valid and unreadable SMILES (an empty one as an unreadable ring)."""
-    from tests.test_predict_stream import MIXED
 
     smi = tmp_path / "mols.smi"
     smi.write_text("".join(f"{s or 'C1CC'}\n" for s in MIXED * 10))
@@ -32,7 +33,6 @@ def test_predict_benchmark_smoke_mode_emits_json(tmp_path):
 
 
 def test_embeddings_benchmark_smoke_mode_emits_json(tmp_path):
-    from tests.test_predict_stream import BAD, MIXED
 
     report, _ = _bench("bench_embeddings", "--smiles-file", str(_mixed_smi(tmp_path)))
     assert report["benchmark"] == "predict --embeddings"
@@ -62,7 +62,6 @@ def test_startup_benchmark_smoke_mode_emits_json():
 
 
 def test_small_data_benchmark_smoke_mode_scores_every_model_on_the_same_split(tmp_path):
-    from tests.test_cli import SMILES
 
     data = tmp_path / "data"
     data.mkdir()
@@ -201,7 +200,6 @@ SALTS = [
 @pytest.fixture
 def salty_smiles(tmp_path) -> Path:
     """A molecule list where every other entry is disconnected (salts, mixtures)."""
-    from .test_cli import SMILES
 
     rows = [s for pair in zip(SALTS, SMILES, strict=False) for s in pair] + SMILES[len(SALTS) :]
     path = tmp_path / "salty.csv"
@@ -246,7 +244,6 @@ def test_disconnected_on_request_and_the_peer_memory_cap(salty_smiles):
     report, err = _bench("bench_train", *args, "--peer-max-gib", "0.001", "--no-memory")
     config = report["config"]
     assert config["connectivity"] == "disconnected" and config["molecules"] == len(SALTS)
-    from .test_cli import SMILES
 
     assert config["skipped_connected"] == len(SMILES)  # fewer salts than asked: all scanned
     skipped = report["results"]["hf"]
@@ -348,7 +345,6 @@ def test_admet_metrics_match_their_definitions():
 
 def test_admet_benchmark_smoke_mode_runs_the_recipe_with_its_trees(tmp_path):
     pytest.importorskip("lightgbm")
-    from .test_cli import SMILES
 
     data = tmp_path / "data"
     data.mkdir()

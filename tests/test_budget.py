@@ -16,9 +16,7 @@ from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, Replans, R
 from graphormer_urpe.training.loop import linear_schedule
 from graphormer_urpe.training.run_costs import CostProbe
 from graphormer_urpe.training.trainer import Trainer
-
-from .test_cli import _train_args
-from .test_resume import table  # noqa: F401 - the fixture
+from tests.helpers import train_args
 
 
 def _costs(**kw) -> RunCosts:
@@ -108,9 +106,9 @@ def test_a_replan_is_made_for_a_change_over_10_percent_and_logged_once_a_minute(
     assert logged == [True, False, False, False, True, False, True]
 
 
-def test_an_ensemble_too_short_for_its_members_is_refused_before_training(table, tmp_path):  # noqa: F811
+def test_an_ensemble_too_short_for_its_members_is_refused_before_training(table, tmp_path):
     out = tmp_path / "ens"
-    args = _train_args(table, tmp_path / "data", out, "--ensemble", "3")
+    args = train_args(table, tmp_path / "data", out, "--ensemble", "3")
     i = args.index("--epochs")
     del args[i : i + 2]
     assert cli.main([*args, "--time-limit", "0.02"]) == 2  # 1.2 s for three members
@@ -144,13 +142,13 @@ def steady_clock(monkeypatch) -> list[float]:
 
 
 def test_the_refusal_names_a_budget_that_then_fits(
-    table,  # noqa: F811
+    table,
     tmp_path,
     capsys,
     monkeypatch,
     steady_clock,
 ):
-    args = _train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
+    args = train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
     i = args.index("--epochs")
     del args[i : i + 2]
     assert cli.main([*args, "--time-limit", "0.02"]) == 2
@@ -174,11 +172,11 @@ def test_the_refusal_names_a_budget_that_then_fits(
     assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS
 
 
-def test_typed_epochs_win_over_the_ensembles_refusal(table, tmp_path, caplog, steady_clock):  # noqa: F811
+def test_typed_epochs_win_over_the_ensembles_refusal(table, tmp_path, caplog, steady_clock):
     """--epochs 2 with --time-limit: trained as typed, each member saying it is short (as
     without --time-limit), not refused."""
     out = tmp_path / "ens"
-    args = _train_args(table, tmp_path / "data", out, "--ensemble", "2")
+    args = train_args(table, tmp_path / "data", out, "--ensemble", "2")
     args[args.index("--epochs") + 1] = "2"
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
         assert cli.main([*args, "--time-limit", "0.5"]) == 0
@@ -188,8 +186,8 @@ def test_typed_epochs_win_over_the_ensembles_refusal(table, tmp_path, caplog, st
     assert "too short to trust" in caplog.text
 
 
-def test_a_short_run_says_so(table, tmp_path, caplog):  # noqa: F811
-    args = _train_args(table, tmp_path / "data", tmp_path / "run")
+def test_a_short_run_says_so(table, tmp_path, caplog):
+    args = train_args(table, tmp_path / "data", tmp_path / "run")
     i = args.index("--epochs")
     args[i + 1] = "1"
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
@@ -206,15 +204,15 @@ def test_a_short_run_says_so(table, tmp_path, caplog):  # noqa: F811
     assert {lines[1].split()[0], lines[2].split()[0]} == {"targets", "domain"}
 
 
-def test_a_long_enough_run_is_not_short(table, tmp_path):  # noqa: F811
-    args = _train_args(table, tmp_path / "data", tmp_path / "run")
+def test_a_long_enough_run_is_not_short(table, tmp_path):
+    args = train_args(table, tmp_path / "data", tmp_path / "run")
     args[args.index("--epochs") + 1] = str(MIN_USEFUL_EPOCHS)
     assert cli.main(args) == 0
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["short_run"] is False and m["epochs_trained"] == pytest.approx(MIN_USEFUL_EPOCHS)
 
 
-def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatch):  # noqa: F811
+def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatch):
     """Steps made several times slower from the 10th on (a stand-in for a competing process):
     the run sees the pace and re-plans to fewer steps than first planned."""
     import time
@@ -232,7 +230,7 @@ def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatc
 
     monkeypatch.setattr(run_setup, "step_body", slow)
     monkeypatch.setattr(run_budget, "PACE_WINDOW", 0.5)
-    args = _train_args(table, tmp_path / "data", tmp_path / "run")
+    args = train_args(table, tmp_path / "data", tmp_path / "run")
     i = args.index("--epochs")
     del args[i : i + 2]
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
@@ -244,13 +242,13 @@ def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatc
 
 
 def test_a_budget_spent_before_training_is_refused_and_leaves_nothing(
-    table,  # noqa: F811
+    table,
     tmp_path,
     capsys,
     caplog,
 ):
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out)
+    args = train_args(table, tmp_path / "data", out)
     i = args.index("--epochs")
     del args[i : i + 2]
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):

@@ -21,6 +21,7 @@ from graphormer_urpe.inference.calibration import (
     fit_calibration,
     load_calibration,
 )
+from tests.helpers import train_args
 
 
 def _reference_quantile(scores: np.ndarray, level: float) -> float:
@@ -198,24 +199,6 @@ def test_temperature_never_sharpens_on_the_split_that_chose_the_checkpoint():
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A CSV of 120 small molecules (heavy-atom counts) and a short run on it."""
-    from graphormer_urpe import cli
-
-    from .test_cli import _train_args
-
-    root = tmp_path_factory.mktemp("cal")
-    smiles = [
-        "C" * a + x + "C" * b for a in range(1, 9) for b in range(0, 5) for x in ("O", "N", "C(=O)")
-    ]
-    heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
-    pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(root / "data.csv", index=False)
-    out = root / "run"
-    assert cli.main(_train_args(root / "data.csv", root / "store", out)) == 0
-    return root, out
-
-
 def test_train_keeps_calibration_and_predict_writes_intervals(tiny_run, capsys):
     from graphormer_urpe import cli
 
@@ -290,11 +273,9 @@ def test_uncalibrated_checkpoint_says_how_and_calibrate_builds_it(tiny_run, caps
 def test_ensemble_calibrator_is_scaled_by_the_distance(tiny_run, tmp_path, capsys, monkeypatch):
     from graphormer_urpe import cli
 
-    from .test_cli import _train_args
-
     root, _ = tiny_run
     out = tmp_path / "ens"
-    args = _train_args(root / "data.csv", root / "store", out, "--ensemble", "2", "--epochs", "2")
+    args = train_args(root / "data.csv", root / "store", out, "--ensemble", "2", "--epochs", "2")
     assert cli.main(args) == 0
     cal = load_calibration(out)
     assert cal is not None and cal.difficulty == "distance" and cal.checkpoint is None
@@ -382,13 +363,11 @@ def test_train_closing_lines_state_test_coverage_and_warn_when_far_from_the_leve
 def test_train_prints_its_test_coverage(tmp_path, capsys):
     from graphormer_urpe import cli
 
-    from .test_cli import _train_args
-
     smiles = ["C" * a + x for a in range(1, 13) for x in ("O", "N", "C(=O)", "")]
     heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
     pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(tmp_path / "d.csv", index=False)
     capsys.readouterr()
-    assert cli.main(_train_args(tmp_path / "d.csv", tmp_path / "s", tmp_path / "run")) == 0
+    assert cli.main(train_args(tmp_path / "d.csv", tmp_path / "s", tmp_path / "run")) == 0
     err = capsys.readouterr().err
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     want = f"90% intervals: test coverage {metrics['test_coverage_90']:.3f}"

@@ -10,7 +10,6 @@ static buffers. The CUDA tests at the end run the real graphs.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import math
 from collections.abc import Callable
@@ -42,24 +41,22 @@ from graphormer_urpe.training.loop import (
     step_body,
     train_step,
 )
-from graphormer_urpe.training.trainer import Trainer
+from tests.helpers import (
+    HOPS,
+    MIXED,
+    SYNCING,
+    bound_body,
+    graphs_with_targets,
+    same_shape_batches,
+    stand_in_capture,
+    step_setup,
+    tiny_checkpoint,
+    tiny_config,
+    train_args,
+)
+from tests.reference import predict_reference
 
-from .conftest import graph_zoo
-from .test_cli import _train_args
-from .test_model import tiny_config
-from .test_no_sync import SYNCING
-from .test_resume import table  # noqa: F401 - the fixture
-
-HOPS = 5
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def _graphs(count: int = 40, seed: int = 0) -> list:
-    graphs = graph_zoo(seed=seed, count=count)
-    gen = torch.Generator().manual_seed(seed)
-    for g in graphs:
-        g.y = torch.randn(1, generator=gen)
-    return graphs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,7 +85,7 @@ def test_round_up_geometric_keeps_a_few_values_per_doubling():
 
 
 def test_static_batch_has_its_shape_and_empty_graphs_last():
-    graphs = _graphs(13)
+    graphs = graphs_with_targets(13)
     shapes = StaticShapes(16, HOPS)
     b = collate(graphs, HOPS)
     s = collate(graphs, HOPS, static=shapes)
@@ -119,7 +116,7 @@ def test_static_batch_has_its_shape_and_empty_graphs_last():
 
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
 def test_static_batch_gives_the_values_and_gradients_of_the_sized_batch(attention):
-    graphs = _graphs(13)
+    graphs = graphs_with_targets(13)
     cfg = tiny_config(attention=attention, multi_hop_max_dist=HOPS)
     model = Graphormer(cfg).double().eval()
     if attention == "urpe":
@@ -159,7 +156,7 @@ def test_static_batch_gives_the_values_and_gradients_of_the_sized_batch(attentio
 
 
 def test_random_batches_fall_into_few_shapes():
-    graphs = _graphs(400, seed=3)
+    graphs = graphs_with_targets(400, seed=3)
     shapes = StaticShapes(32, HOPS)
     rng = np.random.default_rng(0)
     seen = set()
@@ -209,36 +206,13 @@ class OpRecorder(TorchDispatchMode):
         return out
 
 
-def _step_setup(attention: str, graphs, seed: int = 0):
-    cfg = tiny_config(attention=attention, multi_hop_max_dist=HOPS)
-    torch.manual_seed(seed)
-    model = Graphormer(cfg).train()
-    opt = make_optimizer(model.parameters(), 1e-3, 0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: linear_schedule(s, 2, 10, 1e-3, 1e-9) / 1e-3
-    )
-    cpu = torch.device("cpu")
-    return model, opt, sched, Precision("fp32", cpu), StepTotals(cpu)
-
-
-def _same_shape_batches(graphs, count: int, size: int = 8, seed: int = 1) -> list:
-    """``count`` static batches of the same ``size`` graphs in shuffled orders."""
-    gen = torch.Generator().manual_seed(seed)
-    shapes = StaticShapes(size + 2, HOPS)  # two empty graphs in each
-    out = []
-    for _ in range(count):
-        order = torch.randperm(size, generator=gen).tolist()
-        out.append(collate([graphs[i] for i in order], HOPS, static=shapes))
-    return out
-
-
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
 def test_static_step_runs_the_same_operations_for_every_batch(attention, monkeypatch):
     # the vocabulary check reads the batch's maxima, on CPU inputs only (see test_no_sync)
     monkeypatch.setattr(GraphormerEncoder, "check_vocabulary", lambda self, batch: None)
-    graphs = _graphs(30)
-    model, opt, _, precision, totals = _step_setup(attention, graphs)
-    batches = _same_shape_batches(graphs, 3)  # the same molecules in other orders
+    graphs = graphs_with_targets(30)
+    model, opt, _, precision, totals = step_setup(attention, graphs)
+    batches = same_shape_batches(graphs, 3)  # the same molecules in other orders
     step_index = torch.zeros((), dtype=torch.float64)
     step_body(model, batches[0], opt, precision, totals, step_index, "l1", 5.0, None, False)
     records = []
@@ -308,29 +282,20 @@ class TapeGraphs(EagerGraphs):
 # The capture cycle
 
 
-def _bound(model, opt, precision, totals, loss="l1"):
-    def body(batch, set_to_none, step):
-        return step_body(
-            model, batch, opt, precision, totals, step, loss, 5.0, None, set_to_none, set_to_none
-        )
-
-    return body
-
-
 @pytest.mark.parametrize("backend", [EagerGraphs, TapeGraphs])
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
 def test_captured_steps_equal_eager_steps(attention, backend):
-    graphs = _graphs(40)
-    first = _same_shape_batches(graphs[:8], 5, seed=1)
-    second = _same_shape_batches(graphs[8:14], 4, size=6, seed=2)  # a batch of 8, not 10
+    graphs = graphs_with_targets(40)
+    first = same_shape_batches(graphs[:8], 5, seed=1)
+    second = same_shape_batches(graphs[8:14], 4, size=6, seed=2)  # a batch of 8, not 10
     batches = [b for pair in zip(first, second, strict=False) for b in pair] + first[4:]
     assert len({b.static_shape for b in batches}) == 2
-    eager = _step_setup(attention, graphs)
+    eager = step_setup(attention, graphs)
     for i, b in enumerate(batches):
         train_step(eager[0], b, eager[1], eager[2], eager[3], eager[4], i, "l1", 5.0)
-    model, opt, sched, precision, totals = _step_setup(attention, graphs)
+    model, opt, sched, precision, totals = step_setup(attention, graphs)
     backend = backend()
-    step = CapturedStep(opt, sched, _bound(model, opt, precision, totals), model_device(model),
+    step = CapturedStep(opt, sched, bound_body(model, opt, precision, totals), model_device(model),
                         backend)  # fmt: skip
     for i, b in enumerate(batches):
         step(b, i)
@@ -350,10 +315,10 @@ def model_device(model) -> torch.device:
 
 
 def test_a_replayed_step_records_a_nonfinite_loss_at_its_step():
-    graphs = _graphs(20)
-    model, opt, sched, precision, totals = _step_setup("urpe", graphs)
-    batches = _same_shape_batches(graphs, 6)
-    body = _bound(model, opt, precision, totals, "mse")
+    graphs = graphs_with_targets(20)
+    model, opt, sched, precision, totals = step_setup("urpe", graphs)
+    batches = same_shape_batches(graphs, 6)
+    body = bound_body(model, opt, precision, totals, "mse")
     step = CapturedStep(opt, sched, body, model_device(model), EagerGraphs())
     for i, b in enumerate(batches[:4]):
         step(b, i)
@@ -369,7 +334,7 @@ def test_a_replayed_step_records_a_nonfinite_loss_at_its_step():
 
 
 def test_captured_forward_equals_the_eager_forward():
-    graphs = _graphs(30)
+    graphs = graphs_with_targets(30)
     model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
     backend = EagerGraphs()
     forward = CapturedForward(model, None, torch.device("cpu"), backend)
@@ -385,16 +350,16 @@ def test_captured_forward_equals_the_eager_forward():
 
 
 def test_a_failed_capture_goes_on_eagerly(caplog):
-    graphs = _graphs(20)
-    model, opt, sched, precision, totals = _step_setup("graphormer", graphs)
+    graphs = graphs_with_targets(20)
+    model, opt, sched, precision, totals = step_setup("graphormer", graphs)
 
     class Refusing(EagerGraphs):
         def capture(self, fn):
             raise RuntimeError("operation not permitted when stream is capturing")
 
-    step = CapturedStep(opt, sched, _bound(model, opt, precision, totals), model_device(model),
+    step = CapturedStep(opt, sched, bound_body(model, opt, precision, totals), model_device(model),
                         Refusing())  # fmt: skip
-    batches = _same_shape_batches(graphs, 5)
+    batches = same_shape_batches(graphs, 5)
     with caplog.at_level("WARNING"):
         for i, b in enumerate(batches):
             step(b, i)
@@ -403,11 +368,11 @@ def test_a_failed_capture_goes_on_eagerly(caplog):
 
 
 def test_a_captured_runs_optimizer_state_loads_anywhere():
-    graphs = _graphs(20)
-    model, opt, sched, precision, totals = _step_setup("graphormer", graphs)
-    step = CapturedStep(opt, sched, _bound(model, opt, precision, totals), model_device(model),
+    graphs = graphs_with_targets(20)
+    model, opt, sched, precision, totals = step_setup("graphormer", graphs)
+    step = CapturedStep(opt, sched, bound_body(model, opt, precision, totals), model_device(model),
                         EagerGraphs())  # fmt: skip
-    for i, b in enumerate(_same_shape_batches(graphs, 4)):
+    for i, b in enumerate(same_shape_batches(graphs, 4)):
         step(b, i)
     assert isinstance(opt.param_groups[0]["lr"], torch.Tensor)
     state = portable_optimizer_state(opt)
@@ -418,28 +383,15 @@ def test_a_captured_runs_optimizer_state_loads_anywhere():
     assert fresh.param_groups[0]["lr"] == pytest.approx(float(opt.param_groups[0]["lr"]))
 
 
-def stand_in_capture(monkeypatch, backend_type: type = EagerGraphs) -> list:
-    """Runs started from now on capture with a stand-in backend (a new ``backend_type`` per
-    run), on any device; returns the list of the backends made."""
-    backends: list = []
-
-    def backend(config, ctx, precision):
-        backends.append(backend_type())
-        return backends[-1]
-
-    monkeypatch.setattr(loop, "Trainer", functools.partial(Trainer, backend=backend))
-    return backends
-
-
 @pytest.mark.parametrize("backend", [EagerGraphs, TapeGraphs])
-def test_training_with_captured_steps_matches_eager_training(backend, table, tmp_path, monkeypatch):  # noqa: F811
+def test_training_with_captured_steps_matches_eager_training(backend, table, tmp_path, monkeypatch):
     """The whole run (static loaders, captured steps and evaluation, checkpoints) on the CPU
     with the stand-in graphs, against the same run without capture."""
     eager_out, cap_out = tmp_path / "eager", tmp_path / "captured"
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
-    assert cli.main(_train_args(table, tmp_path / "data", eager_out, *args)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", eager_out, *args)) == 0
     backends = stand_in_capture(monkeypatch, backend)
-    assert cli.main(_train_args(table, tmp_path / "data", cap_out, *args)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", cap_out, *args)) == 0
     assert backends and backends[0].captured >= 1 and backends[0].replayed >= 1
     a = json.loads((eager_out / "metrics.json").read_text())
     b = json.loads((cap_out / "metrics.json").read_text())
@@ -455,10 +407,8 @@ def test_training_with_captured_steps_matches_eager_training(backend, table, tmp
 def test_streamed_predictions_through_captured_passes_equal_the_eager_ones(monkeypatch, tmp_path):
     from graphormer_urpe.inference import stream
 
-    from .test_predict_stream import MIXED, _checkpoint, reference
-
-    ckpt = _checkpoint(tmp_path / "best.pt", "ogb")
-    ref = reference(ckpt, MIXED, batch_size=5)
+    ckpt = tiny_checkpoint(tmp_path / "best.pt", "ogb")
+    ref = predict_reference(ckpt, MIXED, batch_size=5)
     backends: list[EagerGraphs] = []
 
     def backend(device):
@@ -478,7 +428,7 @@ def test_streamed_predictions_through_captured_passes_equal_the_eager_ones(monke
 def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     from torch.utils.data import DataLoader
 
-    graphs = _graphs(23)
+    graphs = graphs_with_targets(23)
     model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
     cpu = torch.device("cpu")
     want, y_want = loop.predict(
@@ -505,14 +455,14 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
 @pytest.mark.parametrize("attention", ["graphormer", "urpe"])
 @pytest.mark.parametrize("kind", ["fp32", "bf16"])
 def test_cuda_graph_steps_equal_eager_steps_on_the_gpu(attention, kind):
-    graphs = _graphs(40)
+    graphs = graphs_with_targets(40)
     dev = torch.device("cuda")
-    first = _same_shape_batches(graphs[:8], 6, seed=1)
-    second = _same_shape_batches(graphs[8:14], 6, size=6, seed=2)
+    first = same_shape_batches(graphs[:8], 6, seed=1)
+    second = same_shape_batches(graphs[8:14], 6, size=6, seed=2)
     batches = [b.pin_memory() for pair in zip(first, second, strict=True) for b in pair]
 
     def setup():
-        model, opt, sched, _, _ = _step_setup(attention, graphs)
+        model, opt, sched, _, _ = step_setup(attention, graphs)
         model = model.to(dev)
         opt = make_optimizer(model.parameters(), 1e-3, 0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(
@@ -522,12 +472,14 @@ def test_cuda_graph_steps_equal_eager_steps_on_the_gpu(attention, kind):
 
     torch.manual_seed(0)
     eager = setup()
-    eager_step = CapturedStep(eager[1], eager[2], _bound(eager[0], *eager[1:2], *eager[3:]), dev)
+    eager_step = CapturedStep(
+        eager[1], eager[2], bound_body(eager[0], *eager[1:2], *eager[3:]), dev
+    )
     for i, b in enumerate(batches):
         eager_step(b, i)
     torch.manual_seed(0)
     model, opt, sched, precision, totals = setup()
-    step = CapturedStep(opt, sched, _bound(model, opt, precision, totals), dev, CudaGraphs(dev))
+    step = CapturedStep(opt, sched, bound_body(model, opt, precision, totals), dev, CudaGraphs(dev))
     torch.cuda.synchronize()
     for i, b in enumerate(batches):
         step(b, i)
@@ -545,13 +497,13 @@ def test_cuda_graph_steps_equal_eager_steps_on_the_gpu(attention, kind):
 @CUDA
 @pytest.mark.cuda
 def test_cuda_graph_dropout_draws_new_masks_at_every_replay():
-    graphs = _graphs(20)
+    graphs = graphs_with_targets(20)
     dev = torch.device("cuda")
     cfg = tiny_config(attention="urpe", multi_hop_max_dist=HOPS, attention_dropout=0.3,
                       dropout=0.2)  # fmt: skip
     model = Graphormer(cfg).to(dev).train()
     forward = CapturedForward(model, None, dev, CudaGraphs(dev))
-    batch = _same_shape_batches(graphs, 1)[0]
+    batch = same_shape_batches(graphs, 1)[0]
     outs = [forward(batch) for _ in range(4)]  # warm-up, capture + replay, replays
     assert forward.cycle.shapes == 1
     assert not torch.equal(outs[2], outs[3])  # new dropout masks at each replay
@@ -559,10 +511,10 @@ def test_cuda_graph_dropout_draws_new_masks_at_every_replay():
 
 @CUDA
 @pytest.mark.cuda
-def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):  # noqa: F811
+def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):
     out = tmp_path / "run"
     with caplog.at_level("DEBUG", logger="graphormer_urpe.runtime.capture"):
-        assert cli.main(_train_args(table, tmp_path / "data", out, "--device", "cuda")) == 0
+        assert cli.main(train_args(table, tmp_path / "data", out, "--device", "cuda")) == 0
     assert "captured batch shape" in caplog.text and "continuing eagerly" not in caplog.text
     metrics = json.loads((out / "metrics.json").read_text())
     assert math.isfinite(metrics["test_mae"])
@@ -573,9 +525,7 @@ def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):  # noqa
 def test_cuda_streamed_predictions_equal_the_cpus(tmp_path):
     from graphormer_urpe.inference import iter_predictions, load_model
 
-    from .test_predict_stream import MIXED, _checkpoint
-
-    ckpt = _checkpoint(tmp_path / "best.pt", "ogb")
+    ckpt = tiny_checkpoint(tmp_path / "best.pt", "ogb")
     cpu = list(iter_predictions(load_model(ckpt, "cpu"), MIXED, batch_size=5, workers=0))
     gpu = list(iter_predictions(load_model(ckpt, "cuda"), MIXED, batch_size=5, workers=0))
     for a, b in zip(cpu, gpu, strict=True):

@@ -11,49 +11,7 @@ from pathlib import Path
 import pytest
 
 from graphormer_urpe import cli
-
-SMILES = [
-    "CCO",
-    "CCN",
-    "CCC",
-    "CCCC",
-    "CCCCC",
-    "c1ccccc1",
-    "c1ccccc1O",
-    "c1ccccc1N",
-    "CC(=O)O",
-    "CC(=O)N",
-    "CCOC",
-    "CCOCC",
-    "C1CCCCC1",
-    "C1CCCC1",
-    "CC(C)C",
-    "CC(C)(C)C",
-    "OCCO",
-    "NCCN",
-    "c1ccncc1",
-    "c1ccoc1",
-    "c1ccsc1",
-    "CC#N",
-    "C=CC",
-    "C=CC=C",
-    "CCCl",
-    "CCBr",
-    "CCF",
-    "OC(=O)c1ccccc1",
-    "Nc1ccccc1O",
-    "CC(=O)Nc1ccc(O)cc1",
-    "COc1ccccc1",
-    "CCCCCC",
-    "CCCCCCC",
-    "C1CC1",
-    "C1CCC1",
-    "OC1CCCCC1",
-    "NC1CCCCC1",
-    "CCS",
-    "CSC",
-    "CC(O)C",
-]
+from tests.helpers import SMILES, train_args
 
 
 @pytest.fixture(scope="module")
@@ -68,40 +26,12 @@ def table(tmp_path_factory) -> Path:
     return path
 
 
-TINY_MODEL = ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
 """Model flags for fast command-line runs."""
-
-
-def _train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "train",
-        "--dataset",
-        f"csv:{table}",
-        "--data-root",
-        str(root),
-        "--target-columns",
-        "heavy_atoms",
-        "--out",
-        str(out),
-        *TINY_MODEL,
-        "--batch-size",
-        "8",
-        "--epochs",
-        "3",
-        "--warmup-steps",
-        "2",
-        "--lr",
-        "1e-3",
-        "--no-progress",
-        "--threads",
-        "1",
-        *extra,
-    ]
 
 
 def test_train_evaluate_predict_plot(table, tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli.main(_train_args(table, tmp_path / "data", out, "--attention", "urpe")) == 0
+    assert cli.main(train_args(table, tmp_path / "data", out, "--attention", "urpe")) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     for key in (
         "best_valid_rmse",  # a CSV regression: MSE on standardised targets, selected on RMSE
@@ -210,8 +140,8 @@ def test_demo_runs_forward_and_backward(capsys):
 def test_max_nodes_leaves_only_training_graphs_out(table, tmp_path):
     full, capped = tmp_path / "full", tmp_path / "capped"
     common = ("--epochs", "1")
-    assert cli.main(_train_args(table, tmp_path / "data", full, *common)) == 0
-    assert cli.main(_train_args(table, tmp_path / "data", capped, *common, "--max-nodes", "6")) == 0
+    assert cli.main(train_args(table, tmp_path / "data", full, *common)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", capped, *common, "--max-nodes", "6")) == 0
     a = json.loads((full / "metrics.json").read_text())
     b = json.loads((capped / "metrics.json").read_text())
     assert a["dropped_train_oversize"] == 0 and b["max_nodes"] == 6
@@ -237,7 +167,7 @@ def test_counts_and_durations_below_one_are_refused_before_any_work(
 ):
     """Refused by the parser, in one line, before any data is read: no runs/ folder."""
     monkeypatch.chdir(tmp_path)
-    args = _train_args(table, tmp_path / "data", tmp_path / "x")
+    args = train_args(table, tmp_path / "data", tmp_path / "x")
     args.remove("--out")
     args.remove(str(tmp_path / "x"))
     with pytest.raises(SystemExit) as exc:
@@ -250,7 +180,7 @@ def test_counts_and_durations_below_one_are_refused_before_any_work(
 
 def test_a_refused_ensemble_leaves_no_runs_folder(table, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = _train_args(table, tmp_path / "data", tmp_path / "x", "--ensemble", "3")
+    args = train_args(table, tmp_path / "data", tmp_path / "x", "--ensemble", "3")
     for flag in ("--out", "--epochs"):
         i = args.index(flag)
         del args[i : i + 2]
@@ -264,7 +194,7 @@ def test_train_ends_with_its_checkpoint_and_the_predict_command_that_uses_it(
     import shlex
 
     monkeypatch.chdir(tmp_path)
-    args = _train_args(table, tmp_path / "data", tmp_path / "x")
+    args = train_args(table, tmp_path / "data", tmp_path / "x")
     for flag in ("--out", "--epochs"):
         i = args.index(flag)
         del args[i : i + 2]

@@ -14,9 +14,7 @@ import torch
 from graphormer_urpe import cli
 from graphormer_urpe.datasets import load_dataset
 from graphormer_urpe.datasets.metrics import classification_metrics
-
-from .test_cli import _train_args
-from .test_resume import SMILES
+from tests.helpers import SMILES, train_args
 
 
 def _rocauc(labels: list[float], scores: list[float]) -> float:
@@ -71,7 +69,7 @@ def _labelled_csv(path, value=lambda s: float("N" in s.upper())) -> str:
 def test_csv_classification_trains_with_bce_and_reports_rocauc(tmp_path):
     _labelled_csv(tmp_path / "labels.csv")
     out = tmp_path / "run"
-    args = _train_args(tmp_path / "labels.csv", tmp_path / "data", out, "--task", "classification")
+    args = train_args(tmp_path / "labels.csv", tmp_path / "data", out, "--task", "classification")
     args[args.index("--target-columns") + 1] = "has_n"
     assert cli.main(args) == 0
     m = json.loads((out / "metrics.json").read_text())

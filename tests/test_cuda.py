@@ -30,12 +30,8 @@ from graphormer_urpe.training.loop import (
     make_optimizer,
     train_step,
 )
-
-from .conftest import graph_zoo
-from .test_attention import _inputs, naive_attention
-from .test_cli import _train_args
-from .test_model import tiny_config
-from .test_resume import table  # noqa: F401 - the shared 40-molecule CSV fixture
+from tests.helpers import attention_inputs, graph_zoo, tiny_config, train_args
+from tests.reference import naive_attention
 
 pytestmark = [
     pytest.mark.cuda,
@@ -64,7 +60,7 @@ def _autocast(kind: str):
 
 def _masked_inputs(seed: int):
     """``test_attention``'s inputs, with a fully masked query row and a fully padded graph."""
-    q, k, v, bias, scale, kpm = _inputs(seed)
+    q, k, v, bias, scale, kpm = attention_inputs(seed)
     bias = bias.clone()
     bias[:, :, 2, :] = float("-inf")
     kpm = kpm.clone()
@@ -268,9 +264,9 @@ def _cli(args: list[str], cwd: Path, torchrun: bool = False) -> subprocess.Compl
     return proc
 
 
-def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(table, tmp_path):  # noqa: F811
+def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(table, tmp_path):
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
+    args = train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
     _cli([*args, "--precision", "fp32", "--threads", "1"], tmp_path)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["device"].startswith("cuda")
@@ -283,9 +279,9 @@ def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(table, tmp_path):  # no
     assert cpu_mae == pytest.approx(metrics["test_mae"], rel=1e-4, abs=1e-5)
 
 
-def test_one_process_nccl_torchrun(table, tmp_path):  # noqa: F811
+def test_one_process_nccl_torchrun(table, tmp_path):
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
+    args = train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
     proc = _cli(args, tmp_path, torchrun=True)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["processes"] == 1 and metrics["device"] == "cuda:0"
@@ -336,9 +332,9 @@ def test_compiled_model_matches_eager_and_stops_recompiling(attention):
     assert counts[-1] == counts[2], counts
 
 
-def test_train_with_compile_on_cuda(table, tmp_path):  # noqa: F811
+def test_train_with_compile_on_cuda(table, tmp_path):
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--device", "cuda", "--compile")
+    args = train_args(table, tmp_path / "data", out, "--device", "cuda", "--compile")
     _cli([*args, "--precision", "bf16"], tmp_path)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["precision"] == "bf16" and metrics["steps"] > 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import logging
 import math
-import pickle
 import re
 import urllib.error
 import urllib.request
@@ -46,24 +45,10 @@ from graphormer_urpe.datasets import (
 from graphormer_urpe.datasets.sources.penalized_logp import cycle_basis, largest_ring_penalty
 from graphormer_urpe.datasets.sources.smiles_csv import open_csv
 from graphormer_urpe.graph.features import GraphormerFeatures, has_graphormer_features
-from tests.conftest import SHARED_DATA
+from tests.helpers import SHARED_DATA, write_zinc_raw
 
 ZINC_VAL_CSV = SHARED_DATA / "zinc" / "val.csv"
 ZINC_VAL_GRAPHS = SHARED_DATA / "zinc" / "val_graphs.npz"
-
-# Real ZINC-like molecules covering charges, stereo centres, aromatic N-H, rings and S/Cl/Br/F.
-ZINC_FIXTURE = [
-    "C[C@@]1(c2ccc(F)cc2)NC(=O)N(CN2CCN(S(=O)(=O)c3ccc4ccccc4c3)CC2)C1=O",
-    "COCc1ccc(C(=O)Oc2ccc(F)cc2)cc1",
-    "O=c1c([N+](=O)[O-])cccn1Cc1ccc(F)cc1Cl",
-    "O=C(CSc1ccc2ccccc2n1)NNC(=O)c1cccc([N+](=O)[O-])c1",
-    "C[NH+]1CCC(NC(=O)c2ccc(Br)s2)CC1",
-    "Cc1cc2c(cc1C)N(Cc1ccc(Cl)cc1)[C@@H](C1=CCC(=O)N=C1)N2",
-    "O=C(Nc1cccc(-n2cnnn2)c1)c1cccc2[nH]ccc12",
-    "[NH3+]CCCC(=O)N1C[C@@H]2C[C@H](C1)Cn1c2cccc1=O",
-    "CC#CCOc1ccc(C[NH2+]C2CC2)cc1",
-    "CCN(CC)C(=O)c1ccc([O-])cc1",
-]
 
 
 def _types(data) -> list[str]:
@@ -264,37 +249,9 @@ def _mtime(cache: MoleculeStore) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _zinc_raw_entry(smiles: str) -> dict:
-    g = zinc_mol_to_graph(smiles)
-    n = g.num_nodes
-    adj = torch.zeros(n, n, dtype=torch.long)
-    adj[g.edge_index[0], g.edge_index[1]] = g.edge_attr
-    return {
-        "num_atom": n,
-        "atom_type": g.x.view(-1).clone(),
-        "bond_type": adj,
-        "logP_SA_cycle_normalized": torch.tensor([penalized_logp(smiles)]),
-    }
-
-
-def _write_zinc_raw(root: Path) -> dict[str, list[str]]:
-    """PyG's raw layout: per-split pickles of molecule dicts + comma-separated subset indices."""
-    raw = root / "raw"
-    raw.mkdir(parents=True)
-    splits = {"train": ZINC_FIXTURE[:6], "val": ZINC_FIXTURE[6:8], "test": ZINC_FIXTURE[8:]}
-    subset_index = {"train": [0, 2, 3, 5], "val": [1], "test": [0, 1]}
-    for split, smiles in splits.items():
-        with open(raw / f"{split}.pickle", "wb") as f:
-            pickle.dump([_zinc_raw_entry(s) for s in smiles], f)
-        (raw / f"{split}.index").write_text(",".join(map(str, subset_index[split])) + "\n")
-    return {s: [splits[s][i] for i in subset_index[s]] for s in splits} | {
-        f"full-{s}": splits[s] for s in splits
-    }
-
-
 def test_zinc_store_subset_full_and_hops_read_from_one_store(tmp_path, store_dir):
     root = tmp_path / "ZINC"
-    expected = _write_zinc_raw(root)
+    expected = write_zinc_raw(root)
     splits = load_zinc_splits(root, 20, subset=True)
     assert splits.name == "zinc" and splits.featurizer == "zinc"
     parts = {"train": splits.train, "val": splits.valid, "test": splits.test}

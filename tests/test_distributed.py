@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from graphormer_urpe import cli
-
-from .test_cli import SMILES, _train_args
+from tests.helpers import SMILES, train_args
 
 EXTRA = ["CCCCO", "CCCCN", "OCC(O)CO", "c1ccc2ccccc2c1"]  # 44 molecules in all
 
@@ -32,8 +31,8 @@ def _table(path: Path) -> Path:
 
 
 def _args(table: Path, root: Path, out: Path, batch: int) -> list[str]:
-    # later flags override _train_args' own (argparse keeps the last value)
-    return _train_args(
+    # later flags override train_args' own (argparse keeps the last value)
+    return train_args(
         table,
         root,
         out,

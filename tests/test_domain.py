@@ -31,9 +31,7 @@ from graphormer_urpe.datasets.store import (
     featurize_chunk,
 )
 from graphormer_urpe.inference import iter_predictions, load_model
-
-from .conftest import SHARED_DATA
-from .test_cli import TINY_MODEL
+from tests.helpers import SHARED_DATA, TINY_MODEL
 
 # Marketed drugs: the training molecules and, from the same population, held-out ones whose
 # elements, charges and sizes all occur in training.

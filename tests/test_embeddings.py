@@ -31,8 +31,7 @@ from graphormer_urpe.inference.predict_io import Prediction
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.runtime.inputs import build_model
-
-from .test_predict_stream import BAD, VALID
+from tests.helpers import BAD, BROKEN, VALID, write_sdf
 
 # invalid rows at the start, middle and end; enough rows for several chunks and windows
 MIXED = [BAD[0], *VALID[:8], BAD[2], *VALID[8:], *VALID[::-1], BAD[1]]
@@ -225,7 +224,6 @@ def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
 
 
 def test_an_unreadable_sd_record_gets_a_nan_row(ckpt, tmp_path):
-    from .test_sdf import BROKEN, write_sdf
 
     sdf, emb = tmp_path / "in.sdf", tmp_path / "emb.npy"
     titles = write_sdf(sdf, VALID[:6])

@@ -9,14 +9,12 @@ import pandas as pd
 import pytest
 
 from graphormer_urpe import cli
-
-from .test_cli import _train_args
-from .test_resume import table  # noqa: F401 - the shared 40-molecule CSV fixture
+from tests.helpers import train_args
 
 
-def test_ensemble_trains_seeds_and_predicts_their_mean_and_std(table, tmp_path):  # noqa: F811
+def test_ensemble_trains_seeds_and_predicts_their_mean_and_std(table, tmp_path):
     out = tmp_path / "ens"
-    args = _train_args(table, tmp_path / "data", out, "--ensemble", "2", "--seed", "3")
+    args = train_args(table, tmp_path / "data", out, "--ensemble", "2", "--seed", "3")
     assert cli.main(args) == 0
     assert json.loads((out / "ensemble.json").read_text())["seeds"] == [3, 4]
     metrics = json.loads((out / "metrics.json").read_text())

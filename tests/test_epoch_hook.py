@@ -10,8 +10,7 @@ import pytest
 
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.training.loop import train
-
-from .test_cli import SMILES
+from tests.helpers import SMILES
 
 TINY = dict(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=2)
 

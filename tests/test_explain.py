@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
-from graphormer_urpe.graph.model import Graphormer, GraphormerConfig
+from graphormer_urpe.graph.model import Graphormer
 from graphormer_urpe.inference.explain import Explainer
 from graphormer_urpe.inference.explain_io import write_explanations
 from graphormer_urpe.inference.faithfulness import (
@@ -23,22 +23,7 @@ from graphormer_urpe.inference.integrated import (
     integrated_gradients,
     masked_predictions,
 )
-
-MOLS = ["CC(=O)Nc1ccc(O)cc1", "c1ccccc1Cl", "CCN(CC)CCOC(=O)c1ccccc1", "OCC(O)CO"]
-
-
-def tiny(seed: int = 0, scale: float = 0.2, **overrides) -> Graphormer:
-    """A small random model with weights large enough to be far from linear."""
-    torch.manual_seed(seed)
-    sizes = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2, multi_hop_max_dist=5)
-    config = GraphormerConfig(**{**sizes, **overrides})
-    model = Graphormer(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, scale)
-    t = config.num_targets
-    model.set_target_scaling([0.0] * t, [100.0] * t)  # prediction - baseline of about 1
-    return model
+from tests.helpers import MOLS, additive_model, random_tiny_model
 
 
 def plain_ig(model: Graphormer, graph, target: int, steps: int = 80) -> np.ndarray:
@@ -68,7 +53,7 @@ def test_gauss_legendre_integrates_polynomials_exactly():
 
 @pytest.mark.parametrize("attention, baseline", [("graphormer", "mean"), ("urpe", "zero")])
 def test_regression_contributions_are_complete(attention, baseline):
-    model = tiny(attention=attention, num_targets=2)
+    model = random_tiny_model(attention=attention, num_targets=2)
     graph = featurize_smiles(MOLS[0], "zinc")
     a = integrated_gradients(model, graph, baseline=baseline)
     delta = a.prediction - a.baseline
@@ -79,7 +64,7 @@ def test_regression_contributions_are_complete(attention, baseline):
 
 
 def test_contributions_match_a_plain_midpoint_rule():
-    model = tiny(attention="urpe", num_targets=2)
+    model = random_tiny_model(attention="urpe", num_targets=2)
     graph = featurize_smiles(MOLS[3], "zinc")
     a = integrated_gradients(model, graph)
     ref = plain_ig(model, graph, target=1)
@@ -87,7 +72,7 @@ def test_contributions_match_a_plain_midpoint_rule():
 
 
 def test_steps_grow_until_complete():
-    model = tiny(scale=0.5)
+    model = random_tiny_model(scale=0.5)
     graph = featurize_smiles(MOLS[2], "zinc")
     coarse = integrated_gradients(model, graph, steps=1, max_steps=1)
     fine = integrated_gradients(model, graph, steps=1)
@@ -96,7 +81,7 @@ def test_steps_grow_until_complete():
 
 
 def test_classification_is_explained_on_the_logit():
-    model = tiny(seed=1, num_targets=1)
+    model = random_tiny_model(seed=1, num_targets=1)
     explainer = Explainer(
         [model], "zinc", ["active"], task_type="binary", method="integrated-gradients"
     )
@@ -108,7 +93,7 @@ def test_classification_is_explained_on_the_logit():
 
 def test_descriptor_term_is_separate_and_completes_the_sum():
     k = 5
-    model = tiny(seed=2, num_mol_features=k)
+    model = random_tiny_model(seed=2, num_mol_features=k)
     graph = featurize_smiles(MOLS[0], "zinc")
     graph.mol_x = torch.randn(1, k)
     a = integrated_gradients(model, graph)
@@ -120,7 +105,7 @@ def test_descriptor_term_is_separate_and_completes_the_sum():
 
 
 def test_ensemble_gives_the_members_mean():
-    members = [tiny(seed=s) for s in (3, 4)]
+    members = [random_tiny_model(seed=s) for s in (3, 4)]
     fixed = {
         "steps": 8,
         "max_steps": 8,
@@ -138,20 +123,6 @@ def test_ensemble_gives_the_members_mean():
         .completeness_error[0]
         <= 0.01
     )
-
-
-def additive_model(seed: int = 5) -> Graphormer:
-    """A model whose output is a sum of per-atom terms by construction: one pre-LN layer
-    with uniform attention (no query/key, no bias B), no feed-forward, no final norm."""
-    model = tiny(seed=seed, scale=0.5, num_layers=1, final_norm=False)
-    with torch.no_grad():
-        layer = model.encoder.encoder.layers[0]
-        for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.fc2):
-            lin.weight.zero_()
-            lin.bias.zero_()
-        for p in model.encoder.attention_bias.parameters():
-            p.zero_()
-    return model
 
 
 def test_contributions_rank_atoms_as_a_known_additive_truth():
@@ -213,7 +184,7 @@ def test_deletion_curve_ranks_the_additive_truth_above_random():
 
 
 def test_arrays_match_the_csv(tmp_path):
-    explainer = Explainer([tiny(num_targets=2)], "zinc", ["a", "b"])
+    explainer = Explainer([random_tiny_model(num_targets=2)], "zinc", ["a", "b"])
     smiles = [MOLS[0], "not a smiles((", MOLS[1]]
     explanations = list(explainer.explain_many(smiles))
     summary = write_explanations(explanations, tmp_path, ["a", "b"])

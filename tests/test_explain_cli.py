@@ -11,7 +11,7 @@ import pytest
 from graphormer_urpe import cli
 from graphormer_urpe.inference import draw, explain_io
 from graphormer_urpe.inference.explain import METHODS
-from tests.test_cli import SMILES, TINY_MODEL
+from tests.helpers import SMILES, TINY_MODEL
 
 DRAW_ATOMS = 12
 """The largest molecule drawn in this module's tests (the library's limit, lowered)."""

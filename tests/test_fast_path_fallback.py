@@ -23,11 +23,17 @@ from graphormer_urpe.attention.kernel_choice import attention_kernel, fused_kern
 from graphormer_urpe.runtime.capture import CapturedStep, EagerGraphs
 from graphormer_urpe.training import steps
 from graphormer_urpe.training.steps import make_optimizer
-
-from .test_capture import HOPS, _bound, _graphs, _same_shape_batches, _step_setup, stand_in_capture
-from .test_cli import _train_args
-from .test_model import tiny_config
-from .test_resume import _assert_same_run, table  # noqa: F401 - the fixture
+from tests.helpers import (
+    HOPS,
+    assert_same_run,
+    bound_body,
+    graphs_with_targets,
+    same_shape_batches,
+    stand_in_capture,
+    step_setup,
+    tiny_config,
+    train_args,
+)
 
 PROBE = (2, 2, 20, 16)  # the self-check's [B, H, N, d_h]
 CPU = torch.device("cpu")
@@ -160,9 +166,9 @@ def test_errors_are_traced_to_the_kernel_or_not():
 
 
 @pytest.fixture(scope="module")
-def eager_run(table, tmp_path_factory):  # noqa: F811
+def eager_run(table, tmp_path_factory):
     base = tmp_path_factory.mktemp("eager")
-    args = _train_args(table, base / "data", base / "run", "--attention", "urpe",
+    args = train_args(table, base / "data", base / "run", "--attention", "urpe",
                        "--attention-kernel", "eager")  # fmt: skip
     assert cli.main(args) == 0
     return base / "run"
@@ -173,20 +179,20 @@ def eager_run(table, tmp_path_factory):  # noqa: F811
 def test_a_failing_kernel_leaves_the_run_of_the_eager_kernel(
     failure,
     eager_run,
-    table,  # noqa: F811
+    table,
     tmp_path,
     monkeypatch,
-    caplog,  # noqa: F811
+    caplog,
 ):
     if not _fused_runs_here():
         pytest.skip("Triton's interpreter is not available")
     _inject(monkeypatch, failure)
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe",
+    args = train_args(table, tmp_path / "data", out, "--attention", "urpe",
                        "--attention-kernel", "fused")  # fmt: skip
     with caplog.at_level("WARNING"):
         assert cli.main(args) == 0
-    _assert_same_run(eager_run, out)  # the same weights, bit for bit (dropout included)
+    assert_same_run(eager_run, out)  # the same weights, bit for bit (dropout included)
     warnings = [r.getMessage() for r in caplog.records if "fused URPE attention" in r.getMessage()]
     assert len(warnings) == 1 and "--attention-kernel eager" in warnings[0]
     assert fused_guard.fused_failure(CPU) is not None
@@ -206,11 +212,11 @@ class _FailingWarmUp(EagerGraphs):
         raise RuntimeError("CUDA error: an illegal instruction was encountered")
 
 
-def _captured_run(table, tmp_path, monkeypatch, backend_type):  # noqa: F811
+def _captured_run(table, tmp_path, monkeypatch, backend_type):
     backends = stand_in_capture(monkeypatch, backend_type)
     out = tmp_path / backend_type.__name__
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
-    assert cli.main(_train_args(table, tmp_path / "data", out, *args)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", out, *args)) == 0
     assert backends
     return out
 
@@ -218,14 +224,14 @@ def _captured_run(table, tmp_path, monkeypatch, backend_type):  # noqa: F811
 @pytest.mark.parametrize("backend_type", [_RefusingCapture, _FailingWarmUp])
 def test_a_failing_capture_leaves_the_run_of_eager_steps(
     backend_type,
-    table,  # noqa: F811
+    table,
     tmp_path,
     monkeypatch,
-    caplog,  # noqa: F811
+    caplog,
 ):
     eager = tmp_path / "eager"
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
-    assert cli.main(_train_args(table, tmp_path / "data", eager, *args)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", eager, *args)) == 0
     with caplog.at_level("WARNING"):
         out = _captured_run(table, tmp_path, monkeypatch, backend_type)
     a = json.loads((eager / "metrics.json").read_text())
@@ -259,17 +265,17 @@ def test_a_step_that_fails_on_the_fast_path_is_redone_from_the_state_before_it(m
     """The failed step's loss is counted once and its dropout masks drawn again."""
     real = steps.masked_loss
     monkeypatch.setattr(steps, "masked_loss", lambda *a: _FailingBackward.apply(real(*a)))
-    graphs = _graphs(20)
-    batches = _same_shape_batches(graphs, 4)
+    graphs = graphs_with_targets(20)
+    batches = same_shape_batches(graphs, 4)
     results = []
     for backend in (None, EagerGraphs()):
-        model, opt, sched, precision, totals = _step_setup("urpe", graphs)
+        model, opt, sched, precision, totals = step_setup("urpe", graphs)
         model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS, dropout=0.1,
                                        attention_dropout=0.1))  # fmt: skip
-        model.load_state_dict(_step_setup("urpe", graphs)[0].state_dict())
+        model.load_state_dict(step_setup("urpe", graphs)[0].state_dict())
         opt = make_optimizer(model.parameters(), 1e-3, 0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        body = _bound(model, opt, precision, totals)
+        body = bound_body(model, opt, precision, totals)
         step = CapturedStep(opt, sched, body, CPU, backend, keep=totals.tensors())
         torch.manual_seed(5)
         _FailingBackward.armed = backend is not None
@@ -285,8 +291,8 @@ def test_a_step_that_fails_on_the_fast_path_is_redone_from_the_state_before_it(m
 
 
 def test_an_error_of_the_eager_step_is_raised():
-    graphs = _graphs(20)
-    model, opt, sched, precision, totals = _step_setup("urpe", graphs)
+    graphs = graphs_with_targets(20)
+    model, opt, sched, precision, totals = step_setup("urpe", graphs)
     calls = {"n": 0}
 
     def broken(batch, set_to_none, step):
@@ -295,7 +301,7 @@ def test_an_error_of_the_eager_step_is_raised():
 
     step = CapturedStep(opt, sched, broken, CPU, EagerGraphs(), keep=totals.tensors())
     with pytest.raises(ValueError, match="wrong shape"):
-        step(_same_shape_batches(graphs, 1)[0], 0)
+        step(same_shape_batches(graphs, 1)[0], 0)
     assert calls["n"] == 2  # once on the fast path, once eagerly
 
 
@@ -321,7 +327,7 @@ def test_cuda_the_fused_kernel_passes_its_self_check(device, monkeypatch):
 @pytest.mark.parametrize("failure", [pytest.param(f, marks=CUDA) for f in sorted(FAILURES)])
 def test_cuda_a_failing_kernel_leaves_the_run_of_eager_steps(
     failure,
-    table,  # noqa: F811
+    table,
     tmp_path,
     monkeypatch,
     caplog,
@@ -331,13 +337,13 @@ def test_cuda_a_failing_kernel_leaves_the_run_of_eager_steps(
             "0")  # fmt: skip
     eager = tmp_path / "eager"
     flags = ("--attention-kernel", "eager", "--no-capture")
-    assert cli.main(_train_args(table, tmp_path / "data", eager, *args, *flags)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", eager, *args, *flags)) == 0
     monkeypatch.setattr(fused_guard, "_checked", {})
     _inject(monkeypatch, failure)
     out = tmp_path / "fast"
     with caplog.at_level("WARNING"):
         fast = (*args, "--attention-kernel", "fused")
-        assert cli.main(_train_args(table, tmp_path / "data", out, *fast)) == 0
+        assert cli.main(train_args(table, tmp_path / "data", out, *fast)) == 0
     a = json.loads((eager / "metrics.json").read_text())
     b = json.loads((out / "metrics.json").read_text())
     assert a["steps"] == b["steps"]

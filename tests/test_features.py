@@ -17,7 +17,7 @@ from graphormer_urpe.graph.features import (
     floyd_warshall,
     has_graphormer_features,
 )
-from tests.conftest import graph_zoo, load_zinc_val_graphs, random_graph
+from tests.helpers import graph_zoo, load_zinc_val_graphs, random_graph, write_zinc_raw
 from tests.reference import _all_edges, ref_floyd_warshall, ref_preprocess
 
 
@@ -328,10 +328,9 @@ def test_zinc_store_gives_pygs_graphs_with_the_transforms_features(tmp_path):
     from torch_geometric.datasets import ZINC
 
     from graphormer_urpe.datasets import load_zinc_splits
-    from tests.test_datasets import _write_zinc_raw
 
-    _write_zinc_raw(tmp_path / "ours")
-    _write_zinc_raw(tmp_path / "pyg")
+    write_zinc_raw(tmp_path / "ours")
+    write_zinc_raw(tmp_path / "pyg")
     for subset in (False, True):
         splits = load_zinc_splits(tmp_path / "ours", 3, subset=subset)
         for split, ours in (("train", splits.train), ("val", splits.valid), ("test", splits.test)):

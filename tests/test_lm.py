@@ -34,26 +34,9 @@ from graphormer_urpe.sequence import lm as lm_module
 from graphormer_urpe.sequence.lm import batchify, cosine_warmup
 from graphormer_urpe.sequence.model import RelativePositionTable
 from graphormer_urpe.sequence.xl_attention import SegmentAttention
-
-from .test_sequence import run_tiny_command
+from tests.helpers import perturb_tables, run_tiny_command, tiny_xl
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _xl(pe: str, **kw) -> TransformerXL:
-    base = dict(vocab_size=40, tgt_len=8, mem_len=16, width=32, layers=2, heads=4, ffn=64)
-    base.update(pe=pe, dropout=0.0, init_std=0.1)
-    base.update(kw)
-    return TransformerXL(TransformerXLConfig(**base)).eval()
-
-
-def _perturb_tables(model: TransformerXL) -> None:
-    """Move B and C away from their initial values so the tests see them act."""
-    gen = torch.Generator().manual_seed(123)
-    with torch.no_grad():
-        for t in model.modules():
-            if isinstance(t, RelativePositionTable):
-                t.weight.add_(0.5 * torch.randn(t.weight.shape, generator=gen))
 
 
 # --------------------------------------------------------------------------- model
@@ -123,8 +106,8 @@ def test_attention_with_memory_matches_plain_reference() -> None:
 @pytest.mark.parametrize("pe", ["none", "ape", "rpe", "urpe", "xl", "xl-urpe"])
 def test_changing_future_tokens_leaves_earlier_logits_unchanged(pe: str) -> None:
     torch.manual_seed(1)
-    model = _xl(pe)
-    _perturb_tables(model)
+    model = tiny_xl(pe)
+    perturb_tables(model)
     x = torch.randint(0, 40, (3, 8))
     y = x.clone()
     y[:, 5:] = (y[:, 5:] + 7) % 40  # change positions 5..7
@@ -149,8 +132,8 @@ def test_changing_future_tokens_leaves_earlier_logits_unchanged(pe: str) -> None
 @pytest.mark.parametrize(("base", "scaled", "distance"), [("rpe", "urpe", 3), ("xl", "xl-urpe", 2)])
 def test_urpe_equals_its_base_scheme_at_initialisation(base: str, scaled: str, distance: int):
     torch.manual_seed(2)
-    plain = _xl(base)
-    urpe = _xl(scaled)
+    plain = tiny_xl(base)
+    urpe = tiny_xl(scaled)
     missing = urpe.load_state_dict(plain.state_dict(), strict=False).missing_keys
     assert missing == ["rel_scales.0.weight"]
     assert torch.all(urpe.rel_scales[0].weight == 1.0)
@@ -174,9 +157,9 @@ def test_memory_across_segments_equals_one_long_pass(pe: str, pre_ln: bool) -> N
     """With mem_len covering everything before the last segment, three segments of 8 give the
     logits of one causal pass over all 24 tokens (same weights, same window of 24)."""
     torch.manual_seed(3)
-    seg = _xl(pe, tgt_len=8, mem_len=16, pre_ln=pre_ln, share_scale=False)
-    _perturb_tables(seg)
-    long = _xl(pe, tgt_len=24, mem_len=0, pre_ln=pre_ln, share_scale=False)
+    seg = tiny_xl(pe, tgt_len=8, mem_len=16, pre_ln=pre_ln, share_scale=False)
+    perturb_tables(seg)
+    long = tiny_xl(pe, tgt_len=24, mem_len=0, pre_ln=pre_ln, share_scale=False)
     long.load_state_dict(seg.state_dict())
     x = torch.randint(0, 40, (2, 24))
     with torch.no_grad():
@@ -194,7 +177,7 @@ def test_memory_across_segments_equals_one_long_pass(pe: str, pre_ln: bool) -> N
 
 def test_memory_is_truncated_and_detached_in_training() -> None:
     torch.manual_seed(4)
-    model = _xl("urpe", tgt_len=8, mem_len=5).train()
+    model = tiny_xl("urpe", tgt_len=8, mem_len=5).train()
     x = torch.randint(0, 40, (2, 8))
     logits, mem = model(x)
     assert [t.shape for t in mem] == [torch.Size([2, 5, 32])] * 2
@@ -340,7 +323,7 @@ def test_cosine_schedule_and_stream_columns() -> None:
     with pytest.raises(ValueError, match="too short"):
         batchify(torch.arange(5), 3)
     # Every next-token pair inside a column is scored once, across segment boundaries.
-    model = _xl("rpe", tgt_len=4, mem_len=4)
+    model = tiny_xl("rpe", tgt_len=4, mem_len=4)
     stream = torch.randint(0, 40, (23,))
     loss, count = evaluate_lm(model, stream, batch_size=2)
     assert count == 2 * (11 - 1)

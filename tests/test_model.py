@@ -19,7 +19,7 @@ from graphormer_urpe import (
     get_preset,
 )
 from graphormer_urpe.graph.encodings import LayerSpatialScales
-from tests.conftest import graph_zoo, load_zinc_val_graphs
+from tests.helpers import graph_zoo, load_zinc_val_graphs, random_graph, tiny_config
 
 PAPER_GRAPHORMER_PARAMS = 489_321
 PAPER_URPE_PARAMS = 491_737
@@ -27,20 +27,6 @@ PAPER_URPE_PARAMS = 491_737
 
 def n_params(m: torch.nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
-
-
-def tiny_config(**kw) -> GraphormerConfig:
-    base = dict(
-        num_layers=3,
-        hidden_dim=32,
-        ffn_dim=32,
-        num_heads=4,
-        dropout=0.0,
-        attention_dropout=0.0,
-        input_dropout=0.0,
-    )
-    base.update(kw)
-    return get_preset("zinc-slim", **base)
 
 
 def test_zinc_slim_parameter_counts_match_the_paper():
@@ -316,7 +302,6 @@ def plain_padded_forward(enc: GraphormerEncoder, batch) -> torch.Tensor:
 
 
 def _equal_sized_graphs(n: int, count: int, seed: int) -> list[Data]:
-    from tests.conftest import random_graph
 
     rng = __import__("numpy").random.default_rng(seed)
     return [random_graph(rng, n, 0.3, node_features=3, edge_features=3) for _ in range(count)]

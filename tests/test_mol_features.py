@@ -25,9 +25,7 @@ from graphormer_urpe.graph.model import fit_tables, get_preset
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime.config import TrainConfig
 from graphormer_urpe.training import init_from_checkpoint
-
-from .conftest import graph_zoo
-from .test_cli import SMILES, _train_args
+from tests.helpers import SMILES, graph_zoo, train_args
 
 
 def _table(path: Path) -> Path:
@@ -156,7 +154,7 @@ def test_morgan_counts_follow_the_descriptors(tmp_path):
 def test_train_predict_and_evaluate_with_molecule_features(tmp_path, capsys, kind):
     table = _table(tmp_path / "mols.csv")
     out = tmp_path / "run"
-    assert cli.main(_train_args(table, tmp_path / "data", out, "--mol-features", kind)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", out, "--mol-features", kind)) == 0
     capsys.readouterr()
     metrics = json.loads((out / "metrics.json").read_text())
     config = json.loads((out / "config.json").read_text())

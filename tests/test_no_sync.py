@@ -22,22 +22,7 @@ from graphormer_urpe.training.loop import (
     make_optimizer,
     train_step,
 )
-
-from .conftest import graph_zoo
-from .test_model import tiny_config
-
-SYNCING = {
-    "_local_scalar_dense",
-    "item",
-    "is_nonzero",
-    "nonzero",
-    "masked_select",
-    "unique",
-    "_unique",
-    "_unique2",
-    "unique_consecutive",
-    "equal",
-}
+from tests.helpers import SYNCING, graph_zoo, tiny_config
 
 
 class SyncRecorder(TorchDispatchMode):

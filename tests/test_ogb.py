@@ -11,7 +11,6 @@ evaluate, submit), and the real PCQM4Mv2 sample when it is available.
 from __future__ import annotations
 
 import builtins
-import gzip
 import io
 import json
 import logging
@@ -43,47 +42,14 @@ from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.features import GraphormerFeatures, graph_structure
 from graphormer_urpe.inference.submit import SubmissionError, write_submission
 from graphormer_urpe.training.loop import masked_loss
+from tests.helpers import (
+    PCQM_SMILES,
+    count_chunk_rows,
+    interrupted_chunk_writes,
+    v2_splits,
+    write_lsc_layout,
+)
 
-from .test_store import count_chunk_rows, interrupted_chunk_writes
-
-SMILES = [
-    "CCO",
-    "c1ccccc1",
-    "CC(=O)Nc1ccc(O)cc1",
-    "CN1C=NC2=C1C(=O)N(C(=O)N2C)C",
-    "C[C@H](N)C(=O)O",
-    "F/C=C/F",
-    "[NH3+]CC(=O)[O-]",
-    "[Na+].[Cl-]",
-    "C",
-    "CCCCCCCCCCCC",
-    "c1ccc2ccccc2c1",
-    "O=C(O)c1ccccc1O",
-    "CC(C)Cc1ccc(cc1)C(C)C(=O)O",
-    "C1CCC2(CC1)OCCO2",
-    "CCOC(=O)C1=CC=CC=C1N",
-    "c1ccncc1",
-    "c1ccsc1",
-    "CC#N",
-    "C=CC=C",
-    "OC1CCCCC1",
-    "NC1CCCCC1",
-    "CCS",
-    "CC(O)C",
-    "CCN(CC)CC",
-    "O=C1CCCC1",
-    "c1ccccc1Cl",
-    "Brc1ccc(Br)cc1",
-    "CC(C)(C)c1ccccc1",
-    "OCC(O)CO",
-    "C1=CC=C(C=C1)C=O",
-    "COc1ccccc1OC",
-    "CC(=O)OC1=CC=CC=C1C(=O)O",
-    "c1ccc(cc1)-c1ccccc1",
-    "CC1=CC(=O)C=CC1=O",
-    "N#Cc1ccccc1",
-    "CC(N)Cc1ccccc1",
-]
 BAD_TRAIN = "C1CC("  # RDKit cannot parse it
 KEYS = {
     "x",
@@ -102,47 +68,9 @@ KEYS = {
 # ---------------------------------------------------------------------------------------
 
 
-def write_lsc_layout(
-    root: Path,
-    smiles: list[str],
-    splits: dict[str, list[int]],
-    folder: str = "pcqm4m-v2",
-    release: bool = True,
-) -> np.ndarray:
-    """``<root>/<folder>/raw/data.csv.gz`` + ``split_dict.pt`` as OGB ships them.
-
-    Test rows get an empty gap; the others a gap computed from the SMILES. Returns the gaps.
-    """
-    base = root / folder
-    (base / "raw").mkdir(parents=True)
-    test_rows = {i for name, rows in splits.items() if name.startswith("test") for i in rows}
-    gaps = np.array(
-        [np.nan if i in test_rows else 3.0 + 0.1 * len(s) + 0.01 * i for i, s in enumerate(smiles)]
-    )
-    table = pd.DataFrame({"idx": np.arange(len(smiles)), "smiles": smiles, "homolumogap": gaps})
-    with gzip.open(base / "raw" / "data.csv.gz", "wt") as fh:
-        table.to_csv(fh, index=False)
-    torch.save(
-        {k: np.asarray(v, dtype=np.int64) for k, v in splits.items()}, base / "split_dict.pt"
-    )
-    if release:
-        (base / "RELEASE_v1.txt").write_text("fixture\n")
-    return gaps
-
-
-def v2_splits(n: int) -> dict[str, list[int]]:
-    rows = list(range(n))
-    return {
-        "train": rows[0 : n - 12],
-        "valid": rows[n - 12 : n - 6],
-        "test-dev": rows[n - 6 : n - 3][::-1],  # order must follow the split file
-        "test-challenge": rows[n - 3 :],
-    }
-
-
 @pytest.fixture
 def lsc_root(tmp_path) -> tuple[Path, list[str], np.ndarray]:
-    smiles = [*SMILES[:5], BAD_TRAIN, *SMILES[5:]]
+    smiles = [*PCQM_SMILES[:5], BAD_TRAIN, *PCQM_SMILES[5:]]
     gaps = write_lsc_layout(tmp_path / "ogb", smiles, v2_splits(len(smiles)))
     return tmp_path / "ogb", smiles, gaps
 
@@ -165,7 +93,7 @@ def assert_same_graph(got: Data, want: Data, extra: frozenset[str] = frozenset()
 
 
 def test_store_features_equal_graph_structure(tmp_path):
-    smiles = SMILES
+    smiles = PCQM_SMILES
     build_molecule_store(tmp_path / "c", smiles, np.arange(len(smiles)), progress=False)
     cache = MoleculeStore(tmp_path / "c")
     assert len(cache) == len(smiles)
@@ -294,7 +222,7 @@ def test_pcqm4mv2_splits_features_nan_tests_and_failures(lsc_root, caplog):
 
 
 def test_no_prompt_without_release_file(tmp_path, monkeypatch, caplog):
-    write_lsc_layout(tmp_path, SMILES[:20], v2_splits(20), release=False)
+    write_lsc_layout(tmp_path, PCQM_SMILES[:20], v2_splits(20), release=False)
 
     def no_input(*args, **kwargs):
         raise AssertionError("input() was called")
@@ -323,7 +251,7 @@ def test_offline_download_fails_fast_with_instructions(tmp_path, monkeypatch):
     assert not [p for p in (tmp_path / "none").iterdir() if "part" in p.name]
     # an incomplete folder is never downloaded over
     calls.clear()
-    write_lsc_layout(tmp_path / "half", SMILES[:20], v2_splits(20))
+    write_lsc_layout(tmp_path / "half", PCQM_SMILES[:20], v2_splits(20))
     (tmp_path / "half" / "pcqm4m-v2" / "split_dict.pt").unlink()
     with pytest.raises(DatasetUnavailableError, match="incomplete: missing .*split_dict.pt"):
         open_lsc("pcqm4mv2", tmp_path / "half")
@@ -333,12 +261,12 @@ def test_offline_download_fails_fast_with_instructions(tmp_path, monkeypatch):
 def test_pcqm4m_v1_layout_and_evaluator(tmp_path):
     n = 20
     splits = {"train": list(range(12)), "valid": list(range(12, 16)), "test": list(range(16, n))}
-    write_lsc_layout(tmp_path, SMILES[:n], splits, folder=PCQM4M.folder)
+    write_lsc_layout(tmp_path, PCQM_SMILES[:n], splits, folder=PCQM4M.folder)
     ds = load_dataset("pcqm4m", root=str(tmp_path))
     assert (len(ds.train), len(ds.valid), len(ds.test)) == (12, 4, 4)
     assert torch.isnan(ds.test.target_matrix()).all()
     assert type(ds.evaluator.evaluator).__name__ == "PCQM4MEvaluator"
-    assert_same_graph(ds.valid[1], reference(SMILES[13], 5))
+    assert_same_graph(ds.valid[1], reference(PCQM_SMILES[13], 5))
 
 
 # ---------------------------------------------------------------------------------------
@@ -351,10 +279,10 @@ def _cache_arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeypatch):
-    smiles = [*SMILES, BAD_TRAIN]
+    smiles = [*PCQM_SMILES, BAD_TRAIN]
     y = np.arange(len(smiles), dtype=float)
     ref = build_molecule_store(tmp_path / "ref", smiles, y, chunk_size=5, progress=False)
-    assert ref.chunks == 8 and [f.index for f in ref.failures] == [len(SMILES)]
+    assert ref.chunks == 8 and [f.index for f in ref.failures] == [len(PCQM_SMILES)]
 
     with interrupted_chunk_writes(monkeypatch, after=3) as written:
         build_molecule_store(tmp_path / "run", smiles, y, chunk_size=5, progress=False)
@@ -380,7 +308,7 @@ def test_interrupted_preprocessing_resumes_without_recomputing(tmp_path, monkeyp
 
 
 def test_two_workers_give_the_same_store_as_one(tmp_path):
-    smiles = [*SMILES, BAD_TRAIN, ""]
+    smiles = [*PCQM_SMILES, BAD_TRAIN, ""]
     y = np.linspace(0, 1, len(smiles))
     one = build_molecule_store(tmp_path / "w1", smiles, y, workers=1, chunk_size=6, progress=False)
     two = build_molecule_store(tmp_path / "w2", smiles, y, workers=2, chunk_size=6, progress=False)
@@ -388,8 +316,8 @@ def test_two_workers_give_the_same_store_as_one(tmp_path):
     a, b = _cache_arrays(tmp_path / "w1"), _cache_arrays(tmp_path / "w2")
     for key in a:
         assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key], equal_nan=True), key
-    assert [f.index for f in two.failures] == [len(SMILES), len(SMILES) + 1]
-    assert "empty SMILES" in two.failures[1].reason
+    assert [f.index for f in two.failures] == [len(PCQM_SMILES), len(PCQM_SMILES) + 1]
+    assert "empty PCQM_SMILES" in two.failures[1].reason
     for report in (one, two):
         assert report.molecules_per_second and report.molecules_per_second > 0
         assert report.store_bytes > 0 and report.load_seconds >= 0
@@ -469,8 +397,8 @@ def write_ogbg_layout(root: Path, name: str, smiles: list[str], labels: np.ndarr
 
 
 def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, capsys, store_dir):
-    labels = (np.arange(len(SMILES)) % 3 == 0).astype(np.int64).reshape(-1, 1)
-    folder = write_ogbg_layout(tmp_path, "ogbg-molhiv", SMILES, labels)
+    labels = (np.arange(len(PCQM_SMILES)) % 3 == 0).astype(np.int64).reshape(-1, 1)
+    folder = write_ogbg_layout(tmp_path, "ogbg-molhiv", PCQM_SMILES, labels)
 
     def no_network(*args, **kwargs):
         raise AssertionError("tried to download")
@@ -481,11 +409,11 @@ def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, cap
     assert capsys.readouterr().out == ""  # OGB's prints went to the log
     assert (splits.task_type, splits.metric, splits.higher_is_better) == ("binary", "rocauc", True)
     assert splits.target_names == ["HIV_active"]
-    assert (len(splits.train), len(splits.valid), len(splits.test)) == (len(SMILES) - 12, 6, 6)
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (len(PCQM_SMILES) - 12, 6, 6)
     for k in range(len(splits.valid)):
-        row = len(SMILES) - 12 + k
+        row = len(PCQM_SMILES) - 12 + k
         g = splits.valid[k]
-        assert_same_graph(g, reference(SMILES[row], 5))
+        assert_same_graph(g, reference(PCQM_SMILES[row], 5))
         assert int(g.y) == labels[row, 0]
     store = splits.valid.store
     assert store.folder.parent == store_dir / "ogbg"  # in the store folder, not the root
@@ -495,7 +423,7 @@ def test_ogbg_molhiv_through_ogb_loader_and_evaluator(tmp_path, monkeypatch, cap
     again = load_dataset("ogbg-molhiv", root=str(tmp_path), multi_hop_max_dist=3)
     assert meta.stat().st_mtime_ns == mtime  # reused, not re-processed: hops apply on reading
     assert again.valid.store.folder == store.folder
-    assert_same_graph(again.valid[0], reference(SMILES[len(SMILES) - 12], 3))
+    assert_same_graph(again.valid[0], reference(PCQM_SMILES[len(PCQM_SMILES) - 12], 3))
     # an edited raw file builds a new store next to the old one
     labels[0, 0] = 1 - labels[0, 0]
     pd.DataFrame(labels).to_csv(
@@ -560,10 +488,10 @@ def _tiny_train(dataset: str, root: Path, out: Path, epochs: str, lr: str) -> li
 
 def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path, capsys):
     rng = np.random.default_rng(1)
-    labels = rng.integers(0, 2, size=(len(SMILES), 12)).astype(float)
+    labels = rng.integers(0, 2, size=(len(PCQM_SMILES), 12)).astype(float)
     labels[rng.random(labels.shape) < 0.3] = np.nan  # tox21 has missing labels
     labels[-12:, 0] = [0, 1] * 6  # both classes in valid and test
-    write_ogbg_layout(tmp_path, "ogbg-moltox21", SMILES, labels)
+    write_ogbg_layout(tmp_path, "ogbg-moltox21", PCQM_SMILES, labels)
     out = tmp_path / "run"
     args = _tiny_train("ogbg-moltox21", tmp_path, out, epochs="3", lr="3e-3")
     assert cli.main(args) == 0
@@ -605,13 +533,13 @@ def test_train_on_binary_ogbg_uses_bce_and_maximises_rocauc(tmp_path, capsys):
 
 def test_cli_preprocess_train_evaluate_submit(tmp_path, capsys):
     root = tmp_path / "ogb"
-    write_lsc_layout(root, SMILES, v2_splits(len(SMILES)))
+    write_lsc_layout(root, PCQM_SMILES, v2_splits(len(PCQM_SMILES)))
     args = ["preprocess", "--dataset", "pcqm4mv2", "--data-root", str(root), "--workers", "2"]
     assert cli.main([*args, "--chunk-size", "10", "--no-progress"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["graphs"] == len(SMILES) and report["chunks"] == 4 and report["workers"] == 2
+    assert report["graphs"] == len(PCQM_SMILES) and report["chunks"] == 4 and report["workers"] == 2
     assert report["projected_store_bytes"] == pytest.approx(
-        report["store_bytes"] / len(SMILES) * 3_746_620, rel=1e-3
+        report["store_bytes"] / len(PCQM_SMILES) * 3_746_620, rel=1e-3
     )
     assert report["molecules_per_second"] > 0 and report["load_seconds"] >= 0
 
@@ -651,7 +579,7 @@ def test_cli_preprocess_train_evaluate_submit(tmp_path, capsys):
 
 def test_submit_refuses_when_a_test_molecule_is_missing(tmp_path, capsys):
     root = tmp_path / "ogb"
-    smiles = [*SMILES[:20], BAD_TRAIN]
+    smiles = [*PCQM_SMILES[:20], BAD_TRAIN]
     write_lsc_layout(root, smiles, v2_splits(len(smiles)))
     out = tmp_path / "run"
     train = [

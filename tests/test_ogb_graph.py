@@ -14,7 +14,7 @@ from graphormer_urpe.datasets.featurizers.ogb_features import (
     ogb_mol_graph,
     ogb_smiles_graph,
 )
-from tests.conftest import SHARED_DATA
+from tests.helpers import SHARED_DATA
 
 # every "misc" code and every unusual value OGB encodes: dummy atoms, charges beyond +-5,
 # radicals, lone hydrogens, S / SP3D / SP3D2 / unspecified hybridisation, square-planar,

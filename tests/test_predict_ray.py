@@ -19,15 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import MIXED, VALID, domain_checkpoint, input_files
+
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 psutil = pytest.importorskip("psutil")
 
 from graphormer_urpe import cli  # noqa: E402
 from graphormer_urpe.inference.ray_engine import predict_on_ray  # noqa: E402
-
-from .test_predict_stream import MIXED, VALID  # noqa: E402
-from .test_ray_parts import _inputs, domain_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +73,7 @@ def _same_rows(got: list[list[str]], want: list[list[str]], values: slice) -> No
 
 
 def test_every_format_gives_local_predicts_rows(cluster, ckpt, tmp_path, capsys):
-    inputs = _inputs(tmp_path / "in", MIXED)
+    inputs = input_files(tmp_path / "in", MIXED)
     inputs["smi"].unlink()  # a run's shards are all CSV / Parquet, or all one-SMILES-a-line
     (tmp_path / "in" / "e.csv").write_text("id,smiles\n")  # an empty shard
     out = tmp_path / "out"

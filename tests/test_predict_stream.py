@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
-from graphormer_urpe.datasets import featurize_smiles
+from graphormer_urpe import cli
 from graphormer_urpe.inference import (
     iter_predictions,
     load_model,
@@ -29,116 +28,27 @@ from graphormer_urpe.inference import (
     stream,
 )
 from graphormer_urpe.inference.stream import (
-    SORT_WINDOW,
     Prediction,
     default_threads,
     write_predictions_csv,
 )
-from graphormer_urpe.io.checkpoint import save_checkpoint
-from graphormer_urpe.runtime import make_config
-from graphormer_urpe.training.loop import build_model
-
-VALID = [
-    "CCO",
-    "c1ccccc1",
-    "CC(=O)Nc1ccc(O)cc1",
-    "C1CCCCC1",
-    "CC(C)(C)C",
-    "OCCO",
-    "c1ccncc1",
-    "CC#N",
-    "C=CC=C",
-    "OC(=O)c1ccccc1",
-    "C",
-    "CCCCCCCCCC",
-    "C1CC1",
-    "CCS",
-    "NC1CCCCC1",
-    "COc1ccccc1",
-    "c1ccc2ccccc2c1",
-    "CC(O)C",
-    "O=C(O)CCC(=O)O",
-    "CN1CCC[C@H]1c1cccnc1",
-]
-BAD = ["not_a_smiles((", "", "C1CC", "c1cccc1"]
-SALT = "CC(=O)[O-].[Na+]"  # disconnected: valid for OGB, an unknown atom type for ZINC
-SELENIUM = "C[Se]C"  # valid for OGB, an unknown atom type for ZINC
-
-
-def _mixed() -> list[str]:
-    """Valid and invalid rows interleaved, invalid ones at the start, middle and end."""
-    rows = [BAD[0], *VALID[:7], BAD[1], SALT, *VALID[7:13], BAD[2], SELENIUM, *VALID[13:]]
-    return [*rows, BAD[3], *VALID[:3], BAD[0]]
-
-
-MIXED = _mixed()
-
-
-def _checkpoint(path: Path, featurizer: str, task_type: str = "regression", seed: int = 0):
-    """A tiny untrained model saved as a checkpoint of this library."""
-    torch.manual_seed(seed)
-    config = make_config(
-        "small",
-        model_overrides=dict(
-            num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2, attention="urpe"
-        ),
-    )
-    names = ["a", "b"]
-    model = build_model(config.model, featurizer, len(names))
-    config.model = model.config
-    save_checkpoint(
-        path,
-        {
-            "config": config.to_json(),
-            "model": model.state_dict(),
-            "featurizer": featurizer,
-            "target_names": names,
-            "metric": "rocauc" if task_type == "binary" else "mae",
-            "task_type": task_type,
-        },
-    )
-    return path
+from tests.helpers import BAD, MIXED, SALT, SELENIUM, VALID, tiny_checkpoint
+from tests.reference import predict_reference
 
 
 @pytest.fixture(scope="module")
 def ogb_ckpt(tmp_path_factory) -> Path:
-    return _checkpoint(tmp_path_factory.mktemp("ogb") / "best.pt", "ogb")
+    return tiny_checkpoint(tmp_path_factory.mktemp("ogb") / "best.pt", "ogb")
 
 
 @pytest.fixture(scope="module")
 def zinc_ckpt(tmp_path_factory) -> Path:
-    return _checkpoint(tmp_path_factory.mktemp("zinc") / "best.pt", "zinc", seed=1)
+    return tiny_checkpoint(tmp_path_factory.mktemp("zinc") / "best.pt", "zinc", seed=1)
 
 
 @pytest.fixture(scope="module")
 def binary_ckpt(tmp_path_factory) -> Path:
-    return _checkpoint(tmp_path_factory.mktemp("bin") / "best.pt", "ogb", "binary", seed=2)
-
-
-@torch.no_grad()
-def reference(ckpt: Path, smiles: list[str], batch_size: int):
-    """``(values, errors)`` per row, computed plainly, one molecule at a time."""
-    lm = load_model(ckpt, "cpu")
-    cfg = lm.model.config
-    transform = GraphormerFeatures(cfg.multi_hop_max_dist)
-    collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
-    graphs, keep, errors = [], [], [None] * len(smiles)
-    for i, smi in enumerate(smiles):
-        try:
-            graphs.append(transform(featurize_smiles(smi, lm.featurizer)))
-            keep.append(i)
-        except ValueError as exc:
-            errors[i] = str(exc)
-    values: list[torch.Tensor | None] = [None] * len(smiles)
-    window = SORT_WINDOW * batch_size  # valid molecules, sorted by atom count, then batched
-    for w in range(0, len(graphs), window):
-        members = sorted(range(w, min(w + window, len(graphs))), key=lambda i: graphs[i].num_nodes)
-        for start in range(0, len(members), batch_size):
-            part = members[start : start + batch_size]
-            out = lm.model(collator([graphs[i] for i in part]))
-            for i, row in zip(part, out, strict=True):
-                values[keep[i]] = row
-    return values, errors
+    return tiny_checkpoint(tmp_path_factory.mktemp("bin") / "best.pt", "ogb", "binary", seed=2)
 
 
 def _check(results: list[Prediction], smiles: list[str], ref) -> None:
@@ -156,7 +66,7 @@ def _check(results: list[Prediction], smiles: list[str], ref) -> None:
 @pytest.mark.parametrize("workers", [0, 1, 2])
 @pytest.mark.parametrize("chunk_size", [1, 4, 7, 1000])
 def test_stream_equals_in_memory_reference_bit_for_bit(ogb_ckpt, workers, chunk_size):
-    ref = reference(ogb_ckpt, MIXED, batch_size=5)
+    ref = predict_reference(ogb_ckpt, MIXED, batch_size=5)
     lm = load_model(ogb_ckpt, "cpu")
     results = list(
         iter_predictions(lm, iter(MIXED), batch_size=5, workers=workers, chunk_size=chunk_size)
@@ -169,7 +79,7 @@ def test_stream_equals_in_memory_reference_bit_for_bit(ogb_ckpt, workers, chunk_
 
 @pytest.mark.parametrize("workers,chunk_size", [(0, 3), (2, 5)])
 def test_zinc_featurizer_unknown_atom_types_keep_their_place(zinc_ckpt, workers, chunk_size):
-    ref = reference(zinc_ckpt, MIXED, batch_size=4)
+    ref = predict_reference(zinc_ckpt, MIXED, batch_size=4)
     results = list(
         iter_predictions(zinc_ckpt, MIXED, batch_size=4, workers=workers, chunk_size=chunk_size)
     )
@@ -181,14 +91,14 @@ def test_zinc_featurizer_unknown_atom_types_keep_their_place(zinc_ckpt, workers,
 
 def test_batches_do_not_depend_on_chunks(ogb_ckpt):
     """A batch of valid molecules spans chunk boundaries and invalid rows."""
-    ref = reference(ogb_ckpt, MIXED, batch_size=2)  # windows of 16 valid molecules
+    ref = predict_reference(ogb_ckpt, MIXED, batch_size=2)  # windows of 16 valid molecules
     for chunk_size in (2, 9):
         results = list(iter_predictions(ogb_ckpt, MIXED, batch_size=2, chunk_size=chunk_size))
         _check(results, MIXED, ref)
 
 
 def test_predict_smiles_keeps_its_contract(ogb_ckpt):
-    values, errors = reference(ogb_ckpt, MIXED, batch_size=256)
+    values, errors = predict_reference(ogb_ckpt, MIXED, batch_size=256)
     pred, errs = predict_smiles(ogb_ckpt, MIXED, "cpu", progress=False)
     assert pred.shape == (len(MIXED), 2) and len(errs) == len(MIXED)
     for row, v, e, got in zip(pred, values, errors, errs, strict=True):
@@ -264,7 +174,7 @@ def test_read_smiles_every_format(tmp_path):
 
 
 def _expected_rows(ckpt: Path, smiles: list[str], batch_size: int) -> list[list[str]]:
-    values, errors = reference(ckpt, smiles, batch_size)
+    values, errors = predict_reference(ckpt, smiles, batch_size)
     return [
         [s, *(["", ""] if e else [f"{x:.6g}" for x in v.tolist()]), e and "ERR" or ""]
         for s, v, e in zip(smiles, values, errors, strict=True)
@@ -365,7 +275,7 @@ def test_cli_smiles_and_binary_columns(binary_ckpt, tmp_path, capsys):
     assert cli.main([*args, "--no-progress"]) == 0
     rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
     assert rows[0] == ["smiles", "prob_a", "prob_b", "domain", "nearest_similarity", "error"]
-    values, _ = reference(binary_ckpt, ["CCO", "xx((", "C"], 256)
+    values, _ = predict_reference(binary_ckpt, ["CCO", "xx((", "C"], 256)
     assert rows[1][1:3] == [f"{x:.6g}" for x in torch.sigmoid(values[0]).tolist()]
     assert rows[2][1:3] == ["", ""] and rows[2][5]
     assert cli.main([*args, "--no-progress", "--logits"]) == 0

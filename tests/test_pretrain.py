@@ -25,9 +25,7 @@ from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets, read_sm
 from graphormer_urpe.io.checkpoint import load_checkpoint
 from graphormer_urpe.runtime.config import make_config
 from graphormer_urpe.training.pretrained import init_from_checkpoint
-
-from .test_cli import TINY_MODEL
-from .test_resume import _assert_same_run, _loss_hook
+from tests.helpers import TINY_MODEL, assert_same_run, loss_hook
 
 # 120 NCI molecules → a 98/1/1 split of 117/1/2 → 8 batches of 16 per epoch
 STEPS = 96
@@ -130,13 +128,13 @@ def test_pretraining_resumes_exactly_after_sigterm(smi_file, reference, tmp_path
     store, ref_out = reference
     out = tmp_path / "run"
     args = _pretrain_args(smi_file, store, out, "--checkpoint-every", "5")
-    _loss_hook(monkeypatch, 13, lambda: signal.raise_signal(signal.SIGTERM))
+    loss_hook(monkeypatch, 13, lambda: signal.raise_signal(signal.SIGTERM))
     assert cli.main(args) == 128 + signal.SIGTERM
     ckpt = load_checkpoint(out / "last.pt")
     assert ckpt["step"] == 13 and ckpt["position"] == {"epoch": 1, "batch": 5}
     monkeypatch.undo()
     assert cli.main([*args, "--resume"]) == 0
-    _assert_same_run(ref_out, out)
+    assert_same_run(ref_out, out)
 
 
 def test_fine_tuning_from_a_pretraining_checkpoint_resets_the_head(reference, tmp_path):

@@ -32,7 +32,7 @@ from graphormer_urpe.training.pretrained import (
     init_from_checkpoint,
     read_graphormer,
 )
-from tests.test_ogb import SMILES, v2_splits, write_lsc_layout
+from tests.helpers import PCQM_SMILES, v2_splits, write_lsc_layout
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.deprecated.graphormer import (  # noqa: E402
@@ -325,7 +325,7 @@ def test_init_from_logs_a_count_and_the_names_at_debug_level(caplog):
 
 def test_cli_convert_evaluate_predict_and_fine_tune(tmp_path, capsys):
     root = tmp_path / "ogb"
-    write_lsc_layout(root, SMILES, v2_splits(len(SMILES)))
+    write_lsc_layout(root, PCQM_SMILES, v2_splits(len(PCQM_SMILES)))
     prep = ["preprocess", "--dataset", "pcqm4mv2", "--data-root", str(root), "--no-progress"]
     assert cli.main(prep) == 0
     capsys.readouterr()
@@ -356,7 +356,7 @@ def test_cli_convert_evaluate_predict_and_fine_tune(tmp_path, capsys):
     assert metrics["init_valid_mae"] == pytest.approx(evaluated["mae"], rel=1e-6)
     assert metrics["steps"] == 2 and metrics["best_valid_mae"] <= metrics["init_valid_mae"]
 
-    smi = SMILES[:3]
+    smi = PCQM_SMILES[:3]
     assert cli.main(["predict", "--checkpoint", str(ckpt), "--smiles", *smi, "--no-progress"]) == 0
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     got = torch.tensor([float(r["homolumogap"]) for r in table])

@@ -7,8 +7,6 @@ The Predictor's columns, written by the part writer, must give the very CSV that
 
 from __future__ import annotations
 
-import csv
-import gzip
 import io
 import json
 from pathlib import Path
@@ -17,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.datasets.domain import record_of_smiles
 from graphormer_urpe.inference.calibration import fit_calibration
 from graphormer_urpe.inference.predict_io import read_named_smiles, write_predictions_csv
 from graphormer_urpe.inference.ray_output import MANIFEST, Manifest, PartWriter
@@ -29,19 +26,7 @@ from graphormer_urpe.inference.ray_predictor import (
 )
 from graphormer_urpe.inference.ray_shards import list_shards, read_shard
 from graphormer_urpe.inference.stream import Featurizing, iter_predictions
-from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
-
-from .test_predict_stream import MIXED, VALID, _checkpoint
-
-
-def domain_checkpoint(path: Path, task_type: str = "regression") -> Path:
-    """The tiny checkpoint of the stream tests, with a training record of ``VALID[:12]``
-    (so rows are ``in``, ``out: ...`` and have a nearest similarity)."""
-    _checkpoint(path, "ogb", task_type)
-    state = load_checkpoint(path)
-    state["domain"] = record_of_smiles(VALID[:12]).to_dict()
-    save_checkpoint(path, state)
-    return path
+from tests.helpers import MIXED, VALID, domain_checkpoint, input_files
 
 
 @pytest.fixture(scope="module")
@@ -76,30 +61,8 @@ def test_a_folder_a_pattern_or_a_file(tmp_path):
         list_shards(tmp_path)
 
 
-def _inputs(folder: Path, smiles: list[str]) -> dict[str, Path]:
-    """``smiles`` as a CSV (with other columns), a .csv.gz, a .smi with names and Parquet."""
-    folder.mkdir(parents=True, exist_ok=True)
-    table = io.StringIO()
-    w = csv.writer(table, lineterminator="\n")
-    w.writerow(["id", "smiles"])
-    w.writerows([i, s] for i, s in enumerate(smiles))
-    paths = {"csv": folder / "a.csv", "csv.gz": folder / "b.csv.gz", "smi": folder / "c.smi"}
-    paths["csv"].write_text(table.getvalue())
-    with gzip.open(paths["csv.gz"], "wt") as fh:
-        fh.write(table.getvalue())
-    paths["smi"].write_text("".join(f"{s}\tmol {i}\n" if s else "\n" for i, s in enumerate(smiles)))
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        return paths
-    paths["parquet"] = folder / "d.parquet"
-    pq.write_table(pa.table({"id": list(range(len(smiles))), "smiles": smiles}), paths["parquet"])
-    return paths
-
-
 def test_shards_are_read_as_local_predict_reads_them(tmp_path):
-    for kind, path in _inputs(tmp_path, MIXED).items():
+    for kind, path in input_files(tmp_path, MIXED).items():
         blocks = list(read_shard(path, 3, rows_per_block=7))
         assert [len(b["row"]) for b in blocks] == [7] * 4 + [len(MIXED) - 28], kind
         rows = np.concatenate([b["row"] for b in blocks])

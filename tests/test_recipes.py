@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from graphormer_urpe import cli
-
-from .test_cli import SMILES
+from tests.helpers import SMILES
 
 ROOT = Path(__file__).resolve().parents[1]
 

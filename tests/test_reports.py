@@ -9,8 +9,7 @@ import logging
 from pathlib import Path
 
 from graphormer_urpe import cli
-
-from .test_cli import SMILES, TINY_MODEL
+from tests.helpers import SMILES, TINY_MODEL
 
 BAD = ["not_a_smiles((", "C1CC"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -17,22 +16,9 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.io.checkpoint import CheckpointKeeper, load_checkpoint, write_atomic
-from graphormer_urpe.training import steps
-
-from .test_cli import SMILES, _train_args
+from tests.helpers import assert_same_run, loss_hook, train_args
 
 # 40 molecules → 32 training graphs → 4 batches of 8 per epoch, 3 epochs, 12 steps
-
-
-@pytest.fixture(scope="module")
-def table(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("csv") / "mols.csv"
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["smiles", "heavy_atoms"])
-        for s in SMILES:
-            w.writerow([s, sum(ch.isalpha() and ch not in "lr" for ch in s)])
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -40,48 +26,16 @@ def reference(table, tmp_path_factory) -> tuple[Path, dict]:
     """An uninterrupted run (with dropout, so the RNG state matters)."""
     base = tmp_path_factory.mktemp("reference")
     out = base / "run"
-    assert cli.main(_train_args(table, base / "data", out, "--attention", "urpe")) == 0
+    assert cli.main(train_args(table, base / "data", out, "--attention", "urpe")) == 0
     return out, json.loads((out / "metrics.json").read_text())
-
-
-def _assert_same_run(a: Path, b: Path) -> None:
-    ma = json.loads((a / "metrics.json").read_text())
-    mb = json.loads((b / "metrics.json").read_text())
-    for key in ("steps", "epochs", "best_epoch"):
-        assert ma[key] == mb[key]
-    assert mb["best_valid_mae"] == pytest.approx(ma["best_valid_mae"], abs=1e-6)
-    assert mb["test_mae"] == pytest.approx(ma["test_mae"], abs=1e-6)
-    wa = load_checkpoint(a / "last.pt")["model"]
-    wb = load_checkpoint(b / "last.pt")["model"]
-    assert wa.keys() == wb.keys()
-    for k in wa:
-        assert torch.equal(wa[k], wb[k]), k
-    assert (a / "history.csv").read_text().count("\n") == (b / "history.csv").read_text().count(
-        "\n"
-    )
-
-
-def _loss_hook(monkeypatch, at_call: int, action) -> None:
-    """Run ``action`` inside the ``at_call``-th training loss computation (1-based)."""
-    real = steps.masked_loss
-    calls = {"n": 0}
-
-    def hooked(pred, target, kind="l1", scale=None):
-        if torch.is_grad_enabled():  # training steps only
-            calls["n"] += 1
-            if calls["n"] == at_call:
-                action()
-        return real(pred, target, kind, scale)
-
-    monkeypatch.setattr(steps, "masked_loss", hooked)
 
 
 def test_sigterm_mid_epoch_saves_and_resume_is_exact(table, reference, tmp_path, monkeypatch):
     ref_out, _ = reference
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe")
+    args = train_args(table, tmp_path / "data", out, "--attention", "urpe")
     # SIGTERM arrives during step 6 (epoch 1, second batch): that step finishes, then it stops
-    _loss_hook(monkeypatch, 6, lambda: signal.raise_signal(signal.SIGTERM))
+    loss_hook(monkeypatch, 6, lambda: signal.raise_signal(signal.SIGTERM))
     assert cli.main(args) == 128 + signal.SIGTERM
     ckpt = load_checkpoint(out / "last.pt")
     assert ckpt["step"] == 6 and ckpt["position"] == {"epoch": 1, "batch": 2}
@@ -89,7 +43,7 @@ def test_sigterm_mid_epoch_saves_and_resume_is_exact(table, reference, tmp_path,
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
     monkeypatch.undo()
     assert cli.main([*args, "--resume"]) == 0
-    _assert_same_run(ref_out, out)
+    assert_same_run(ref_out, out)
 
 
 _KILL_SCRIPT = """
@@ -115,7 +69,7 @@ sys.exit(cli.main({args!r}))
 def test_sigkill_mid_epoch_resumes_from_the_last_step_checkpoint(table, reference, tmp_path):
     ref_out, _ = reference
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe")
+    args = train_args(table, tmp_path / "data", out, "--attention", "urpe")
     args += ["--checkpoint-every", "3", "--keep-checkpoints", "2"]
     # killed without warning during step 8: steps 7 and 8 are lost, step 6 (epoch 1, batch 2)
     # is the newest checkpoint
@@ -127,7 +81,7 @@ def test_sigkill_mid_epoch_resumes_from_the_last_step_checkpoint(table, referenc
     ckpt = load_checkpoint(out / "last.pt")
     assert ckpt["step"] == 6 and ckpt["position"] == {"epoch": 1, "batch": 2}
     assert cli.main([*args, "--resume"]) == 0
-    _assert_same_run(ref_out, out)
+    assert_same_run(ref_out, out)
     # the rolling set kept only the newest two (step 12 is the end of the last epoch)
     assert [f.name for f in keeper.step_files()] == ["step-000000009.pt", "step-000000012.pt"]
 
@@ -135,7 +89,7 @@ def test_sigkill_mid_epoch_resumes_from_the_last_step_checkpoint(table, referenc
 def test_resume_falls_back_when_last_checkpoint_is_corrupted(table, reference, tmp_path, caplog):
     ref_out, _ = reference
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe")
+    args = train_args(table, tmp_path / "data", out, "--attention", "urpe")
     args += ["--checkpoint-every", "2"]
     _loss_hook_at = 11
 
@@ -146,7 +100,7 @@ def test_resume_falls_back_when_last_checkpoint_is_corrupted(table, reference, t
         raise Killed
 
     with pytest.MonkeyPatch.context() as mp:
-        _loss_hook(mp, _loss_hook_at, kill)
+        loss_hook(mp, _loss_hook_at, kill)
         with pytest.raises(Killed):
             cli.main(args)
     # the newest checkpoint (step 10) is damaged on disk: resume uses step 8 instead
@@ -159,17 +113,17 @@ def test_resume_falls_back_when_last_checkpoint_is_corrupted(table, reference, t
     newest.write_bytes(b"not a checkpoint")
     assert cli.main([*args, "--resume"]) == 0
     assert "trying an older checkpoint" in caplog.text
-    _assert_same_run(ref_out, out)
+    assert_same_run(ref_out, out)
 
 
 def test_resume_with_nothing_to_resume_starts_afresh(table, reference, tmp_path):
     ref_out, _ = reference
     out = tmp_path / "run"
     assert (
-        cli.main([*_train_args(table, tmp_path / "data", out, "--attention", "urpe"), "--resume"])
+        cli.main([*train_args(table, tmp_path / "data", out, "--attention", "urpe"), "--resume"])
         == 0
     )
-    _assert_same_run(ref_out, out)
+    assert_same_run(ref_out, out)
 
 
 def test_resume_from_an_incompatible_checkpoint_is_one_line(table, reference, tmp_path, capsys):
@@ -180,7 +134,7 @@ def test_resume_from_an_incompatible_checkpoint_is_one_line(table, reference, tm
     ckpt["model"] = {k: v[..., :1] if v.dim() else v for k, v in ckpt["model"].items()}
     ckpt["config"] = json.dumps(ckpt["config"])
     torch.save(ckpt, out / "last.pt")
-    args = _train_args(table, tmp_path / "data", out, "--attention", "urpe")
+    args = train_args(table, tmp_path / "data", out, "--attention", "urpe")
     assert cli.main([*args, "--resume"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(out / "last.pt") in err and "does not match" in err

@@ -22,9 +22,7 @@ from graphormer_urpe.training import loop, run_setup
 from graphormer_urpe.training.loop import make_optimizer, parameter_groups
 from graphormer_urpe.training.run_costs import CostProbe, batch_work
 from graphormer_urpe.training.trainer import Trainer
-
-from .test_cli import _train_args
-from .test_resume import table  # noqa: F401 - the shared 40-molecule CSV fixture
+from tests.helpers import train_args
 
 
 def _config(*flags: str):
@@ -87,9 +85,9 @@ def test_a_warmup_fraction_is_that_share_of_the_planned_steps():
         plan_steps(replace(cfg, warmup_fraction=1.5), 20)
 
 
-def test_epochs_with_a_step_preset_trains_that_many_epochs(table, tmp_path):  # noqa: F811
+def test_epochs_with_a_step_preset_trains_that_many_epochs(table, tmp_path):
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out, "--preset", "pcqm4mv2-small")
+    args = train_args(table, tmp_path / "data", out, "--preset", "pcqm4mv2-small")
     args[args.index("--warmup-steps") : args.index("--warmup-steps") + 2] = []
     args[args.index("--epochs") + 1] = "2"
     assert cli.main(args) == 0
@@ -104,9 +102,9 @@ def test_epochs_with_a_step_preset_trains_that_many_epochs(table, tmp_path):  # 
 # ---------------------------------------------------------------------------------------
 
 
-def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog):  # noqa: F811
+def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog):
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out)  # no --attention: URPE by default
+    args = train_args(table, tmp_path / "data", out)  # no --attention: URPE by default
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
         assert cli.main([*args, "--time-limit", "1e-9"]) == 0
     assert "schedule stays planned over the 12 steps" in caplog.text
@@ -131,29 +129,29 @@ def test_time_limit_stops_cleanly_and_resume_finishes(table, tmp_path, caplog): 
 
 
 def test_the_command_line_counts_its_time_limit_from_its_own_start(
-    table,  # noqa: F811
+    table,
     tmp_path,
     monkeypatch,
 ):
     """``graphormer-urpe train`` (no argv: this process is the command) counts --time-limit
     from the package's import; an in-process call with argv counts from the call."""
-    args = _train_args(table, tmp_path / "data", tmp_path / "cmd", "--time-limit", "1")
+    args = train_args(table, tmp_path / "data", tmp_path / "cmd", "--time-limit", "1")
     monkeypatch.setattr(cli, "IMPORTED_AT", time.perf_counter() - 61)  # started 61 s ago
     monkeypatch.setattr(sys, "argv", ["graphormer-urpe", *args])
     assert cli.main() == 0
     metrics = json.loads((tmp_path / "cmd" / "metrics.json").read_text())
     assert metrics["stopped_on_time"] is True and metrics["steps"] == 1
-    args = _train_args(table, tmp_path / "data", tmp_path / "call", "--time-limit", "1")
+    args = train_args(table, tmp_path / "data", tmp_path / "call", "--time-limit", "1")
     assert cli.main(args) == 0  # the same, called with argv: a minute from now
     metrics = json.loads((tmp_path / "call" / "metrics.json").read_text())
     assert metrics["stopped_on_time"] is False and metrics["steps"] == metrics["steps_planned"]
 
 
-def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, caplog):  # noqa: F811
+def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, caplog):
     """--time-limit alone: the steps are planned from measured step and validation times and
     recorded; the run equals the one given those steps with --max-steps (the measurement
     leaves the RNG as it was); typed --epochs keep their plan."""
-    args = _train_args(table, tmp_path / "data", tmp_path / "plan")
+    args = train_args(table, tmp_path / "data", tmp_path / "plan")
     i = args.index("--epochs")
     del args[i : i + 2]
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
@@ -172,7 +170,7 @@ def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, capl
         assert again["steps"] == steps and again["best_valid_mae"] == planned["best_valid_mae"]
         assert again["test_mae"] == planned["test_mae"]
     caplog.clear()
-    typed = _train_args(table, tmp_path / "data", tmp_path / "typed", "--time-limit", "5")
+    typed = train_args(table, tmp_path / "data", tmp_path / "typed", "--time-limit", "5")
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
         assert cli.main(typed) == 0
     assert "without --epochs/--max-steps" not in caplog.text
@@ -180,7 +178,7 @@ def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, capl
     assert json.loads((tmp_path / "typed" / "metrics.json").read_text())["steps_planned"] == 12
 
 
-def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  # noqa: F811
+def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):
     """With the clock frozen and the measured times stubbed, the planned steps are exactly
     what the budget holds: all of it less a reserve (1% and a second) and the finish (one
     validation, the test, the best and last checkpoints), over a step plus its share of the
@@ -209,7 +207,7 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
 
     trainer = functools.partial(Trainer, clock=frozen.perf_counter, probe=FixedProbe)
     monkeypatch.setattr(loop, "Trainer", trainer)
-    args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
+    args = train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
     i = args.index("--epochs")
     del args[i : i + 2]
     assert cli.main([*args, "--time-limit", "1"]) == 0
@@ -225,10 +223,10 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):  #
     assert json.loads((tmp_path / "run" / "config.json").read_text())["max_steps"] == want
 
 
-def test_no_progress_bar_into_a_log_file_but_a_line_per_epoch(table, tmp_path, caplog, capfd):  # noqa: F811
+def test_no_progress_bar_into_a_log_file_but_a_line_per_epoch(table, tmp_path, caplog, capfd):
     """Without --no-progress and with standard error not a terminal (here captured), no bar
     is drawn; every epoch logs a line, validated or not."""
-    args = _train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
+    args = train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
     args.remove("--no-progress")
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
         assert cli.main(args) == 0
@@ -250,9 +248,9 @@ def test_no_progress_bar_into_a_log_file_but_a_line_per_epoch(table, tmp_path, c
 # ---------------------------------------------------------------------------------------
 
 
-def test_config_repeats_a_run_and_typed_flags_override_fields(table, tmp_path, capsys):  # noqa: F811
+def test_config_repeats_a_run_and_typed_flags_override_fields(table, tmp_path, capsys):
     first = tmp_path / "first"
-    args = _train_args(table, tmp_path / "data", first, "--preset", "zinc-slim")
+    args = train_args(table, tmp_path / "data", first, "--preset", "zinc-slim")
     args[args.index("--epochs") + 1] = "1"
     assert cli.main(args) == 0
     original = json.loads((first / "config.json").read_text())
@@ -336,9 +334,9 @@ def test_urpe_weight_decay_flag_and_default():
     assert _config("--weight-decay", "0.3").urpe_weight_decay == 0.0
 
 
-def test_a_run_begun_with_one_optimizer_group_resumes_with_one(table, tmp_path, caplog):  # noqa: F811
+def test_a_run_begun_with_one_optimizer_group_resumes_with_one(table, tmp_path, caplog):
     out = tmp_path / "run"
-    args = _train_args(table, tmp_path / "data", out)
+    args = train_args(table, tmp_path / "data", out)
     with pytest.MonkeyPatch.context() as mp:  # the optimizer as it was before the C group
         mp.setattr(
             run_setup, "parameter_groups", lambda model, wd, urpe_wd: list(model.parameters())

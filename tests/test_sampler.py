@@ -9,6 +9,7 @@ import pytest
 
 from graphormer_urpe.datasets import graph_sizes
 from graphormer_urpe.runtime.sampler import EpochBatchSampler
+from tests.helpers import graph_zoo
 
 
 def _epoch(sampler: EpochBatchSampler, epoch: int, start: int = 0) -> list[list[int]]:
@@ -100,8 +101,6 @@ def test_invalid_arguments():
 
 def test_graph_sizes_reads_pyg_slices_without_building_graphs():
     from torch_geometric.data import InMemoryDataset
-
-    from .conftest import graph_zoo
 
     class Zoo(InMemoryDataset):
         def __init__(self, graphs):

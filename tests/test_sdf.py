@@ -5,12 +5,10 @@ and records read lazily."""
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import logging
 import shlex
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from rdkit import Chem
@@ -18,43 +16,9 @@ from rdkit import Chem
 from graphormer_urpe import cli
 from graphormer_urpe.datasets.sources.sdf import iter_sdf_molecules, read_sdf
 from graphormer_urpe.datasets.sources.sdf_blocks import iter_sdf_blocks, sdf_properties, sdf_title
+from tests.helpers import BROKEN, SMILES, TINY_MODEL, write_sdf
 
-from .test_cli import SMILES, TINY_MODEL
-
-BROKEN = 3
 """The record of the fixtures that RDKit cannot read (a carbon with five bonds)."""
-
-
-def _broken_block() -> str:
-    mol = Chem.MolFromSmiles("C(F)(F)(F)(F)F", sanitize=False)
-    mol.SetProp("_Name", "pentafluoro")
-    return Chem.MolToMolBlock(mol) + "> <pIC50>\n7.5\n\n"
-
-
-def write_sdf(path: Path, smiles: list[str], broken: int | None = BROKEN) -> list[str]:
-    """An SD file of ``smiles`` (titles ``mol<i>``, an SD property ``pIC50`` and ``series``;
-    record ``broken`` replaced by one RDKit cannot read), gzip when the name ends in .gz; the
-    records' titles."""
-    parts, titles = [], []
-    for i, smi in enumerate(smiles):
-        if i == broken:
-            parts.append(_broken_block() + "$$$$\n")
-            titles.append("pentafluoro")
-            continue
-        mol = Chem.MolFromSmiles(smi)
-        title = f"mol{i}"
-        mol.SetProp("_Name", title)
-        text = Chem.MolToMolBlock(mol)
-        heavy = mol.GetNumHeavyAtoms()
-        parts.append(f"{text}>  <pIC50>  (1)\n{heavy}\n\n> <series>\nS{i % 2}\n\n$$$$\n")
-        titles.append(title)
-    data = "".join(parts)
-    if path.name.endswith(".gz"):
-        with gzip.open(path, "wt") as fh:
-            fh.write(data)
-    else:
-        path.write_text(data)
-    return titles
 
 
 VALID = [s for s in SMILES if Chem.MolFromSmiles(s) is not None]

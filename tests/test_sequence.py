@@ -25,6 +25,7 @@ from graphormer_urpe.sequence import (
     t5_relative_bucket,
     train_synthetic,
 )
+from tests.helpers import run_tiny_command
 
 # --------------------------------------------------------------------------- helpers
 
@@ -341,15 +342,6 @@ def test_cli_every_flag_has_help() -> None:
     )
     assert required <= {o for a in flags for o in a.option_strings}
     assert all(a.help for a in flags)
-
-
-def run_tiny_command(parser: argparse.ArgumentParser, run, words: str, out, capsys) -> dict:
-    """Parse ``words`` plus ``--out out``, check they select ``run``, run it (exit status 0)
-    and return the JSON summary it printed."""
-    args = parser.parse_args(words.split() + ["--out", str(out)])
-    assert args.func is run
-    assert run(args) == 0
-    return json.loads(capsys.readouterr().out)
 
 
 def test_cli_runs_a_tiny_job(tmp_path, capsys) -> None:

@@ -28,15 +28,14 @@ from graphormer_urpe.serve.batcher import Batcher  # noqa: E402
 from graphormer_urpe.serve.limits import too_many_atoms  # noqa: E402
 from graphormer_urpe.serve.server import check_host, freeze_start_up  # noqa: E402
 from graphormer_urpe.serve.uploads import read_upload  # noqa: E402
-from tests.test_calibration import tiny_run  # noqa: E402,F401  (a module fixture)
-from tests.test_predict_stream import MIXED, _checkpoint  # noqa: E402
+from tests.helpers import MIXED, tiny_checkpoint
 
 THREE = ["CCO", "c1ccccc1O", "not_a_smiles(("]
 TOKEN = "a-token-of-32-characters-0123456"
 
 
 @pytest.fixture(scope="module")
-def service(tiny_run):  # noqa: F811
+def service(tiny_run):
     """The trained tiny run (calibrated, with its domain record and metrics)."""
     torch.set_num_threads(1)
     svc = ModelService.load(
@@ -60,7 +59,7 @@ def _predict_csv(ckpt: Path, smiles: list[str], capsys, *extra: str) -> list[lis
     return list(csv.reader(io.StringIO(capsys.readouterr().out)))
 
 
-def test_predict_gives_predicts_rows_and_columns(client, tiny_run, capsys):  # noqa: F811
+def test_predict_gives_predicts_rows_and_columns(client, tiny_run, capsys):
     smiles = [*THREE, "C1CC", "CCCCCCCCN"]
     expected = _predict_csv(tiny_run[1] / "best.pt", smiles, capsys, "--interval", "0.9")
     r = client.post("/predict?format=csv", json={"smiles": smiles, "level": 0.9})
@@ -248,7 +247,7 @@ def test_explain_gives_contributions_and_a_picture(client):
     assert r.status_code == 422 and "heavy_atoms" in r.json()["detail"]
 
 
-def test_model_describes_targets_training_metrics_and_calibration(client, tiny_run):  # noqa: F811
+def test_model_describes_targets_training_metrics_and_calibration(client, tiny_run):
     info = client.get("/model").json()
     metrics = json.loads((tiny_run[1] / "metrics.json").read_text())
     assert info["targets"] == [{"name": "heavy_atoms", "unit": "atoms"}]
@@ -295,7 +294,7 @@ def test_bad_smiles_are_rows_never_a_500(client):
     assert [row["smiles"] for row in body["rows"]] == nasty
 
 
-def test_every_limit_has_its_4xx_and_the_server_keeps_serving(tiny_run):  # noqa: F811
+def test_every_limit_has_its_4xx_and_the_server_keeps_serving(tiny_run):
     limits = ServeLimits(max_molecules=5, max_explain=1, max_upload_bytes=2000, max_atoms=30)
     svc = ModelService.load(tiny_run[1] / "best.pt", limits=limits, workers=0, threads=1)
     try:
@@ -347,7 +346,7 @@ def test_every_limit_has_its_4xx_and_the_server_keeps_serving(tiny_run):  # noqa
 
 
 def test_uncalibrated_and_binary_models_refuse_intervals_with_the_reason(tmp_path):
-    binary = ModelService.load(_checkpoint(tmp_path / "best.pt", "ogb", "binary"), workers=0)
+    binary = ModelService.load(tiny_checkpoint(tmp_path / "best.pt", "ogb", "binary"), workers=0)
     try:
         with TestClient(create_app(binary)) as c:
             r = c.post("/predict", json={"smiles": ["CCO"]})
@@ -364,7 +363,7 @@ def test_an_ensemble_gives_the_std_columns(tmp_path, capsys):
     folder = tmp_path / "ens"
     for k in range(2):
         (folder / f"m{k}").mkdir(parents=True)
-        _checkpoint(folder / f"m{k}" / "best.pt", "ogb", seed=k)
+        tiny_checkpoint(folder / f"m{k}" / "best.pt", "ogb", seed=k)
     (folder / "ensemble.json").write_text(json.dumps({"members": ["m0", "m1"]}))
     expected = _predict_csv(folder, THREE, capsys)
     svc = ModelService.load(folder, workers=0)

@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.helpers import VALID
+
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
 uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
 from graphormer_urpe.serve import ModelService, create_app  # noqa: E402
-from tests.test_calibration import tiny_run  # noqa: E402,F401  (a module fixture)
-from tests.test_predict_stream import VALID  # noqa: E402
 
 
 class LiveServer:
@@ -58,7 +58,7 @@ class LiveServer:
 
 
 @pytest.fixture(scope="module")
-def live(tiny_run):  # noqa: F811
+def live(tiny_run):
     service = ModelService.load(tiny_run[1] / "best.pt", workers=1, threads=1)
     server = LiveServer(create_app(service))
     yield server

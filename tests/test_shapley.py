@@ -14,8 +14,7 @@ from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smile
 from graphormer_urpe.inference.explain import Explainer
 from graphormer_urpe.inference.integrated import masked_predictions
 from graphormer_urpe.inference.shapley import shapley_from_orders, shapley_values
-
-from .test_explain import MOLS, additive_model, tiny
+from tests.helpers import MOLS, additive_model, random_tiny_model
 
 
 def plain_value(model, graph, coalition: set[int], n: int) -> float:
@@ -55,7 +54,7 @@ def plain_shapley(model, graph, players: int) -> np.ndarray:
 @pytest.mark.parametrize("descriptors", [False, True])
 def test_all_orderings_give_the_exact_shapley_values(descriptors):
     k = 3
-    model = tiny(seed=7, num_mol_features=k if descriptors else 0)
+    model = random_tiny_model(seed=7, num_mol_features=k if descriptors else 0)
     graph = featurize_smiles("CC(=O)O", "zinc")  # 4 atoms
     if descriptors:
         graph.mol_x = torch.randn(1, k)
@@ -72,7 +71,7 @@ def test_all_orderings_give_the_exact_shapley_values(descriptors):
 @pytest.mark.parametrize("permutations", [1, 2, 8])
 def test_sampled_values_are_exactly_complete(permutations):
     k = 4
-    model = tiny(seed=8, num_mol_features=k)
+    model = random_tiny_model(seed=8, num_mol_features=k)
     graph = featurize_smiles(MOLS[2], "zinc")
     graph.mol_x = torch.randn(1, k)
     a = shapley_values(model, graph, permutations=permutations, seed=3)
@@ -95,7 +94,7 @@ def test_an_additive_model_gets_each_atoms_own_term_from_any_ordering():
 
 
 def test_explainer_shapley_ensemble_is_the_members_mean_and_classification_uses_logits():
-    members = [tiny(seed=s) for s in (3, 4)]
+    members = [random_tiny_model(seed=s) for s in (3, 4)]
     opts = {"method": "shapley", "permutations": 4, "seed": 5}
     one = [Explainer([m], "zinc", ["y"], **opts).explain(MOLS[3]) for m in members]
     both = Explainer(members, "zinc", ["y"], **opts).explain(MOLS[3])

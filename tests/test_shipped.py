@@ -22,7 +22,7 @@ from graphormer_urpe.runtime.config import (
     make_config,
     resolve_mol_features,
 )
-from tests.test_cli import SMILES
+from tests.helpers import SMILES
 
 
 def test_the_shipped_checkpoint_reproduces_its_stored_outputs():

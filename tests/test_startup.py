@@ -23,6 +23,7 @@ import torch
 
 import graphormer_urpe
 from graphormer_urpe.utils.compiler import compiler_disable
+from tests.helpers import tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = [
@@ -126,9 +127,8 @@ def test_model_forward_imports_neither_the_compiler_nor_pyg():
 
 
 def test_predict_command_imports_neither_the_compiler_nor_pyg_nor_pandas(tmp_path):
-    from tests.test_predict_stream import _checkpoint
 
-    ckpt = _checkpoint(tmp_path / "best.pt", "ogb")
+    ckpt = tiny_checkpoint(tmp_path / "best.pt", "ogb")
     out = _child(
         """
         import contextlib, io, json, sys
@@ -257,9 +257,8 @@ def _predict_process(ckpt: Path, smiles: list[str], *extra: str) -> subprocess.C
 def test_predict_ends_at_once_with_all_its_output(tmp_path):
     """The predict process skips Python's teardown (``os._exit``) after flushing: every row
     reaches a pipe, the last line reaches standard error, and the status is kept."""
-    from tests.test_predict_stream import _checkpoint
 
-    ckpt = _checkpoint(tmp_path / "best.pt", "ogb")
+    ckpt = tiny_checkpoint(tmp_path / "best.pt", "ogb")
     smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "x(("] * 1500  # 6,000 rows, ~300 kB
     proc = _predict_process(ckpt, smiles, "--workers", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +24,7 @@ from graphormer_urpe.datasets import (
 from graphormer_urpe.datasets.store import build as store_build
 from graphormer_urpe.datasets.store import chunks as chunks_module
 from graphormer_urpe.graph.features import GraphormerFeatures
+from tests.helpers import count_chunk_rows, interrupted_chunk_writes
 
 SMILES = [
     "CCO",
@@ -55,39 +53,6 @@ def _same(got, want) -> None:
     for key in KEYS:
         a, b = getattr(got, key), getattr(want, key)
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
-
-
-@contextlib.contextmanager
-def interrupted_chunk_writes(monkeypatch, after: int) -> Iterator[list[str]]:
-    """A store build in the ``with`` block stops (``KeyboardInterrupt``, expected) once
-    ``after`` chunks are written; yields the written chunks' names. The writer is real again
-    afterwards."""
-    real_write = chunks_module.write_chunk
-    written: list[str] = []
-
-    def interrupted(chunk_dir, arrays, meta):
-        if len(written) == after:
-            raise KeyboardInterrupt
-        real_write(chunk_dir, arrays, meta)
-        written.append(Path(chunk_dir).name)
-
-    monkeypatch.setattr(chunks_module, "write_chunk", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        yield written
-    monkeypatch.setattr(chunks_module, "write_chunk", real_write)
-
-
-def count_chunk_rows(monkeypatch) -> list[int]:
-    """The list that receives the first row of every chunk featurised from now on."""
-    rows: list[int] = []
-    real = chunks_module.featurize_chunk
-
-    def counting(*args, **kwargs):
-        rows.append(int(kwargs["rows"][0]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(chunks_module, "featurize_chunk", counting)
-    return rows
 
 
 def test_store_folder_follows_argument_then_environment_then_xdg(tmp_path, monkeypatch):

@@ -19,9 +19,7 @@ from graphormer_urpe.graph.interop import InteropError, config_to_hf
 from graphormer_urpe.graph.model import Graphormer, GraphormerConfig, fit_tables
 from graphormer_urpe.io.checkpoint import load_checkpoint
 from graphormer_urpe.training.loop import masked_loss
-
-from .conftest import graph_zoo
-from .test_cli import SMILES, _train_args
+from tests.helpers import SMILES, graph_zoo, train_args
 
 
 def _tiny(**overrides) -> Graphormer:
@@ -116,7 +114,7 @@ def test_a_csv_run_does_not_depend_on_the_units_of_its_targets(tmp_path):
     ):
         table = _table(tmp_path / f"{name}.csv", scale, shift)
         out = tmp_path / name
-        args = _train_args(table, tmp_path / f"data-{name}", out, "--loss", "mse", *extra)
+        args = train_args(table, tmp_path / f"data-{name}", out, "--loss", "mse", *extra)
         assert cli.main(args) == 0
         runs[name] = (
             json.loads((out / "metrics.json").read_text()),
@@ -136,7 +134,7 @@ def test_a_csv_run_does_not_depend_on_the_units_of_its_targets(tmp_path):
 def test_mse_selects_the_best_checkpoint_on_rmse(tmp_path):
     table = _table(tmp_path / "t.csv", 1.0, 0.0)
     out = tmp_path / "run"
-    assert cli.main(_train_args(table, tmp_path / "data", out, "--loss", "mse")) == 0
+    assert cli.main(train_args(table, tmp_path / "data", out, "--loss", "mse")) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     history = pd.read_csv(out / "history.csv")
     assert "valid_rmse" in history.columns and "valid_mae" not in history.columns

@@ -19,12 +19,7 @@ from graphormer_urpe.runtime.distributed import DistContext
 from graphormer_urpe.runtime.loaders import split_loader
 from graphormer_urpe.runtime.sampler import EpochBatchSampler, token_batches
 from graphormer_urpe.training.steps import Precision, masked_loss
-
-from .conftest import graph_zoo
-from .test_capture import stand_in_capture
-from .test_cli import _train_args
-from .test_model import tiny_config
-from .test_resume import table  # noqa: F401 - the fixture
+from tests.helpers import graph_zoo, stand_in_capture, tiny_config, train_args
 
 HOPS = 4
 
@@ -197,14 +192,14 @@ def test_evaluation_in_token_batches_gives_todays_predictions_in_order():
     torch.testing.assert_close(preds[1], preds[0], atol=1e-5, rtol=1e-5)
 
 
-def test_train_with_a_token_budget_captured_or_not(table, tmp_path, monkeypatch):  # noqa: F811
+def test_train_with_a_token_budget_captured_or_not(table, tmp_path, monkeypatch):
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0",
             "--max-tokens", "64")  # fmt: skip
     eager = tmp_path / "eager"
-    assert cli.main(_train_args(table, tmp_path / "data", eager, *args)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", eager, *args)) == 0
     backends = stand_in_capture(monkeypatch)
     captured = tmp_path / "captured"
-    assert cli.main(_train_args(table, tmp_path / "data", captured, *args)) == 0
+    assert cli.main(train_args(table, tmp_path / "data", captured, *args)) == 0
     assert backends[0].replayed >= 1
     a = json.loads((eager / "metrics.json").read_text())
     b = json.loads((captured / "metrics.json").read_text())
@@ -219,14 +214,14 @@ def test_train_with_a_token_budget_captured_or_not(table, tmp_path, monkeypatch)
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_a_token_budget_gives_the_cpus_batches_with_captured_steps(table, tmp_path, caplog):  # noqa: F811
+def test_cuda_a_token_budget_gives_the_cpus_batches_with_captured_steps(table, tmp_path, caplog):
     args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0",
             "--max-tokens", "64", "--precision", "fp32")  # fmt: skip
     runs = {}
     for device in ("cpu", "cuda"):
         out = tmp_path / device
         with caplog.at_level("INFO"):
-            assert cli.main(_train_args(table, tmp_path / "data", out, *args, "--device",
+            assert cli.main(train_args(table, tmp_path / "data", out, *args, "--device",
                                         device)) == 0  # fmt: skip
         runs[device] = json.loads((out / "metrics.json").read_text())
     assert "training steps run eagerly" not in caplog.text

@@ -19,6 +19,7 @@ from graphormer_urpe.io.checkpoint import (
 )
 from graphormer_urpe.runtime import TrainConfig, make_config
 from graphormer_urpe.training import linear_schedule, masked_loss
+from tests.helpers import SMILES
 
 
 def reference_lr(step, warmup, total, peak, end):
@@ -203,8 +204,6 @@ def test_fp16_trains_with_a_grad_scaler_whose_state_is_checkpointed(tmp_path):
     from graphormer_urpe.io.checkpoint import load_checkpoint
     from graphormer_urpe.runtime import make_config
     from graphormer_urpe.training import train
-
-    from .test_cli import SMILES
 
     table = tmp_path / "mols.csv"
     with open(table, "w", newline="") as fh:

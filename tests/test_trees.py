@@ -12,9 +12,7 @@ import torch
 
 from graphormer_urpe import cli
 from graphormer_urpe.inference.trees import WEIGHTS, Trees, fit_trees, tree_chunk_inputs
-
-from .test_cli import SMILES, _train_args
-from .test_resume import table  # noqa: F401 - the shared 40-molecule CSV fixture
+from tests.helpers import SMILES, train_args
 
 pytest.importorskip("lightgbm")
 
@@ -122,14 +120,14 @@ def test_attribution_is_exact_and_puts_the_present_bits_on_their_atoms():
 
 
 @pytest.fixture(scope="module")
-def start(table, tmp_path_factory):  # noqa: F811
+def start(table, tmp_path_factory):
     """A tiny trained checkpoint to start from (its graph token is the trees' input)."""
     base = tmp_path_factory.mktemp("start")
-    assert cli.main(_train_args(table, base / "data", base / "run")) == 0
+    assert cli.main(train_args(table, base / "data", base / "run")) == 0
     return base / "run" / "best.pt"
 
 
-def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, start, tmp_path):  # noqa: F811
+def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, start, tmp_path):
     from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
     from graphormer_urpe.inference.embeddings import WithHeadInput
     from graphormer_urpe.inference.loading import evaluate_checkpoint, load_model
@@ -137,7 +135,7 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, star
     from graphormer_urpe.inference.trees import graph_tokens, load_embedder, trees_folder
 
     out = tmp_path / "ens"
-    args = _train_args(table, tmp_path / "data", out, "--ensemble", "2", "--init-from", str(start))
+    args = train_args(table, tmp_path / "data", out, "--ensemble", "2", "--init-from", str(start))
     assert cli.main(args) == 0  # trees auto: on with --init-from on a table
     ensemble = json.loads((out / "metrics.json").read_text())
     member_tables = []
@@ -229,13 +227,13 @@ def _served_blend(checkpoint, smiles: list[str], expected: np.ndarray) -> None:
         service.close()
 
 
-def test_the_trees_leave_the_network_as_it_trains_without_them(table, start, tmp_path):  # noqa: F811
+def test_the_trees_leave_the_network_as_it_trains_without_them(table, start, tmp_path):
     from graphormer_urpe.io.checkpoint import load_checkpoint
 
     states = {}
     for trees in ("on", "off"):
         out = tmp_path / trees
-        args = _train_args(
+        args = train_args(
             table, tmp_path / "data", out, "--trees", trees, "--init-from", str(start)
         )
         assert cli.main(args) == 0
@@ -246,9 +244,9 @@ def test_the_trees_leave_the_network_as_it_trains_without_them(table, start, tmp
         assert torch.equal(states["on"][name], value), name
 
 
-def test_trees_without_a_starting_model_read_no_graph_token(table, tmp_path):  # noqa: F811
+def test_trees_without_a_starting_model_read_no_graph_token(table, tmp_path):
     out = tmp_path / "run"
-    assert cli.main(_train_args(table, tmp_path / "data", out, "--trees", "on")) == 0
+    assert cli.main(train_args(table, tmp_path / "data", out, "--trees", "on")) == 0
     kept = json.loads((out / "trees" / "trees.json").read_text())
     assert kept["embedding_dim"] == 0 and not (out / "trees" / "embedder.pt").exists()
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import SMILES
+
 optuna = pytest.importorskip("optuna")
 
 from graphormer_urpe import cli  # noqa: E402
@@ -33,8 +35,6 @@ from graphormer_urpe.tuning.budget import (  # noqa: E402
 )
 from graphormer_urpe.tuning.problem import Problem  # noqa: E402
 from graphormer_urpe.tuning.space import SearchSpace, baseline, check_space, suggest  # noqa: E402
-
-from .test_cli import SMILES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from graphormer_urpe.inference import workers
-from tests.test_predict_stream import _checkpoint
+from tests.helpers import tiny_checkpoint
 
 MOLECULES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC", "C1CCCCC1N", "OCC(=O)[O-]"]
 LINUX = sys.platform.startswith("linux")
@@ -87,7 +87,7 @@ def long_input(tmp_path_factory) -> tuple[Path, Path]:
     """A checkpoint and a ``.smi`` file of 400,000 named rows (far more than a test waits
     for)."""
     folder = tmp_path_factory.mktemp("signals")
-    ckpt = _checkpoint(folder / "best.pt", "ogb")
+    ckpt = tiny_checkpoint(folder / "best.pt", "ogb")
     lines = (f"{MOLECULES[i % len(MOLECULES)]} row{i}\n" for i in range(400_000))
     (folder / "in.smi").write_text("".join(lines))
     return ckpt, folder / "in.smi"

@@ -16,7 +16,7 @@ from graphormer_urpe.sequence.xl_attention import (
     sinusoid_encoding,
     xl_position_bias,
 )
-from tests.test_lm import _xl
+from tests.helpers import tiny_xl
 
 
 def _loop_scores(q, k, r_proj, u, v, m):
@@ -141,7 +141,7 @@ def test_xl_attention_layer_equals_a_plain_reference() -> None:
 
 def test_xl_gradients_reach_u_v_and_w_r() -> None:
     torch.manual_seed(6)
-    model = _xl("xl-urpe").train()
+    model = tiny_xl("xl-urpe").train()
     logits, mem = model(torch.randint(0, 40, (2, 8)))
     logits, _ = model(torch.randint(0, 40, (2, 8)), mem)
     logits.logsumexp(-1).sum().backward()
