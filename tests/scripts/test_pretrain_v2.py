@@ -16,7 +16,7 @@ import torch
 from graphormer_urpe.io.checkpoint import CheckpointError
 from graphormer_urpe.io.parts import load_from_parts, parts_manifest, save_in_parts
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 SMILES = [
     "CCO", "CC(=O)O", "c1ccccc1", "CCN(CC)CC", "CC(C)O", "OC1CCCCC1", "c1ccncc1",
     "CC(=O)Nc1ccc(O)cc1", "CN1CCC[C@H]1c1cccnc1", "O=C(O)c1ccccc1O", "CCOC(=O)C",

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import BAD, MIXED, SMILES
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def _mixed_smi(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ import pytest
 from graphormer_urpe import cli
 from tests.helpers import SMILES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = ["--epochs", "1", "--ensemble", "2", "--batch-size", "8", "--threads", "1", "--no-progress"]
 """Appended to the recipe's train command (the last of a repeated flag wins)."""

@@ -311,7 +311,7 @@ def test_ensemble_calibrator_is_scaled_by_the_distance(tiny_run, tmp_path, capsy
         assert metrics[f"{part}_spearman_error_std"] == pytest.approx(want_std, abs=0.02)
         assert metrics[f"{part}_spearman_error_distance"] == pytest.approx(want_distance, abs=0.02)
     # the benchmark of calibrators, from the same prediction files, finds the run's figures
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "scripts"))
     bench = importlib.import_module("bench_intervals").evaluate(out, 2)
     assert bench["distance"]["coverage"] == pytest.approx(metrics["test_coverage_90"])
     assert bench["distance"]["width"] == pytest.approx(metrics["test_width_90"], rel=1e-3)

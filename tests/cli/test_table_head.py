@@ -13,7 +13,7 @@ from graphormer_urpe import cli
 from graphormer_urpe.datasets.sources.table_check import check_table_head
 from graphormer_urpe.datasets.store import records as store_records
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _csv(path: Path, rows: list[str]) -> Path:

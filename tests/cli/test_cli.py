@@ -213,7 +213,7 @@ def test_train_ends_with_its_checkpoint_and_the_predict_command_that_uses_it(
 def test_the_command_hides_pyg_jit_script_warning_and_the_library_does_not(tmp_path):
     """PyTorch Geometric's import warns that torch.jit.script is deprecated (newer torch):
     the command line hides it, a program importing the library still sees it."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
 
     def stderr(code: str) -> str:

@@ -25,7 +25,7 @@ import graphormer_urpe
 from graphormer_urpe.utils.compiler import compiler_disable
 from tests.helpers import tiny_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = [
     "graphormer_urpe",
     "graphormer_urpe.graph",

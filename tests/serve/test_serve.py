@@ -442,7 +442,7 @@ def test_serve_benchmark_merges_repeats_run_one_at_a_time(tmp_path):
     """Repeats run as separate invocations make one report: their runs in order, the medians
     over all of them, the failures summed."""
     spec = importlib.util.spec_from_file_location(
-        "bench_serve", Path(__file__).resolve().parents[1] / "scripts" / "bench_serve.py"
+        "bench_serve", Path(__file__).resolve().parents[2] / "scripts" / "bench_serve.py"
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

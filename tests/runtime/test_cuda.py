@@ -290,7 +290,7 @@ def test_one_process_nccl_torchrun(table, tmp_path):
 
 
 def test_benchmark_reports_the_gpus_activity():
-    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_train.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_train.py"
     cmd = [sys.executable, str(script), "--smoke", "--device", "cuda", "--precision", "bf16"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -203,7 +203,7 @@ def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
     import re
     import shutil
 
-    guide = Path(__file__).resolve().parents[1] / "docs" / "guides" / "embeddings.md"
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "embeddings.md"
     ridge, forest = re.findall(r"```\{\.python notest\}\n(.*?)```", guide.read_text(), re.S)
     monkeypatch.chdir(tmp_path)
     ckpt = Path("runs/nci5k-small-urpe/best.pt")

@@ -36,7 +36,7 @@ from graphormer_urpe.tuning.budget import (  # noqa: E402
 from graphormer_urpe.tuning.problem import Problem  # noqa: E402
 from graphormer_urpe.tuning.space import SearchSpace, baseline, check_space, suggest  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = SearchSpace(num_layers=(1, 2), hidden_dim=(16, 32), batch_size=(16, 32))
 """The default space with small models, so that a trial takes a moment."""

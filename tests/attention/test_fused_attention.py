@@ -31,7 +31,7 @@ from graphormer_urpe.attention.fused.launch import (  # noqa: E402
     fused_urpe_attention,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CUDA = torch.cuda.is_available()
 
 
