@@ -18,6 +18,7 @@ from tests.helpers import ROOT, SHARED_DATA, SMILES, train_args
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory) -> Path:
+    """A CSV of the 40 molecules of ``SMILES`` with their heavy-atom counts (one per module)."""
     path = tmp_path_factory.mktemp("csv") / "mols.csv"
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)

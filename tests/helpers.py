@@ -46,8 +46,6 @@ from graphormer_urpe.training.trainer import Trainer
 
 # ---- random graphs and the shared ZINC validation graphs
 ROOT = Path(__file__).resolve().parents[1]
-
-
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
@@ -132,7 +130,7 @@ def load_zinc_val_graphs(limit: int | None = None) -> list[Data]:
 
 
 # ---- the small molecule table and the command line of a tiny training run
-SMILES = [
+SMILES = [  # 40 small molecules; the CSV fixture ``table`` pairs them with heavy-atom counts
     "CCO",
     "CCN",
     "CCC",
@@ -180,6 +178,8 @@ TINY_MODEL = ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--n
 
 
 def train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
+    """The arguments of ``train`` for a tiny model on the CSV ``table`` (target column
+    ``heavy_atoms``, 3 epochs of batches of 8, one thread), then ``extra``."""
     return [
         "train",
         "--dataset",
@@ -208,6 +208,7 @@ def train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
 
 # ---- comparing two runs; hooking the training loss
 def assert_same_run(a: Path, b: Path) -> None:
+    """Two runs' folders hold the same metrics, the same last weights and as many history rows."""
     ma = json.loads((a / "metrics.json").read_text())
     mb = json.loads((b / "metrics.json").read_text())
     for key in ("steps", "epochs", "best_epoch"):
@@ -241,6 +242,7 @@ def loss_hook(monkeypatch, at_call: int, action) -> None:
 
 # ---- a small Graphormer configuration
 def tiny_config(**kw) -> GraphormerConfig:
+    """The ``zinc-slim`` preset at 3 layers of width 32 (4 heads), no dropout; ``kw`` overrides."""
     base = dict(
         num_layers=3,
         hidden_dim=32,
@@ -256,6 +258,7 @@ def tiny_config(**kw) -> GraphormerConfig:
 
 # ---- a small Transformer-XL
 def tiny_xl(pe: str, **kw) -> TransformerXL:
+    """A small Transformer-XL (2 layers of width 32, segments of 8, a memory of 16) in eval mode."""
     base = dict(vocab_size=40, tgt_len=8, mem_len=16, width=32, layers=2, heads=4, ffn=64)
     base.update(pe=pe, dropout=0.0, init_std=0.1)
     base.update(kw)
@@ -357,6 +360,8 @@ SYNCING = {
 
 # ---- random attention inputs
 def attention_inputs(seed=0, b=3, h=4, n=7, d=8):
+    """Random ``q, k, v`` of shape (b, h, n, d), a bias B (b, h, n, n) with some -inf, a scale
+    C (b, h, n, n) in [0, 2) and a key padding mask (b, n) that pads the first two batches."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
     bias = torch.randn(b, h, n, n, generator=g)
@@ -373,6 +378,7 @@ BROKEN = 3
 
 
 def broken_sdf_block() -> str:
+    """An SD record RDKit cannot read (a pentafluorinated carbon), with a ``pIC50``."""
     mol = Chem.MolFromSmiles("C(F)(F)(F)(F)F", sanitize=False)
     mol.SetProp("_Name", "pentafluoro")
     return Chem.MolToMolBlock(mol) + "> <pIC50>\n7.5\n\n"
@@ -409,6 +415,7 @@ HOPS = 5
 
 
 def graphs_with_targets(count: int = 40, seed: int = 0) -> list:
+    """``count`` graphs of the zoo, each with one random target."""
     graphs = graph_zoo(seed=seed, count=count)
     gen = torch.Generator().manual_seed(seed)
     for g in graphs:
@@ -417,6 +424,8 @@ def graphs_with_targets(count: int = 40, seed: int = 0) -> list:
 
 
 def step_setup(attention: str, graphs, seed: int = 0):
+    """A tiny model of ``attention`` in training mode with its optimizer, schedule, fp32
+    precision and step totals on the CPU."""
     cfg = tiny_config(attention=attention, multi_hop_max_dist=HOPS)
     torch.manual_seed(seed)
     model = Graphormer(cfg).train()
@@ -440,6 +449,9 @@ def same_shape_batches(graphs, count: int, size: int = 8, seed: int = 1) -> list
 
 
 def bound_body(model, opt, precision, totals, loss="l1"):
+    """The training step's body on ``model`` (``step_body`` with these arguments bound), as a
+    captured step takes it."""
+
     def body(batch, set_to_none, step):
         return step_body(
             model, batch, opt, precision, totals, step, loss, 5.0, None, set_to_none, set_to_none
@@ -478,6 +490,8 @@ ZINC_FIXTURE = [
 
 
 def zinc_raw_entry(smiles: str) -> dict:
+    """One molecule as PyG's raw ZINC pickles store it (atom types, a dense bond-type
+    matrix, the target)."""
     g = zinc_mol_to_graph(smiles)
     n = g.num_nodes
     adj = torch.zeros(n, n, dtype=torch.long)
@@ -652,6 +666,8 @@ def write_lsc_layout(
 
 
 def v2_splits(n: int) -> dict[str, list[int]]:
+    """PCQM4Mv2's four splits over ``n`` rows: the test rows are the last 6, ``test-dev`` in
+    reverse order."""
     rows = list(range(n))
     return {
         "train": rows[0 : n - 12],
