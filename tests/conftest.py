@@ -1,98 +1,47 @@
-"""Shared fixtures: random graphs, the real ZINC validation graphs when available."""
+"""Fixtures the tests share: the 40-molecule CSV and a tiny training run on it (one per module),
+copies of the shared data, one thread, a fresh store folder per test; the plain helpers they use
+are in ``helpers.py``."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 from pathlib import Path
 
-import numpy as np
+import pandas as pd
 import pytest
 import torch
-from torch_geometric.data import Data
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+from tests.helpers import ROOT, SHARED_DATA, SMILES, train_args
 
 
-def random_graph(
-    rng: np.random.Generator,
-    n: int,
-    p: float,
-    kind: str = "random",
-    node_features: int = 1,
-    edge_features: int = 1,
-    num_targets: int = 1,
-) -> Data:
-    """An undirected graph (both directions stored) of ``kind`` random / ring / edgeless / split."""
-    if kind == "ring" and n > 2:
-        a = np.zeros((n, n), dtype=bool)
-        a[np.arange(n), (np.arange(n) + 1) % n] = True
-        # add a chord sometimes so several shortest paths tie
-        if n > 5:
-            a[0, n // 2] = True
-    elif kind == "edgeless":
-        a = np.zeros((n, n), dtype=bool)
-    elif kind == "split" and n > 3:  # two components
-        h = n // 2
-        a = np.zeros((n, n), dtype=bool)
-        a[:h, :h] = rng.random((h, h)) < max(p, 0.5)
-        a[h:, h:] = rng.random((n - h, n - h)) < max(p, 0.5)
-    else:
-        a = rng.random((n, n)) < p
-    a = np.triu(a, 1)
-    a = a | a.T
-    src, dst = np.nonzero(a)
-    e = src.size
-    # the same bond features in both directions, as molecules store them
-    und = {}
-    attrs = np.zeros((e, edge_features), dtype=np.int64)
-    for idx, (s, d) in enumerate(zip(src, dst, strict=True)):
-        key = (min(s, d), max(s, d))
-        if key not in und:
-            und[key] = rng.integers(0, 4, size=edge_features)
-        attrs[idx] = und[key]
-    x = rng.integers(0, 20, size=(n, node_features))
-    return Data(
-        x=torch.from_numpy(x),
-        edge_index=torch.from_numpy(np.stack([src, dst]).astype(np.int64)),
-        edge_attr=torch.from_numpy(attrs.squeeze(1) if edge_features == 1 else attrs),
-        y=torch.randn(1, num_targets, generator=torch.Generator().manual_seed(int(n))),
-        num_nodes=n,
-    )
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> Path:
+    """A CSV of the 40 molecules of ``SMILES`` with their heavy-atom counts (one per module)."""
+    path = tmp_path_factory.mktemp("csv") / "mols.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "heavy_atoms"])
+        for s in SMILES:
+            w.writerow([s, sum(ch.isalpha() and ch not in "lr" for ch in s)])
+    return path
 
 
-def graph_zoo(seed: int = 0, count: int = 200, **kw) -> list[Data]:
-    """Hundreds of graphs covering random, ring, edgeless, disconnected and 1-node cases."""
-    rng = np.random.default_rng(seed)
-    kinds = ["random", "ring", "edgeless", "split", "random"]
-    out = []
-    for i in range(count):
-        n = 1 if i % 17 == 0 else int(rng.integers(2, 26))
-        out.append(random_graph(rng, n, float(rng.uniform(0.05, 0.4)), kinds[i % len(kinds)], **kw))
-    return out
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A CSV of 120 small molecules (heavy-atom counts) and a short run on it."""
+    from graphormer_urpe import cli
 
-
-def load_zinc_val_graphs(limit: int | None = None) -> list[Data]:
-    """The official ZINC-subset validation graphs (skips the test when the data is absent)."""
-    path = SHARED_DATA / "zinc" / "val_graphs.npz"
-    if not path.exists():
-        pytest.skip(f"real ZINC validation graphs not available at {path}")
-    z = np.load(path)
-    graphs = []
-    total = len(z["y"]) if limit is None else limit
-    for g in range(total):
-        a, b = z["node_ptr"][g], z["node_ptr"][g + 1]
-        e0, e1 = z["edge_ptr"][g], z["edge_ptr"][g + 1]
-        graphs.append(
-            Data(
-                x=torch.from_numpy(z["x"][a:b].astype(np.int64)).view(-1, 1),
-                edge_index=torch.from_numpy(z["edge_index"][:, e0:e1].astype(np.int64)),
-                edge_attr=torch.from_numpy(z["edge_attr"][e0:e1].astype(np.int64)),
-                y=torch.tensor([float(z["y"][g])]),
-            )
-        )
-    return graphs
+    root = tmp_path_factory.mktemp("cal")
+    smiles = [
+        "C" * a + x + "C" * b for a in range(1, 9) for b in range(0, 5) for x in ("O", "N", "C(=O)")
+    ]
+    heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
+    pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(root / "data.csv", index=False)
+    out = root / "run"
+    assert cli.main(train_args(root / "data.csv", root / "store", out)) == 0
+    return root, out
 
 
 @pytest.fixture

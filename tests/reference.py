@@ -1,4 +1,5 @@
-"""Plain reference implementations (oracles) of Graphormer's preprocessing and model maths.
+"""Plain reference implementations (oracles) of Graphormer's preprocessing and model maths,
+of URPE attention and of a checkpoint's predictions.
 
 Written as directly as possible from the published algorithms (Graphormer's ``algos.pyx``
 and ``collator.py``), with Python loops and no vectorisation, so that the fast library code
@@ -7,7 +8,16 @@ can be checked against them.
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import numpy as np
+import torch
+
+from graphormer_urpe import GraphormerCollator, GraphormerFeatures
+from graphormer_urpe.datasets import featurize_smiles
+from graphormer_urpe.inference import load_model
+from graphormer_urpe.inference.engines.stream import SORT_WINDOW
 
 UNREACHABLE = 510
 
@@ -123,3 +133,52 @@ def ref_collate(items, multi_hop_max_dist: int, spatial_pos_max: int):
         out["attn_bias"][g, : k + 1, : k + 1] = graph_bias
         out["attn_bias"][g, k + 1 :, : k + 1] = 0
     return out
+
+
+def naive_attention(q, k, v, bias=None, scale=None, key_padding_mask=None):
+    """softmax(q kᵀ/√d + B) ⊙ C, then · v, in float64, rows with every key forbidden -> 0."""
+    q, k, v = q.double(), k.double(), v.double()
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias.double()
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+    out = torch.zeros(*scores.shape[:-1], v.shape[-1], dtype=torch.float64)
+    b, h, nq, _ = scores.shape
+    for bi in range(b):
+        for hi in range(h):
+            for i in range(nq):
+                row = scores[bi, hi, i]
+                if torch.isinf(row).all():
+                    continue  # fully masked: output stays 0
+                p = torch.softmax(row, dim=-1)
+                if scale is not None:
+                    p = p * scale.expand(b, h, nq, -1)[bi, hi, i].double()
+                out[bi, hi, i] = p @ v[bi, hi]
+    return out
+
+
+@torch.no_grad()
+def predict_reference(ckpt: Path, smiles: list[str], batch_size: int):
+    """``(values, errors)`` per row, computed plainly, one molecule at a time."""
+    lm = load_model(ckpt, "cpu")
+    cfg = lm.model.config
+    transform = GraphormerFeatures(cfg.multi_hop_max_dist)
+    collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
+    graphs, keep, errors = [], [], [None] * len(smiles)
+    for i, smi in enumerate(smiles):
+        try:
+            graphs.append(transform(featurize_smiles(smi, lm.featurizer)))
+            keep.append(i)
+        except ValueError as exc:
+            errors[i] = str(exc)
+    values: list[torch.Tensor | None] = [None] * len(smiles)
+    window = SORT_WINDOW * batch_size  # valid molecules, sorted by atom count, then batched
+    for w in range(0, len(graphs), window):
+        members = sorted(range(w, min(w + window, len(graphs))), key=lambda i: graphs[i].num_nodes)
+        for start in range(0, len(members), batch_size):
+            part = members[start : start + batch_size]
+            out = lm.model(collator([graphs[i] for i in part]))
+            for i, row in zip(part, out, strict=True):
+                values[keep[i]] = row
+    return values, errors

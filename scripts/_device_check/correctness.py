@@ -23,12 +23,12 @@ TRACEBACK_CHARS = 6000
 
 CUDA_TEST_PROCESSES = 4  # pytest-xdist workers sharing the GPU, where xdist is installed
 CUDA_TEST_FILES = (  # the files holding tests marked cuda
-    "tests/test_cuda.py",
-    "tests/test_capture.py",
-    "tests/test_fused_attention.py",
-    "tests/test_attention_kernel.py",
-    "tests/test_fast_path_fallback.py",
-    "tests/test_token_budget.py",
+    "tests/runtime/test_cuda.py",
+    "tests/runtime/test_capture.py",
+    "tests/attention/test_fused_attention.py",
+    "tests/attention/test_attention_kernel.py",
+    "tests/runtime/test_fast_path_fallback.py",
+    "tests/runtime/test_token_budget.py",
 )
 
 

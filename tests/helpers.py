@@ -1,0 +1,709 @@
+"""Plain helpers the tests share: molecule lists, small models and checkpoints, file writers,
+the command line of a tiny training run. Fixtures live in ``conftest.py``; plain reference
+implementations in ``reference.py``. No test module imports another."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import functools
+import gzip
+import io
+import json
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from rdkit import Chem
+from torch_geometric.data import Data
+
+from graphormer_urpe import Graphormer, collate, get_preset
+from graphormer_urpe.datasets import penalized_logp, zinc_mol_to_graph
+from graphormer_urpe.datasets.domain import record_of_smiles
+from graphormer_urpe.datasets.store import chunks as chunks_module
+from graphormer_urpe.graph.model import GraphormerConfig
+from graphormer_urpe.graph.static_shapes import StaticShapes
+from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
+from graphormer_urpe.runtime import make_config
+from graphormer_urpe.runtime.capture import EagerGraphs
+from graphormer_urpe.sequence import TransformerXL, TransformerXLConfig
+from graphormer_urpe.sequence.model import RelativePositionTable
+from graphormer_urpe.training import loop, steps
+from graphormer_urpe.training.loop import (
+    Precision,
+    StepTotals,
+    build_model,
+    linear_schedule,
+    make_optimizer,
+    step_body,
+)
+from graphormer_urpe.training.trainer import Trainer
+
+# ---- random graphs and the shared ZINC validation graphs
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def random_graph(
+    rng: np.random.Generator,
+    n: int,
+    p: float,
+    kind: str = "random",
+    node_features: int = 1,
+    edge_features: int = 1,
+    num_targets: int = 1,
+) -> Data:
+    """An undirected graph (both directions stored) of ``kind`` random / ring / edgeless / split."""
+    if kind == "ring" and n > 2:
+        a = np.zeros((n, n), dtype=bool)
+        a[np.arange(n), (np.arange(n) + 1) % n] = True
+        # add a chord sometimes so several shortest paths tie
+        if n > 5:
+            a[0, n // 2] = True
+    elif kind == "edgeless":
+        a = np.zeros((n, n), dtype=bool)
+    elif kind == "split" and n > 3:  # two components
+        h = n // 2
+        a = np.zeros((n, n), dtype=bool)
+        a[:h, :h] = rng.random((h, h)) < max(p, 0.5)
+        a[h:, h:] = rng.random((n - h, n - h)) < max(p, 0.5)
+    else:
+        a = rng.random((n, n)) < p
+    a = np.triu(a, 1)
+    a = a | a.T
+    src, dst = np.nonzero(a)
+    e = src.size
+    # the same bond features in both directions, as molecules store them
+    und = {}
+    attrs = np.zeros((e, edge_features), dtype=np.int64)
+    for idx, (s, d) in enumerate(zip(src, dst, strict=True)):
+        key = (min(s, d), max(s, d))
+        if key not in und:
+            und[key] = rng.integers(0, 4, size=edge_features)
+        attrs[idx] = und[key]
+    x = rng.integers(0, 20, size=(n, node_features))
+    return Data(
+        x=torch.from_numpy(x),
+        edge_index=torch.from_numpy(np.stack([src, dst]).astype(np.int64)),
+        edge_attr=torch.from_numpy(attrs.squeeze(1) if edge_features == 1 else attrs),
+        y=torch.randn(1, num_targets, generator=torch.Generator().manual_seed(int(n))),
+        num_nodes=n,
+    )
+
+
+def graph_zoo(seed: int = 0, count: int = 200, **kw) -> list[Data]:
+    """Hundreds of graphs covering random, ring, edgeless, disconnected and 1-node cases."""
+    rng = np.random.default_rng(seed)
+    kinds = ["random", "ring", "edgeless", "split", "random"]
+    out = []
+    for i in range(count):
+        n = 1 if i % 17 == 0 else int(rng.integers(2, 26))
+        out.append(random_graph(rng, n, float(rng.uniform(0.05, 0.4)), kinds[i % len(kinds)], **kw))
+    return out
+
+
+def load_zinc_val_graphs(limit: int | None = None) -> list[Data]:
+    """The official ZINC-subset validation graphs (skips the test when the data is absent)."""
+    path = SHARED_DATA / "zinc" / "val_graphs.npz"
+    if not path.exists():
+        pytest.skip(f"real ZINC validation graphs not available at {path}")
+    z = np.load(path)
+    graphs = []
+    total = len(z["y"]) if limit is None else limit
+    for g in range(total):
+        a, b = z["node_ptr"][g], z["node_ptr"][g + 1]
+        e0, e1 = z["edge_ptr"][g], z["edge_ptr"][g + 1]
+        graphs.append(
+            Data(
+                x=torch.from_numpy(z["x"][a:b].astype(np.int64)).view(-1, 1),
+                edge_index=torch.from_numpy(z["edge_index"][:, e0:e1].astype(np.int64)),
+                edge_attr=torch.from_numpy(z["edge_attr"][e0:e1].astype(np.int64)),
+                y=torch.tensor([float(z["y"][g])]),
+            )
+        )
+    return graphs
+
+
+# ---- the small molecule table and the command line of a tiny training run
+SMILES = [  # 40 small molecules; the CSV fixture ``table`` pairs them with heavy-atom counts
+    "CCO",
+    "CCN",
+    "CCC",
+    "CCCC",
+    "CCCCC",
+    "c1ccccc1",
+    "c1ccccc1O",
+    "c1ccccc1N",
+    "CC(=O)O",
+    "CC(=O)N",
+    "CCOC",
+    "CCOCC",
+    "C1CCCCC1",
+    "C1CCCC1",
+    "CC(C)C",
+    "CC(C)(C)C",
+    "OCCO",
+    "NCCN",
+    "c1ccncc1",
+    "c1ccoc1",
+    "c1ccsc1",
+    "CC#N",
+    "C=CC",
+    "C=CC=C",
+    "CCCl",
+    "CCBr",
+    "CCF",
+    "OC(=O)c1ccccc1",
+    "Nc1ccccc1O",
+    "CC(=O)Nc1ccc(O)cc1",
+    "COc1ccccc1",
+    "CCCCCC",
+    "CCCCCCC",
+    "C1CC1",
+    "C1CCC1",
+    "OC1CCCCC1",
+    "NC1CCCCC1",
+    "CCS",
+    "CSC",
+    "CC(O)C",
+]
+
+
+TINY_MODEL = ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
+
+
+def train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
+    """The arguments of ``train`` for a tiny model on the CSV ``table`` (target column
+    ``heavy_atoms``, 3 epochs of batches of 8, one thread), then ``extra``."""
+    return [
+        "train",
+        "--dataset",
+        f"csv:{table}",
+        "--data-root",
+        str(root),
+        "--target-columns",
+        "heavy_atoms",
+        "--out",
+        str(out),
+        *TINY_MODEL,
+        "--batch-size",
+        "8",
+        "--epochs",
+        "3",
+        "--warmup-steps",
+        "2",
+        "--lr",
+        "1e-3",
+        "--no-progress",
+        "--threads",
+        "1",
+        *extra,
+    ]
+
+
+# ---- comparing two runs; hooking the training loss
+def assert_same_run(a: Path, b: Path) -> None:
+    """Two runs' folders hold the same metrics, the same last weights and as many history rows."""
+    ma = json.loads((a / "metrics.json").read_text())
+    mb = json.loads((b / "metrics.json").read_text())
+    for key in ("steps", "epochs", "best_epoch"):
+        assert ma[key] == mb[key]
+    assert mb["best_valid_mae"] == pytest.approx(ma["best_valid_mae"], abs=1e-6)
+    assert mb["test_mae"] == pytest.approx(ma["test_mae"], abs=1e-6)
+    wa = load_checkpoint(a / "last.pt")["model"]
+    wb = load_checkpoint(b / "last.pt")["model"]
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    assert (a / "history.csv").read_text().count("\n") == (b / "history.csv").read_text().count(
+        "\n"
+    )
+
+
+def loss_hook(monkeypatch, at_call: int, action) -> None:
+    """Run ``action`` inside the ``at_call``-th training loss computation (1-based)."""
+    real = steps.masked_loss
+    calls = {"n": 0}
+
+    def hooked(pred, target, kind="l1", scale=None):
+        if torch.is_grad_enabled():  # training steps only
+            calls["n"] += 1
+            if calls["n"] == at_call:
+                action()
+        return real(pred, target, kind, scale)
+
+    monkeypatch.setattr(steps, "masked_loss", hooked)
+
+
+# ---- a small Graphormer configuration
+def tiny_config(**kw) -> GraphormerConfig:
+    """The ``zinc-slim`` preset at 3 layers of width 32 (4 heads), no dropout; ``kw`` overrides."""
+    base = dict(
+        num_layers=3,
+        hidden_dim=32,
+        ffn_dim=32,
+        num_heads=4,
+        dropout=0.0,
+        attention_dropout=0.0,
+        input_dropout=0.0,
+    )
+    base.update(kw)
+    return get_preset("zinc-slim", **base)
+
+
+# ---- a small Transformer-XL
+def tiny_xl(pe: str, **kw) -> TransformerXL:
+    """A small Transformer-XL (2 layers of width 32, segments of 8, a memory of 16) in eval mode."""
+    base = dict(vocab_size=40, tgt_len=8, mem_len=16, width=32, layers=2, heads=4, ffn=64)
+    base.update(pe=pe, dropout=0.0, init_std=0.1)
+    base.update(kw)
+    return TransformerXL(TransformerXLConfig(**base)).eval()
+
+
+def perturb_tables(model: TransformerXL) -> None:
+    """Move B and C away from their initial values so the tests see them act."""
+    gen = torch.Generator().manual_seed(123)
+    with torch.no_grad():
+        for t in model.modules():
+            if isinstance(t, RelativePositionTable):
+                t.weight.add_(0.5 * torch.randn(t.weight.shape, generator=gen))
+
+
+# ---- molecules for prediction (valid, invalid, mixed) and a tiny untrained checkpoint
+VALID = [
+    "CCO",
+    "c1ccccc1",
+    "CC(=O)Nc1ccc(O)cc1",
+    "C1CCCCC1",
+    "CC(C)(C)C",
+    "OCCO",
+    "c1ccncc1",
+    "CC#N",
+    "C=CC=C",
+    "OC(=O)c1ccccc1",
+    "C",
+    "CCCCCCCCCC",
+    "C1CC1",
+    "CCS",
+    "NC1CCCCC1",
+    "COc1ccccc1",
+    "c1ccc2ccccc2c1",
+    "CC(O)C",
+    "O=C(O)CCC(=O)O",
+    "CN1CCC[C@H]1c1cccnc1",
+]
+
+
+BAD = ["not_a_smiles((", "", "C1CC", "c1cccc1"]
+
+
+SALT = "CC(=O)[O-].[Na+]"  # disconnected: valid for OGB, an unknown atom type for ZINC
+
+
+SELENIUM = "C[Se]C"  # valid for OGB, an unknown atom type for ZINC
+
+
+def mixed_rows() -> list[str]:
+    """Valid and invalid rows interleaved, invalid ones at the start, middle and end."""
+    rows = [BAD[0], *VALID[:7], BAD[1], SALT, *VALID[7:13], BAD[2], SELENIUM, *VALID[13:]]
+    return [*rows, BAD[3], *VALID[:3], BAD[0]]
+
+
+MIXED = mixed_rows()
+
+
+def tiny_checkpoint(path: Path, featurizer: str, task_type: str = "regression", seed: int = 0):
+    """A tiny untrained model saved as a checkpoint of this library."""
+    torch.manual_seed(seed)
+    config = make_config(
+        "small",
+        model_overrides=dict(
+            num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2, attention="urpe"
+        ),
+    )
+    names = ["a", "b"]
+    model = build_model(config.model, featurizer, len(names))
+    config.model = model.config
+    save_checkpoint(
+        path,
+        {
+            "config": config.to_json(),
+            "model": model.state_dict(),
+            "featurizer": featurizer,
+            "target_names": names,
+            "metric": "rocauc" if task_type == "binary" else "mae",
+            "task_type": task_type,
+        },
+    )
+    return path
+
+
+# ---- the operators that make the host wait for the device
+SYNCING = {
+    "_local_scalar_dense",
+    "item",
+    "is_nonzero",
+    "nonzero",
+    "masked_select",
+    "unique",
+    "_unique",
+    "_unique2",
+    "unique_consecutive",
+    "equal",
+}
+
+
+# ---- random attention inputs
+def attention_inputs(seed=0, b=3, h=4, n=7, d=8):
+    """Random ``q, k, v`` of shape (b, h, n, d), a bias B (b, h, n, n) with some -inf, a scale
+    C (b, h, n, n) in [0, 2) and a key padding mask (b, n) that pads the first two batches."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
+    bias = torch.randn(b, h, n, n, generator=g)
+    bias[torch.rand(b, h, n, n, generator=g) < 0.2] = float("-inf")
+    scale = torch.rand(b, h, n, n, generator=g) * 2
+    kpm = torch.zeros(b, n, dtype=torch.bool)
+    kpm[0, -2:] = True
+    kpm[1, -1] = True
+    return q, k, v, bias, scale, kpm
+
+
+# ---- SD files
+BROKEN = 3
+
+
+def broken_sdf_block() -> str:
+    """An SD record RDKit cannot read (a pentafluorinated carbon), with a ``pIC50``."""
+    mol = Chem.MolFromSmiles("C(F)(F)(F)(F)F", sanitize=False)
+    mol.SetProp("_Name", "pentafluoro")
+    return Chem.MolToMolBlock(mol) + "> <pIC50>\n7.5\n\n"
+
+
+def write_sdf(path: Path, smiles: list[str], broken: int | None = BROKEN) -> list[str]:
+    """An SD file of ``smiles`` (titles ``mol<i>``, an SD property ``pIC50`` and ``series``;
+    record ``broken`` replaced by one RDKit cannot read), gzip when the name ends in .gz; the
+    records' titles."""
+    parts, titles = [], []
+    for i, smi in enumerate(smiles):
+        if i == broken:
+            parts.append(broken_sdf_block() + "$$$$\n")
+            titles.append("pentafluoro")
+            continue
+        mol = Chem.MolFromSmiles(smi)
+        title = f"mol{i}"
+        mol.SetProp("_Name", title)
+        text = Chem.MolToMolBlock(mol)
+        heavy = mol.GetNumHeavyAtoms()
+        parts.append(f"{text}>  <pIC50>  (1)\n{heavy}\n\n> <series>\nS{i % 2}\n\n$$$$\n")
+        titles.append(title)
+    data = "".join(parts)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt") as fh:
+            fh.write(data)
+    else:
+        path.write_text(data)
+    return titles
+
+
+# ---- static-shape training steps; a stand-in capture backend
+HOPS = 5
+
+
+def graphs_with_targets(count: int = 40, seed: int = 0) -> list:
+    """``count`` graphs of the zoo, each with one random target."""
+    graphs = graph_zoo(seed=seed, count=count)
+    gen = torch.Generator().manual_seed(seed)
+    for g in graphs:
+        g.y = torch.randn(1, generator=gen)
+    return graphs
+
+
+def step_setup(attention: str, graphs, seed: int = 0):
+    """A tiny model of ``attention`` in training mode with its optimizer, schedule, fp32
+    precision and step totals on the CPU."""
+    cfg = tiny_config(attention=attention, multi_hop_max_dist=HOPS)
+    torch.manual_seed(seed)
+    model = Graphormer(cfg).train()
+    opt = make_optimizer(model.parameters(), 1e-3, 0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: linear_schedule(s, 2, 10, 1e-3, 1e-9) / 1e-3
+    )
+    cpu = torch.device("cpu")
+    return model, opt, sched, Precision("fp32", cpu), StepTotals(cpu)
+
+
+def same_shape_batches(graphs, count: int, size: int = 8, seed: int = 1) -> list:
+    """``count`` static batches of the same ``size`` graphs in shuffled orders."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = StaticShapes(size + 2, HOPS)  # two empty graphs in each
+    out = []
+    for _ in range(count):
+        order = torch.randperm(size, generator=gen).tolist()
+        out.append(collate([graphs[i] for i in order], HOPS, static=shapes))
+    return out
+
+
+def bound_body(model, opt, precision, totals, loss="l1"):
+    """The training step's body on ``model`` (``step_body`` with these arguments bound), as a
+    captured step takes it."""
+
+    def body(batch, set_to_none, step):
+        return step_body(
+            model, batch, opt, precision, totals, step, loss, 5.0, None, set_to_none, set_to_none
+        )
+
+    return body
+
+
+def stand_in_capture(monkeypatch, backend_type: type = EagerGraphs) -> list:
+    """Runs started from now on capture with a stand-in backend (a new ``backend_type`` per
+    run), on any device; returns the list of the backends made."""
+    backends: list = []
+
+    def backend(config, ctx, precision):
+        backends.append(backend_type())
+        return backends[-1]
+
+    monkeypatch.setattr(loop, "Trainer", functools.partial(Trainer, backend=backend))
+    return backends
+
+
+# ---- ZINC's raw files
+# Real ZINC-like molecules covering charges, stereo centres, aromatic N-H, rings and S/Cl/Br/F.
+ZINC_FIXTURE = [
+    "C[C@@]1(c2ccc(F)cc2)NC(=O)N(CN2CCN(S(=O)(=O)c3ccc4ccccc4c3)CC2)C1=O",
+    "COCc1ccc(C(=O)Oc2ccc(F)cc2)cc1",
+    "O=c1c([N+](=O)[O-])cccn1Cc1ccc(F)cc1Cl",
+    "O=C(CSc1ccc2ccccc2n1)NNC(=O)c1cccc([N+](=O)[O-])c1",
+    "C[NH+]1CCC(NC(=O)c2ccc(Br)s2)CC1",
+    "Cc1cc2c(cc1C)N(Cc1ccc(Cl)cc1)[C@@H](C1=CCC(=O)N=C1)N2",
+    "O=C(Nc1cccc(-n2cnnn2)c1)c1cccc2[nH]ccc12",
+    "[NH3+]CCCC(=O)N1C[C@@H]2C[C@H](C1)Cn1c2cccc1=O",
+    "CC#CCOc1ccc(C[NH2+]C2CC2)cc1",
+    "CCN(CC)C(=O)c1ccc([O-])cc1",
+]
+
+
+def zinc_raw_entry(smiles: str) -> dict:
+    """One molecule as PyG's raw ZINC pickles store it (atom types, a dense bond-type
+    matrix, the target)."""
+    g = zinc_mol_to_graph(smiles)
+    n = g.num_nodes
+    adj = torch.zeros(n, n, dtype=torch.long)
+    adj[g.edge_index[0], g.edge_index[1]] = g.edge_attr
+    return {
+        "num_atom": n,
+        "atom_type": g.x.view(-1).clone(),
+        "bond_type": adj,
+        "logP_SA_cycle_normalized": torch.tensor([penalized_logp(smiles)]),
+    }
+
+
+def write_zinc_raw(root: Path) -> dict[str, list[str]]:
+    """PyG's raw layout: per-split pickles of molecule dicts + comma-separated subset indices."""
+    raw = root / "raw"
+    raw.mkdir(parents=True)
+    splits = {"train": ZINC_FIXTURE[:6], "val": ZINC_FIXTURE[6:8], "test": ZINC_FIXTURE[8:]}
+    subset_index = {"train": [0, 2, 3, 5], "val": [1], "test": [0, 1]}
+    for split, smiles in splits.items():
+        with open(raw / f"{split}.pickle", "wb") as f:
+            pickle.dump([zinc_raw_entry(s) for s in smiles], f)
+        (raw / f"{split}.index").write_text(",".join(map(str, subset_index[split])) + "\n")
+    return {s: [splits[s][i] for i in subset_index[s]] for s in splits} | {
+        f"full-{s}": splits[s] for s in splits
+    }
+
+
+# ---- the sequence commands
+def run_tiny_command(parser: argparse.ArgumentParser, run, words: str, out, capsys) -> dict:
+    """Parse ``words`` plus ``--out out``, check they select ``run``, run it (exit status 0)
+    and return the JSON summary it printed."""
+    args = parser.parse_args(words.split() + ["--out", str(out)])
+    assert args.func is run
+    assert run(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# ---- interrupting and counting the store's chunk writes
+@contextlib.contextmanager
+def interrupted_chunk_writes(monkeypatch, after: int) -> Iterator[list[str]]:
+    """A store build in the ``with`` block stops (``KeyboardInterrupt``, expected) once
+    ``after`` chunks are written; yields the written chunks' names. The writer is real again
+    afterwards."""
+    real_write = chunks_module.write_chunk
+    written: list[str] = []
+
+    def interrupted(chunk_dir, arrays, meta):
+        if len(written) == after:
+            raise KeyboardInterrupt
+        real_write(chunk_dir, arrays, meta)
+        written.append(Path(chunk_dir).name)
+
+    monkeypatch.setattr(chunks_module, "write_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        yield written
+    monkeypatch.setattr(chunks_module, "write_chunk", real_write)
+
+
+def count_chunk_rows(monkeypatch) -> list[int]:
+    """The list that receives the first row of every chunk featurised from now on."""
+    rows: list[int] = []
+    real = chunks_module.featurize_chunk
+
+    def counting(*args, **kwargs):
+        rows.append(int(kwargs["rows"][0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(chunks_module, "featurize_chunk", counting)
+    return rows
+
+
+# ---- prediction inputs in each file format; a checkpoint with a training record
+def domain_checkpoint(path: Path, task_type: str = "regression") -> Path:
+    """The tiny checkpoint of the stream tests, with a training record of ``VALID[:12]``
+    (so rows are ``in``, ``out: ...`` and have a nearest similarity)."""
+    tiny_checkpoint(path, "ogb", task_type)
+    state = load_checkpoint(path)
+    state["domain"] = record_of_smiles(VALID[:12]).to_dict()
+    save_checkpoint(path, state)
+    return path
+
+
+def input_files(folder: Path, smiles: list[str]) -> dict[str, Path]:
+    """``smiles`` as a CSV (with other columns), a .csv.gz, a .smi with names and Parquet."""
+    folder.mkdir(parents=True, exist_ok=True)
+    table = io.StringIO()
+    w = csv.writer(table, lineterminator="\n")
+    w.writerow(["id", "smiles"])
+    w.writerows([i, s] for i, s in enumerate(smiles))
+    paths = {"csv": folder / "a.csv", "csv.gz": folder / "b.csv.gz", "smi": folder / "c.smi"}
+    paths["csv"].write_text(table.getvalue())
+    with gzip.open(paths["csv.gz"], "wt") as fh:
+        fh.write(table.getvalue())
+    paths["smi"].write_text("".join(f"{s}\tmol {i}\n" if s else "\n" for i, s in enumerate(smiles)))
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return paths
+    paths["parquet"] = folder / "d.parquet"
+    pq.write_table(pa.table({"id": list(range(len(smiles))), "smiles": smiles}), paths["parquet"])
+    return paths
+
+
+# ---- PCQM4M's file layout
+PCQM_SMILES = [
+    "CCO",
+    "c1ccccc1",
+    "CC(=O)Nc1ccc(O)cc1",
+    "CN1C=NC2=C1C(=O)N(C(=O)N2C)C",
+    "C[C@H](N)C(=O)O",
+    "F/C=C/F",
+    "[NH3+]CC(=O)[O-]",
+    "[Na+].[Cl-]",
+    "C",
+    "CCCCCCCCCCCC",
+    "c1ccc2ccccc2c1",
+    "O=C(O)c1ccccc1O",
+    "CC(C)Cc1ccc(cc1)C(C)C(=O)O",
+    "C1CCC2(CC1)OCCO2",
+    "CCOC(=O)C1=CC=CC=C1N",
+    "c1ccncc1",
+    "c1ccsc1",
+    "CC#N",
+    "C=CC=C",
+    "OC1CCCCC1",
+    "NC1CCCCC1",
+    "CCS",
+    "CC(O)C",
+    "CCN(CC)CC",
+    "O=C1CCCC1",
+    "c1ccccc1Cl",
+    "Brc1ccc(Br)cc1",
+    "CC(C)(C)c1ccccc1",
+    "OCC(O)CO",
+    "C1=CC=C(C=C1)C=O",
+    "COc1ccccc1OC",
+    "CC(=O)OC1=CC=CC=C1C(=O)O",
+    "c1ccc(cc1)-c1ccccc1",
+    "CC1=CC(=O)C=CC1=O",
+    "N#Cc1ccccc1",
+    "CC(N)Cc1ccccc1",
+]
+
+
+def write_lsc_layout(
+    root: Path,
+    smiles: list[str],
+    splits: dict[str, list[int]],
+    folder: str = "pcqm4m-v2",
+    release: bool = True,
+) -> np.ndarray:
+    """``<root>/<folder>/raw/data.csv.gz`` + ``split_dict.pt`` as OGB ships them.
+
+    Test rows get an empty gap; the others a gap computed from the PCQM_SMILES. Returns the gaps.
+    """
+    base = root / folder
+    (base / "raw").mkdir(parents=True)
+    test_rows = {i for name, rows in splits.items() if name.startswith("test") for i in rows}
+    gaps = np.array(
+        [np.nan if i in test_rows else 3.0 + 0.1 * len(s) + 0.01 * i for i, s in enumerate(smiles)]
+    )
+    table = pd.DataFrame({"idx": np.arange(len(smiles)), "smiles": smiles, "homolumogap": gaps})
+    with gzip.open(base / "raw" / "data.csv.gz", "wt") as fh:
+        table.to_csv(fh, index=False)
+    torch.save(
+        {k: np.asarray(v, dtype=np.int64) for k, v in splits.items()}, base / "split_dict.pt"
+    )
+    if release:
+        (base / "RELEASE_v1.txt").write_text("fixture\n")
+    return gaps
+
+
+def v2_splits(n: int) -> dict[str, list[int]]:
+    """PCQM4Mv2's four splits over ``n`` rows: the test rows are the last 6, ``test-dev`` in
+    reverse order."""
+    rows = list(range(n))
+    return {
+        "train": rows[0 : n - 12],
+        "valid": rows[n - 12 : n - 6],
+        "test-dev": rows[n - 6 : n - 3][::-1],  # order must follow the split file
+        "test-challenge": rows[n - 3 :],
+    }
+
+
+# ---- small models for the explanations
+MOLS = ["CC(=O)Nc1ccc(O)cc1", "c1ccccc1Cl", "CCN(CC)CCOC(=O)c1ccccc1", "OCC(O)CO"]
+
+
+def random_tiny_model(seed: int = 0, scale: float = 0.2, **overrides) -> Graphormer:
+    """A small random model with weights large enough to be far from linear."""
+    torch.manual_seed(seed)
+    sizes = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2, multi_hop_max_dist=5)
+    config = GraphormerConfig(**{**sizes, **overrides})
+    model = Graphormer(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, scale)
+    t = config.num_targets
+    model.set_target_scaling([0.0] * t, [100.0] * t)  # prediction - baseline of about 1
+    return model
+
+
+def additive_model(seed: int = 5) -> Graphormer:
+    """A model whose output is a sum of per-atom terms by construction: one pre-LN layer
+    with uniform attention (no query/key, no bias B), no feed-forward, no final norm."""
+    model = random_tiny_model(seed=seed, scale=0.5, num_layers=1, final_norm=False)
+    with torch.no_grad():
+        layer = model.encoder.encoder.layers[0]
+        for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.fc2):
+            lin.weight.zero_()
+            lin.bias.zero_()
+        for p in model.encoder.attention_bias.parameters():
+            p.zero_()
+    return model

@@ -1,0 +1,264 @@
+"""The trees head: LightGBM beside the network, blended with weights chosen on validation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from graphormer_urpe import cli
+from graphormer_urpe.inference.trees import WEIGHTS, Trees, fit_trees, tree_chunk_inputs
+from tests.helpers import SMILES, train_args
+
+pytest.importorskip("lightgbm")
+
+
+def _rmse(p: torch.Tensor, y: torch.Tensor) -> float:
+    return float(((p - y) ** 2).mean().sqrt())
+
+
+def test_blend_weights_each_member_and_keeps_the_network_without_trees():
+    rng = np.random.default_rng(0)
+    trees = Trees("regression", ["a", "b"], [object(), None], [0.3, 1.0], 0, "set")
+    members = torch.from_numpy(rng.normal(size=(3, 5, 2)))
+    t = rng.normal(size=(5, 2))
+    t[:, 1] = np.nan  # target b has no trees
+    got = trees.blend(members, t).numpy()
+    for k in range(3):
+        for i in range(5):
+            assert got[k, i, 0] == pytest.approx(0.3 * members[k, i, 0].item() + 0.7 * t[i, 0])
+            assert got[k, i, 1] == members[k, i, 1].item()
+
+
+@pytest.mark.parametrize("task", ["regression", "binary"])
+def test_choose_weights_takes_the_best_blend_on_validation(task):
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(1)
+    n = 80
+    if task == "binary":
+        y = torch.from_numpy(rng.integers(0, 2, size=(n, 1)).astype(float))
+        net = (2 * y - 1) + torch.from_numpy(rng.normal(scale=1.5, size=(n, 1)))
+        trees_out = (2 * y - 1).numpy() + rng.normal(scale=1.5, size=(n, 1))
+        metric, higher = (lambda p, t: float(roc_auc_score(t[:, 0], p[:, 0]))), True
+    else:
+        y = torch.from_numpy(rng.normal(size=(n, 1)))
+        net = y + torch.from_numpy(rng.normal(scale=0.5, size=(n, 1)))
+        trees_out = y.numpy() + rng.normal(scale=0.7, size=(n, 1))
+        metric, higher = _rmse, False
+    y[3, 0] = math.nan  # a missing label is left out
+    trees = Trees(task, ["t"], [object()], [1.0], 0, "set")
+    trees.choose_weights(net, trees_out, y, metric, higher)
+    known = ~torch.isnan(y[:, 0])
+    scores = []
+    for w in [i / 10 for i in range(11)]:
+        blend = w * net[known] + (1 - w) * torch.from_numpy(trees_out[known.numpy()])
+        scores.append(metric(blend, y[known]))
+    best = int(np.argmax(scores) if higher else np.argmin(scores))
+    assert trees.net_weight == [pytest.approx(best / 10)]
+    assert trees.net_weight[0] in WEIGHTS
+    assert trees.valid[0]["blend"] == pytest.approx(scores[best])
+    assert trees.valid[0]["network"] == pytest.approx(scores[10])
+    assert trees.valid[0]["trees"] == pytest.approx(scores[0])
+
+
+@pytest.mark.parametrize("task", ["regression", "binary"])
+def test_trees_learn_the_signal_and_read_back_the_same(task, tmp_path):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(300, 12)).astype(np.float32)
+    signal = 2 * x[:, 0] - x[:, 1]
+    y = (signal > 0).astype(float) if task == "binary" else signal + rng.normal(0, 0.1, 300)
+    parts = {"train": slice(0, 240), "valid": slice(240, 300)}
+    xs = {p: x[s] for p, s in parts.items()}
+    ys = {p: torch.from_numpy(y[s, None]).float() for p, s in parts.items()}
+    trees = fit_trees(xs, ys, task, ["t"], seed=0, embedding_dim=0)
+    out = trees.predict(xs["valid"])[:, 0]
+    if task == "binary":
+        from sklearn.metrics import roc_auc_score
+
+        assert roc_auc_score(y[240:], out) > 0.9
+    else:
+        assert np.corrcoef(out, y[240:])[0, 1] > 0.9
+    trees.net_weight = [0.4]
+    trees.save(tmp_path / "trees")
+    again = Trees.load(tmp_path / "trees")
+    assert again.net_weight == [0.4] and again.task_type == task
+    np.testing.assert_array_equal(again.predict(xs["valid"]), trees.predict(xs["valid"]))
+
+
+def test_attribution_is_exact_and_puts_the_present_bits_on_their_atoms():
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+
+    smiles = SMILES * 3
+    x, _ = tree_chunk_inputs(smiles)
+    y = torch.tensor([[float(s.count("O") + 2 * s.count("N"))] for s in smiles])
+    xs = {"train": x, "valid": x[:20]}
+    trees = fit_trees(xs, {"train": y, "valid": y[:20]}, "regression", ["t"], 0, 0)
+    for s in ("CC(=O)Nc1ccc(O)cc1", "NCCN", "c1ccncc1"):
+        row, _ = tree_chunk_inputs([s])
+        atoms, rest, expected = trees.attribution(s, row)
+        assert expected[0] + atoms.sum() + rest[0] == pytest.approx(
+            trees.predict(row)[0, 0], abs=1e-5
+        )
+        # a plain reference: each present bit's value, shared among its environments' centres
+        phi = trees.boosters[0].predict(row, pred_contrib=True)[0]
+        mol = Chem.MolFromSmiles(s)
+        info = rdFingerprintGenerator.AdditionalOutput()
+        info.AllocateBitInfoMap()
+        gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+        gen.GetCountFingerprintAsNumPy(mol, additionalOutput=info)
+        want = np.zeros(mol.GetNumAtoms())
+        for bit, places in info.GetBitInfoMap().items():
+            for atom, _ in places:
+                want[atom] += phi[202 + bit] / len(places)
+        np.testing.assert_allclose(atoms[:, 0], want, atol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def start(table, tmp_path_factory):
+    """A tiny trained checkpoint to start from (its graph token is the trees' input)."""
+    base = tmp_path_factory.mktemp("start")
+    assert cli.main(train_args(table, base / "data", base / "run")) == 0
+    return base / "run" / "best.pt"
+
+
+def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, start, tmp_path):
+    from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
+    from graphormer_urpe.inference.embeddings import WithHeadInput
+    from graphormer_urpe.inference.engines.stream import predict_smiles
+    from graphormer_urpe.inference.loading import evaluate_checkpoint, load_model
+    from graphormer_urpe.inference.trees import graph_tokens, load_embedder, trees_folder
+
+    out = tmp_path / "ens"
+    args = train_args(table, tmp_path / "data", out, "--ensemble", "2", "--init-from", str(start))
+    assert cli.main(args) == 0  # trees auto: on with --init-from on a table
+    ensemble = json.loads((out / "metrics.json").read_text())
+    member_tables = []
+    for i in (0, 1):
+        member = out / f"member-{i}"
+        m = json.loads((member / "metrics.json").read_text())
+        assert m["trees"]["net_weight"][0] in WEIGHTS
+        assert "test_rmse_network" in m
+        assert json.loads((member / "config.json").read_text())["trees"] == "on"
+        # the member's test predictions: its network's blended with its trees, by hand
+        tests = pd.read_csv(member / "test_predictions.csv")
+        smiles = tests["smiles"].tolist()
+        lm = load_model(member / "best.pt")
+        assert lm.trees is not None and lm.embedder is not None
+        trees, embedder = lm.trees, load_embedder(trees_folder(member / "best.pt"), lm.device)
+        lm.trees = None
+        # the embedder is the starting model: the checkpoint's encoder, untouched by training
+        started = load_model(start).model.state_dict()
+        for name, value in embedder.state_dict().items():
+            if name.startswith("encoder."):
+                assert torch.equal(value, started[name]), name
+        net, _ = predict_smiles(lm, smiles, progress=False, workers=0)  # the network alone
+        graphs = [featurize_smiles(s, lm.featurizer) for s in smiles]
+        with torch.no_grad():
+            h = WithHeadInput(embedder)(graphs)
+        c = embedder.config
+        x, _ = tree_chunk_inputs(smiles)
+        x = np.hstack([x, graph_tokens(h, c.num_targets, c.hidden_dim).numpy()])
+        w = trees.net_weight[0]
+        want = w * net[:, 0].numpy() + (1 - w) * trees.predict(x)[:, 0]
+        np.testing.assert_allclose(tests["pred_heavy_atoms"], want, rtol=1e-4, atol=1e-4)
+        member_tables.append(tests)
+    # predict, evaluate and explain give the blend too
+    smiles = member_tables[0]["smiles"].tolist()
+    pred = tmp_path / "pred.csv"
+    common = ["--workers", "0", "--no-progress"]
+    assert (
+        cli.main(
+            [
+                "predict",
+                "--checkpoint",
+                str(out),
+                "--smiles",
+                *smiles,
+                *common,
+                "--output",
+                str(pred),
+            ]
+        )
+        == 0
+    )
+    got = pd.read_csv(pred)["heavy_atoms"]
+    mean = (member_tables[0]["pred_heavy_atoms"] + member_tables[1]["pred_heavy_atoms"]) / 2
+    np.testing.assert_allclose(got, mean, rtol=1e-4, atol=1e-4)
+    evaluated = evaluate_checkpoint(out / "member-0" / "best.pt", progress=False)
+    m0 = json.loads((out / "member-0" / "metrics.json").read_text())
+    assert evaluated["rmse"] == pytest.approx(m0["test_rmse"], rel=1e-4)
+    assert ensemble["test_rmse"] == pytest.approx(
+        float(np.sqrt(((mean - member_tables[0]["true_heavy_atoms"]) ** 2).mean())), rel=1e-4
+    )
+    _served_blend(out, smiles, got.to_numpy())
+    explained = tmp_path / "explain"
+    args = ["explain", "--checkpoint", str(out), "--smiles", smiles[0], "--out", str(explained)]
+    assert cli.main([*args, "--no-progress", "--no-pictures"]) == 0
+    row = pd.read_csv(explained / "molecules.csv").iloc[0]
+    atoms = pd.read_csv(explained / "atoms.csv")["heavy_atoms"].sum()
+    assert row["heavy_atoms"] == pytest.approx(got[0], rel=1e-4, abs=1e-4)
+    total = row["heavy_atoms_baseline"] + row["heavy_atoms_descriptors"] + atoms
+    assert total == pytest.approx(row["heavy_atoms"], abs=1e-3)
+
+
+def _served_blend(checkpoint, smiles: list[str], expected: np.ndarray) -> None:
+    """``serve`` answers the blend too, and describes the trees."""
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    pytest.importorskip("httpx", reason="the test client needs httpx")
+    from fastapi.testclient import TestClient
+
+    from graphormer_urpe.serve import ModelService, create_app
+
+    service = ModelService.load(checkpoint, workers=0)
+    try:
+        with TestClient(create_app(service)) as client:
+            rows = client.post("/predict", json={"smiles": smiles}).json()["rows"]
+            served = [r["heavy_atoms"] for r in rows]
+            np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-4)
+            weights = client.get("/model").json()["trees"]["net_weight"]
+            assert len(weights) == 2 and all(w[0] in WEIGHTS for w in weights)
+    finally:
+        service.close()
+
+
+def test_the_trees_leave_the_network_as_it_trains_without_them(table, start, tmp_path):
+    from graphormer_urpe.io.checkpoint import load_checkpoint
+
+    states = {}
+    for trees in ("on", "off"):
+        out = tmp_path / trees
+        args = train_args(
+            table, tmp_path / "data", out, "--trees", trees, "--init-from", str(start)
+        )
+        assert cli.main(args) == 0
+        states[trees] = load_checkpoint(out / "best.pt")["model"]
+    assert (tmp_path / "on" / "trees" / "embedder.pt").exists()  # its passes ran
+    assert not (tmp_path / "off" / "trees").exists()
+    for name, value in states["off"].items():
+        assert torch.equal(states["on"][name], value), name
+
+
+def test_trees_without_a_starting_model_read_no_graph_token(table, tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(train_args(table, tmp_path / "data", out, "--trees", "on")) == 0
+    kept = json.loads((out / "trees" / "trees.json").read_text())
+    assert kept["embedding_dim"] == 0 and not (out / "trees" / "embedder.pt").exists()
+
+
+def test_trees_on_needs_a_table(tmp_path):
+    from graphormer_urpe.runtime.config import make_config, resolve_trees
+
+    with pytest.raises(ValueError, match="tables of SMILES"):
+        resolve_trees(make_config("small", dataset="zinc", trees="on"))
+    table_cfg = make_config("small", dataset="csv:x.csv")
+    assert resolve_trees(table_cfg).trees == "off"  # auto: no starting model
+    assert resolve_trees(make_config("small", dataset="csv:x.csv", init_from="p")).trees == "on"
+    assert (
+        resolve_trees(make_config("small", dataset="csv:x.csv", init_from="p"), True).trees == "off"
+    )
