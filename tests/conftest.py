@@ -99,3 +99,13 @@ def subprocesses_import_this_checkout():
             "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         )
         yield
+
+
+LONGEST_FIRST = ("tests/scripts/test_device_check.py",)
+"""Test files whose run is minutes long (the device check's smoke run of every section):
+collected first, so that one worker starts them while the other runs the rest, instead of
+one worker running them alone at the end (the suite runs each file on one of 2 workers)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable sort
