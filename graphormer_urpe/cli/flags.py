@@ -8,7 +8,8 @@ import dataclasses
 import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 MODEL_HELP = {
     "num_layers": "transformer layers L",
@@ -62,6 +63,12 @@ def print_json(report: dict) -> int:
     """Print ``report`` as indented JSON, a command's result; exit status 0."""
     print(json.dumps(report, indent=2))
     return 0
+
+
+def flag_values(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
+    """``{name: args.name}`` for each of ``names``: the flags a command passes on by their own
+    names (as keyword arguments or overrides); a flag the command lacks gives ``None``."""
+    return {name: getattr(args, name, None) for name in names}
 
 
 def positive_int(text: str) -> int:

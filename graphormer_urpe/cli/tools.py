@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 
-from .flags import add_command, add_shared_flags, print_json
+from .flags import add_command, add_shared_flags, flag_values, print_json
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -219,8 +219,7 @@ def run_preprocess(args: argparse.Namespace) -> int:
         # the flags named as load_dataset's keyword arguments
         names = ("strict", "smiles_column", "target_columns", "split_column", "split")
         names += ("featurizer", "store_dir", "workers")
-        options = {name: getattr(args, name) for name in names}
-        splits = load_dataset(args.dataset, args.data_root, **options)
+        splits = load_dataset(args.dataset, args.data_root, **flag_values(args, names))
         report = {"seconds": round(time.perf_counter() - t0, 3), **store_report(splits)}
     return print_json(report)
 
