@@ -197,14 +197,14 @@ def add_lm_parser(subparsers: Any) -> None:
         type=int,
         help="score only this many validation tokens during training (final scores: all)",
     )
-    p.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N updates")
-    p.add_argument("--keep-checkpoints", type=int, help="step checkpoints to keep")
-    p.add_argument("--seed", type=int, help="seed of the initialisation and dropout")
     p.add_argument(
         "--resume",
         action="store_true",
         help="continue from the newest checkpoint in --out (its configuration is used)",
     )
+    p.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N updates")
+    p.add_argument("--keep-checkpoints", type=int, help="step checkpoints to keep")
+    p.add_argument("--seed", type=int, help="seed of the initialisation and dropout")
     _add_run_flags(p, f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)")
     p.set_defaults(func=run_lm)
 
