@@ -109,8 +109,11 @@ def add_synthetic_parser(subparsers: Any) -> None:
     )
     p.add_argument("--eval-every", type=int, help="evaluate every N updates")
     p.add_argument("--valid-size", type=int, help="sequences in the fixed validation set")
-    p.add_argument("--seed", type=int, help="seed of the initialisation and training data")
-    _add_run_flags(p, f"output folder (default: {DEFAULT_OUT_ROOT}/<task>_<pe>_v<vocab>)")
+    _add_run_flags(
+        p,
+        out_help=f"output folder (default: {DEFAULT_OUT_ROOT}/<task>_<pe>_v<vocab>)",
+        seed_help="seed of the initialisation and training data",
+    )
     p.set_defaults(func=run_synthetic)
 
 
@@ -119,8 +122,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
     from ..sequence.train import synthetic_config, train_synthetic
 
     configure = partial(synthetic_config, args.preset, args.task, args.pe)
-    train = partial(train_synthetic, device=args.device, progress=not args.no_progress)
-    return _SYNTHETIC.run(args, configure, train)
+    return _SYNTHETIC.run(args, configure, train_synthetic)
 
 
 def add_lm_parser(subparsers: Any) -> None:
@@ -204,8 +206,11 @@ def add_lm_parser(subparsers: Any) -> None:
     )
     p.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N updates")
     p.add_argument("--keep-checkpoints", type=int, help="step checkpoints to keep")
-    p.add_argument("--seed", type=int, help="seed of the initialisation and dropout")
-    _add_run_flags(p, f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)")
+    _add_run_flags(
+        p,
+        out_help=f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)",
+        seed_help="seed of the initialisation and dropout",
+    )
     p.set_defaults(func=run_lm)
 
 
@@ -216,10 +221,8 @@ def run_lm(args: argparse.Namespace) -> int:
     from ..sequence.lm import lm_config, train_lm
 
     configure = partial(lm_config, args.preset, args.corpus, args.pe)
-    progress = not args.no_progress
-    train = partial(train_lm, resume=args.resume, device=args.device, progress=progress)
-    errors = (CorpusUnavailableError, CheckpointError, ValueError)
-    return _LM.run(args, configure, train, errors)
+    train = partial(train_lm, resume=args.resume)
+    return _LM.run(args, configure, train, (CorpusUnavailableError, CheckpointError, ValueError))
 
 
 @dataclass(frozen=True)
@@ -236,13 +239,13 @@ class _SequenceCommand:
         self,
         args: argparse.Namespace,
         configure: Callable[..., Any],
-        train: Callable[[Any, Path], dict[str, Any]],
+        train: Callable[..., dict[str, Any]],
         errors: tuple[type[Exception], ...] = (),
     ) -> int:
         """The run: its config (``configure(**overrides)``, a ``ValueError`` is a usage
-        error), the threads, the run folder, ``train(config, out)`` (the ``errors`` it may
-        raise are reported, not raised) and the metrics printed; the exit status (2 after an
-        error)."""
+        error), the threads, the run folder, ``train(config, out, device=, progress=)`` from
+        the run flags (the ``errors`` it may raise are reported, not raised) and the metrics
+        printed; the exit status (2 after an error)."""
         _log_setup()
         try:
             config = configure(**flag_values(args, self.fields))
@@ -251,7 +254,7 @@ class _SequenceCommand:
         _set_threads(args.threads)
         out = args.out if args.out is not None else self.default_out(config)
         try:
-            metrics = train(config, out)
+            metrics = train(config, out, device=args.device, progress=not args.no_progress)
         except errors as exc:
             return _error(self.name, exc)
         _print_summary(metrics, out)
@@ -297,9 +300,10 @@ def _add_scale_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_run_flags(p: argparse.ArgumentParser, out_help: str) -> None:
-    """Where and how a run executes (the same for ``synthetic`` and ``lm``); ``out_help``:
-    what ``--out`` says of the run folder."""
+def _add_run_flags(p: argparse.ArgumentParser, out_help: str, seed_help: str) -> None:
+    """Where and how a run executes (the same for ``synthetic`` and ``lm``); ``out_help`` and
+    ``seed_help``: what ``--out`` and ``--seed`` say of the command's run folder and seed."""
+    p.add_argument("--seed", type=int, help=seed_help)
     p.add_argument("--out", type=Path, help=out_help)
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument(

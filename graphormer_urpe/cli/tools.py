@@ -137,7 +137,7 @@ def add_convert_command(sub: argparse._SubParsersAction) -> None:
         help="dataset evaluate uses by default (default pcqm4mv2 for one output)",
     )
     p.add_argument("--target-names", nargs="+", help="names of the outputs")
-    p.add_argument("--featurizer", choices=["ogb", "zinc"], help="input features (default ogb)")
+    add_shared_flags(p, "--featurizer", featurizer={"help": "input features (default ogb)"})
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -250,7 +250,7 @@ def add_preprocess_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--split", choices=["random", "scaffold"], default="random", help="CSV: split rule"
     )
-    p.add_argument("--featurizer", choices=["zinc", "ogb"], help="CSV: featuriser (ogb)")
+    add_shared_flags(p, "--featurizer", featurizer={"help": "CSV: featuriser (ogb)"})
     p.add_argument("--strict", action="store_true", help="fail on any invalid molecule")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
     add_shared_flags(p, "--no-progress")

@@ -152,5 +152,4 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", help="output folder (default runs/tune-DATASET)")
     add_shared_flags(r, "--device", "--no-progress")
     r.add_argument("--threads", type=int, help="CPU threads for torch")
-    r.add_argument("--num-workers", type=int, help="data-loader worker processes")
-    r.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="as train's")
+    add_shared_flags(r, "--num-workers", "--precision")
