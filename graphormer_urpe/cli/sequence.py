@@ -109,20 +109,14 @@ def add_synthetic_parser(subparsers: Any) -> None:
     )
     p.add_argument("--eval-every", type=int, help="evaluate every N updates")
     p.add_argument("--valid-size", type=int, help="sequences in the fixed validation set")
-    _add_run_flags(
-        p,
-        out_help=f"output folder (default: {DEFAULT_OUT_ROOT}/<task>_<pe>_v<vocab>)",
-        seed_help="seed of the initialisation and training data",
-    )
-    p.set_defaults(func=run_synthetic)
+    _SYNTHETIC.add_run_flags(p, run_synthetic)
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
     """Run the ``synthetic`` sub-command; returns the process exit status."""
     from ..sequence.train import synthetic_config, train_synthetic
 
-    configure = partial(synthetic_config, args.preset, args.task, args.pe)
-    return _SYNTHETIC.run(args, configure, train_synthetic)
+    return _SYNTHETIC.run(args, synthetic_config, train_synthetic)
 
 
 def add_lm_parser(subparsers: Any) -> None:
@@ -199,19 +193,9 @@ def add_lm_parser(subparsers: Any) -> None:
         type=int,
         help="score only this many validation tokens during training (final scores: all)",
     )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the newest checkpoint in --out (its configuration is used)",
-    )
     p.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N updates")
     p.add_argument("--keep-checkpoints", type=int, help="step checkpoints to keep")
-    _add_run_flags(
-        p,
-        out_help=f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)",
-        seed_help="seed of the initialisation and dropout",
-    )
-    p.set_defaults(func=run_lm)
+    _LM.add_run_flags(p, run_lm)
 
 
 def run_lm(args: argparse.Namespace) -> int:
@@ -220,20 +204,44 @@ def run_lm(args: argparse.Namespace) -> int:
     from ..sequence.corpus import CorpusUnavailableError
     from ..sequence.lm import lm_config, train_lm
 
-    configure = partial(lm_config, args.preset, args.corpus, args.pe)
     train = partial(train_lm, resume=args.resume)
-    return _LM.run(args, configure, train, (CorpusUnavailableError, CheckpointError, ValueError))
+    return _LM.run(args, lm_config, train, (CorpusUnavailableError, CheckpointError, ValueError))
 
 
 @dataclass(frozen=True)
 class _SequenceCommand:
-    """What differs between the ``synthetic`` and ``lm`` runs."""
+    """What differs between the ``synthetic`` and ``lm`` commands, and the run flags and the
+    run they share."""
 
     name: str
+    data: str
+    """The flag naming the data: ``task`` or ``corpus``."""
     fields: tuple[str, ...]
     """The flags that override a field of the preset's config, by the same name."""
     default_out: Callable[[Any], Path]
     """The run folder of a config when ``--out`` is not given."""
+    out_help: str
+    seed_help: str
+    resumable: bool = False
+    """Whether the command takes ``--resume`` (its runs write checkpoints)."""
+
+    def add_run_flags(self, p: argparse.ArgumentParser, func: Callable[..., int]) -> None:
+        """Where and how a run executes: ``--seed``, ``--out`` (and ``--resume``), the device,
+        threads and progress bar; ``func`` runs the command."""
+        p.add_argument("--seed", type=int, help=self.seed_help)
+        p.add_argument("--out", type=Path, help=self.out_help)
+        if self.resumable:
+            p.add_argument(
+                "--resume",
+                action="store_true",
+                help="continue from the newest checkpoint in --out (its configuration is used)",
+            )
+        p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+        p.add_argument(
+            "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
+        )
+        p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        p.set_defaults(func=func)
 
     def run(
         self,
@@ -242,13 +250,14 @@ class _SequenceCommand:
         train: Callable[..., dict[str, Any]],
         errors: tuple[type[Exception], ...] = (),
     ) -> int:
-        """The run: its config (``configure(**overrides)``, a ``ValueError`` is a usage
-        error), the threads, the run folder, ``train(config, out, device=, progress=)`` from
-        the run flags (the ``errors`` it may raise are reported, not raised) and the metrics
-        printed; the exit status (2 after an error)."""
+        """The run: its config (``configure(preset, data, pe, **overrides)``, a
+        ``ValueError`` is a usage error), the threads, the run folder, ``train(config, out,
+        device=, progress=)`` (the ``errors`` it may raise are reported, not raised) and the
+        metrics printed; the exit status (2 after an error)."""
         _log_setup()
+        data = getattr(args, self.data)
         try:
-            config = configure(**flag_values(args, self.fields))
+            config = configure(args.preset, data, args.pe, **flag_values(args, self.fields))
         except ValueError as exc:
             return _error(self.name, exc)
         _set_threads(args.threads)
@@ -263,11 +272,20 @@ class _SequenceCommand:
 
 _SYNTHETIC = _SequenceCommand(
     "synthetic",
+    "task",
     _SYNTHETIC_FIELDS,
     lambda c: DEFAULT_OUT_ROOT / f"{c.task}_{c.model.pe}_v{c.model.vocab}",
+    out_help=f"output folder (default: {DEFAULT_OUT_ROOT}/<task>_<pe>_v<vocab>)",
+    seed_help="seed of the initialisation and training data",
 )
 _LM = _SequenceCommand(
-    "lm", _LM_FIELDS, lambda c: DEFAULT_LM_OUT_ROOT / f"{c.corpus}_{c.model.pe}_s{c.seed}"
+    "lm",
+    "corpus",
+    _LM_FIELDS,
+    lambda c: DEFAULT_LM_OUT_ROOT / f"{c.corpus}_{c.model.pe}_s{c.seed}",
+    out_help=f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)",
+    seed_help="seed of the initialisation and dropout",
+    resumable=True,
 )
 
 
@@ -298,18 +316,6 @@ def _add_scale_flag(p: argparse.ArgumentParser) -> None:
         dest="share_scale",
         help="give every layer its own URPE matrix C (default: one C shared by all layers)",
     )
-
-
-def _add_run_flags(p: argparse.ArgumentParser, out_help: str, seed_help: str) -> None:
-    """Where and how a run executes (the same for ``synthetic`` and ``lm``); ``out_help`` and
-    ``seed_help``: what ``--out`` and ``--seed`` say of the command's run folder and seed."""
-    p.add_argument("--seed", type=int, help=seed_help)
-    p.add_argument("--out", type=Path, help=out_help)
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument(
-        "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
-    )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _log_setup() -> None:
