@@ -107,9 +107,8 @@ def add_synthetic_parser(subparsers: Any) -> None:
         default=None,
         help="tie the output projection to the token embedding (default: tied for etp only)",
     )
-    p.add_argument("--eval-every", type=int, help="evaluate every N updates")
     p.add_argument("--valid-size", type=int, help="sequences in the fixed validation set")
-    _SYNTHETIC.add_run_flags(p, run_synthetic)
+    _SYNTHETIC.add_common_flags(p, run_synthetic)
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
@@ -186,7 +185,6 @@ def add_lm_parser(subparsers: Any) -> None:
         "--schedule", choices=("cosine", "linear"), help="decay after warm-up (default: cosine)"
     )
     p.add_argument("--clip-norm", type=float, help="gradient-norm clipping (default: 0.25)")
-    p.add_argument("--eval-every", type=int, help="evaluate on the validation split every N")
     p.add_argument("--eval-batch-size", type=int, help="parallel columns when evaluating")
     p.add_argument(
         "--max-eval-tokens",
@@ -195,7 +193,7 @@ def add_lm_parser(subparsers: Any) -> None:
     )
     p.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N updates")
     p.add_argument("--keep-checkpoints", type=int, help="step checkpoints to keep")
-    _LM.add_run_flags(p, run_lm)
+    _LM.add_common_flags(p, run_lm)
 
 
 def run_lm(args: argparse.Namespace) -> int:
@@ -225,9 +223,11 @@ class _SequenceCommand:
     resumable: bool = False
     """Whether the command takes ``--resume`` (its runs write checkpoints)."""
 
-    def add_run_flags(self, p: argparse.ArgumentParser, func: Callable[..., int]) -> None:
-        """Where and how a run executes: ``--seed``, ``--out`` (and ``--resume``), the device,
-        threads and progress bar; ``func`` runs the command."""
+    def add_common_flags(self, p: argparse.ArgumentParser, func: Callable[..., int]) -> None:
+        """The flags of both commands: ``--eval-every``, ``--seed``, and where and how the run
+        executes: ``--out`` (and ``--resume``), the device, threads and progress bar; ``func``
+        runs the command."""
+        p.add_argument("--eval-every", type=int, help="evaluate on the validation set every N")
         p.add_argument("--seed", type=int, help=self.seed_help)
         p.add_argument("--out", type=Path, help=self.out_help)
         if self.resumable:
