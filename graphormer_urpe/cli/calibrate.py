@@ -36,19 +36,18 @@ def run_calibrate(args: argparse.Namespace) -> int:
 def add_calibrate_command(sub: argparse._SubParsersAction) -> None:
     """Add ``graphormer-urpe calibrate`` and its flags to the sub-commands ``sub``."""
     p = add_command(sub, "calibrate", run_calibrate)
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="a best.pt or last.pt file, or the folder of a train --ensemble run",
-    )
+    checkpoint = {"help": "a best.pt or last.pt file, or the folder of a train --ensemble run"}
+    add_shared_flags(p, "--checkpoint", checkpoint=checkpoint)
     p.add_argument("--input", required=True, help="CSV with a SMILES column and the targets")
-    p.add_argument(
+    targets = "the CSV's column for each of the model's targets, in the model's order"
+    add_shared_flags(
+        p,
         "--target-columns",
-        nargs="+",
-        required=True,
-        help="the CSV's column for each of the model's targets, in the model's order",
+        "--smiles-column",
+        "--batch-size",
+        "--device",
+        target_columns={"required": True, "help": targets},
     )
-    add_shared_flags(p, "--smiles-column", "--batch-size", "--device")
     p.add_argument(
         "--workers", type=int, default=0, help="featurisation processes (default 0: none)"
     )

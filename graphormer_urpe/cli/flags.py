@@ -8,7 +8,8 @@ import dataclasses
 import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 MODEL_HELP = {
     "num_layers": "transformer layers L",
@@ -62,6 +63,12 @@ def print_json(report: dict) -> int:
     """Print ``report`` as indented JSON, a command's result; exit status 0."""
     print(json.dumps(report, indent=2))
     return 0
+
+
+def flag_values(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
+    """``{name: args.name}`` for each of ``names``: the flags a command passes on by their own
+    names (as keyword arguments or overrides); a flag the command lacks gives ``None``."""
+    return {name: getattr(args, name, None) for name in names}
 
 
 def positive_int(text: str) -> int:
@@ -145,6 +152,33 @@ _FLAGS: dict[str, dict] = {
         "help": "CSV: column (SD file: property) holding train/valid/test",
     },
     "--batch-size": {"type": positive_int, "default": None, "help": "graphs per batch"},
+    "--preprocess-workers": {
+        "type": positive_int,
+        "help": "processes that build a missing dataset store (default 1)",
+    },
+    "--split-seed": {
+        "type": int,
+        "help": "seed of the random split, or of how a scaffold split deals its held-out "
+        "families to valid and test (0)",
+    },
+    "--featurizer": {
+        "choices": ["zinc", "ogb"],
+        "help": "CSV: ZINC atom types or OGB features (default ogb)",
+    },
+    "--max-nodes": {
+        "type": positive_int,
+        "metavar": "N",
+        "help": "leave training graphs above N atoms out (logged); valid/test graphs are "
+        "always kept",
+    },
+    "--precision": {
+        "choices": ["auto", "fp32", "bf16", "fp16"],
+        "help": "auto: bf16 autocast on CUDA, fp32 on CPU",
+    },
+    "--num-workers": {
+        "type": int,
+        "help": "data-loader worker processes (default: 0 on the CPU, min(8, cores - 2) on a GPU)",
+    },
 }
 """The flags several sub-commands share, defined once (a command may change a default or
 the help where its meaning differs)."""
@@ -201,12 +235,9 @@ def add_data_flags(p: argparse.ArgumentParser) -> None:
     )
     root = {"help": "folder of downloaded datasets (default data/<name>)"}
     add_shared_flags(d, "--data-root", "--store-dir", data_root=root)
-    d.add_argument(
-        "--preprocess-workers",
-        type=positive_int,
-        help="processes that build a missing dataset store (default 1)",
+    add_shared_flags(
+        d, "--preprocess-workers", "--smiles-column", "--target-columns", "--split-column"
     )
-    add_shared_flags(d, "--smiles-column", "--target-columns", "--split-column")
     d.add_argument(
         "--mol-features",
         choices=["auto", "none", "rdkit2d", "morgan", "rdkit2d+morgan"],
@@ -238,23 +269,7 @@ def add_data_flags(p: argparse.ArgumentParser) -> None:
         help="CSV without split column: seeded random or scaffold split 80/10/10 (scaffold: "
         "the largest scaffold families train, the others are dealt alike to valid and test)",
     )
-    d.add_argument(
-        "--split-seed",
-        type=int,
-        help="seed of the random split, or of how a scaffold split deals its held-out "
-        "families to valid and test (0)",
-    )
-    d.add_argument(
-        "--featurizer",
-        choices=["zinc", "ogb"],
-        help="CSV: ZINC atom types or OGB features (default ogb)",
-    )
-    d.add_argument(
-        "--max-nodes",
-        type=positive_int,
-        metavar="N",
-        help="leave training graphs above N atoms out (logged); valid/test graphs are always kept",
-    )
+    add_shared_flags(d, "--split-seed", "--featurizer", "--max-nodes")
     d.add_argument(
         "--strict",
         action="store_true",
@@ -364,17 +379,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     ``pretrain``; returns the group for command-specific ones."""
     r = p.add_argument_group("run")
     r.add_argument("--out", help="output folder (default runs/DATASET-PRESET-ATTN)")
-    add_shared_flags(r, "--device")
-    r.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16", "fp16"],
-        help="auto: bf16 autocast on CUDA, fp32 on CPU",
-    )
-    r.add_argument(
-        "--num-workers",
-        type=int,
-        help="data-loader worker processes (default: 0 on the CPU, min(8, cores - 2) on a GPU)",
-    )
+    add_shared_flags(r, "--device", "--precision", "--num-workers")
     r.add_argument("--threads", type=positive_int, help="CPU threads for torch")
     r.add_argument(
         "--time-limit",

@@ -9,6 +9,8 @@ import os
 import signal
 import sys
 
+from .flags import flag_values
+
 __all__ = ["run_predict_ray"]
 
 
@@ -58,6 +60,12 @@ def run_predict_ray(args: argparse.Namespace) -> int:
     return 0
 
 
+_RAY_OPTIONS = ("address", "smiles_column", "batch_size", "rows_per_block", "actors", "logits")
+_RAY_OPTIONS += ("interval", "num_cpus", "object_store_mib", "featurize")
+"""The flags ``predict --engine ray`` passes to
+:func:`~graphormer_urpe.inference.engines.ray.engine.predict_on_ray` under their own names."""
+
+
 def _predict(args: argparse.Namespace, progress) -> dict:
     from ..inference.engines.ray.engine import predict_on_ray
 
@@ -65,18 +73,9 @@ def _predict(args: argparse.Namespace, progress) -> dict:
         args.checkpoint,
         args.input,
         args.output,
-        address=args.address,
-        smiles_column=args.smiles_column,
-        batch_size=args.batch_size,
-        rows_per_block=args.rows_per_block,
-        actors=args.actors,
+        **flag_values(args, _RAY_OPTIONS),
         similarity=not args.no_similarity,
         embeddings=bool(args.embeddings),
-        logits=args.logits,
-        interval=args.interval,
-        num_cpus=args.num_cpus,
-        object_store_mib=args.object_store_mib,
         gpus=args.device != "cpu",
-        featurize=args.featurize,
         progress=progress,
     )

@@ -17,11 +17,15 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 # plain names: the parsers import no torch
 from ..sequence.names import CORPORA, LM_PE_SCHEMES, PE_SCHEMES
+from .flags import flag_values
 
 __all__ = [
     "add_synthetic_parser",
@@ -36,6 +40,19 @@ __all__ = [
 DEFAULT_OUT_ROOT = Path("runs") / "synthetic"
 #: ``lm`` runs land in ``runs/lm/<corpus>_<pe>_s<seed>`` unless ``--out`` is given.
 DEFAULT_LM_OUT_ROOT = Path("runs") / "lm"
+
+
+_SHAPE_FIELDS = ("width", "layers", "heads", "ffn")
+"""The model-shape flags of both commands (:func:`_add_shape_flags`)."""
+_SYNTHETIC_FIELDS = ("vocab", "max_len", "steps", *_SHAPE_FIELDS, "batch_size", "lr")
+_SYNTHETIC_FIELDS += ("warmup_steps", "rel_buckets", "share_scale", "tie_weights")
+_SYNTHETIC_FIELDS += ("eval_every", "valid_size", "seed")
+"""The ``synthetic`` flags that override a field of the preset's config, by the same name."""
+_LM_FIELDS = ("data_root", "steps", "tgt_len", "mem_len", *_SHAPE_FIELDS, "dropout")
+_LM_FIELDS += ("attention_dropout", "pre_ln", "share_scale", "batch_size", "lr", "warmup_steps")
+_LM_FIELDS += ("schedule", "clip_norm", "eval_every", "eval_batch_size", "max_eval_tokens")
+_LM_FIELDS += ("checkpoint_every", "keep_checkpoints", "seed")
+"""The ``lm`` flags that override a field of the preset's config, by the same name."""
 
 
 def add_synthetic_parser(subparsers: Any) -> None:
@@ -90,57 +107,15 @@ def add_synthetic_parser(subparsers: Any) -> None:
         default=None,
         help="tie the output projection to the token embedding (default: tied for etp only)",
     )
-    p.add_argument("--eval-every", type=int, help="evaluate every N updates")
     p.add_argument("--valid-size", type=int, help="sequences in the fixed validation set")
-    p.add_argument("--seed", type=int, help="seed of the initialisation and training data")
-    p.add_argument(
-        "--out",
-        type=Path,
-        help=f"output folder (default: {DEFAULT_OUT_ROOT}/<task>_<pe>_v<vocab>)",
-    )
-    _add_run_flags(p)
-    p.set_defaults(func=run_synthetic)
-
-
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    names = (
-        "vocab",
-        "max_len",
-        "steps",
-        "width",
-        "layers",
-        "heads",
-        "ffn",
-        "batch_size",
-        "lr",
-        "warmup_steps",
-        "rel_buckets",
-        "share_scale",
-        "tie_weights",
-        "eval_every",
-        "valid_size",
-        "seed",
-    )
-    return {n: getattr(args, n, None) for n in names}
+    _SYNTHETIC.add_common_flags(p, run_synthetic)
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
     """Run the ``synthetic`` sub-command; returns the process exit status."""
     from ..sequence.train import synthetic_config, train_synthetic
 
-    _log_setup()
-    try:
-        config = synthetic_config(args.preset, args.task, args.pe, **_overrides(args))
-    except ValueError as exc:
-        print(f"graphormer-urpe synthetic: error: {exc}", file=sys.stderr)
-        return 2
-    _set_threads(args.threads)
-    out = args.out
-    if out is None:
-        out = DEFAULT_OUT_ROOT / f"{config.task}_{config.model.pe}_v{config.model.vocab}"
-    metrics = train_synthetic(config, out, device=args.device, progress=not args.no_progress)
-    _print_summary(metrics, out)
-    return 0
+    return _SYNTHETIC.run(args, synthetic_config, train_synthetic)
 
 
 def add_lm_parser(subparsers: Any) -> None:
@@ -210,7 +185,6 @@ def add_lm_parser(subparsers: Any) -> None:
         "--schedule", choices=("cosine", "linear"), help="decay after warm-up (default: cosine)"
     )
     p.add_argument("--clip-norm", type=float, help="gradient-norm clipping (default: 0.25)")
-    p.add_argument("--eval-every", type=int, help="evaluate on the validation split every N")
     p.add_argument("--eval-batch-size", type=int, help="parallel columns when evaluating")
     p.add_argument(
         "--max-eval-tokens",
@@ -219,75 +193,106 @@ def add_lm_parser(subparsers: Any) -> None:
     )
     p.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N updates")
     p.add_argument("--keep-checkpoints", type=int, help="step checkpoints to keep")
-    p.add_argument("--seed", type=int, help="seed of the initialisation and dropout")
-    p.add_argument(
-        "--out",
-        type=Path,
-        help=f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the newest checkpoint in --out (its configuration is used)",
-    )
-    _add_run_flags(p)
-    p.set_defaults(func=run_lm)
-
-
-_LM_FIELDS = (
-    "data_root",
-    "steps",
-    "tgt_len",
-    "mem_len",
-    "width",
-    "layers",
-    "heads",
-    "ffn",
-    "dropout",
-    "attention_dropout",
-    "pre_ln",
-    "share_scale",
-    "batch_size",
-    "lr",
-    "warmup_steps",
-    "schedule",
-    "clip_norm",
-    "eval_every",
-    "eval_batch_size",
-    "max_eval_tokens",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "seed",
-)
+    _LM.add_common_flags(p, run_lm)
 
 
 def run_lm(args: argparse.Namespace) -> int:
     """Run the ``lm`` sub-command; returns the process exit status."""
-
     from ..io.checkpoint import CheckpointError
     from ..sequence.corpus import CorpusUnavailableError
     from ..sequence.lm import lm_config, train_lm
 
-    _log_setup()
-    try:
-        overrides = {n: getattr(args, n, None) for n in _LM_FIELDS}
-        config = lm_config(args.preset, args.corpus, args.pe, **overrides)
-    except ValueError as exc:
-        print(f"graphormer-urpe lm: error: {exc}", file=sys.stderr)
-        return 2
-    _set_threads(args.threads)
-    out = args.out
-    if out is None:
-        out = DEFAULT_LM_OUT_ROOT / f"{config.corpus}_{config.model.pe}_s{config.seed}"
-    try:
-        metrics = train_lm(
-            config, out, resume=args.resume, device=args.device, progress=not args.no_progress
+    train = partial(train_lm, resume=args.resume)
+    return _LM.run(args, lm_config, train, (CorpusUnavailableError, CheckpointError, ValueError))
+
+
+@dataclass(frozen=True)
+class _SequenceCommand:
+    """What differs between the ``synthetic`` and ``lm`` commands, and the run flags and the
+    run they share."""
+
+    name: str
+    data: str
+    """The flag naming the data: ``task`` or ``corpus``."""
+    fields: tuple[str, ...]
+    """The flags that override a field of the preset's config, by the same name."""
+    default_out: Callable[[Any], Path]
+    """The run folder of a config when ``--out`` is not given."""
+    out_help: str
+    seed_help: str
+    resumable: bool = False
+    """Whether the command takes ``--resume`` (its runs write checkpoints)."""
+
+    def add_common_flags(self, p: argparse.ArgumentParser, func: Callable[..., int]) -> None:
+        """The flags of both commands: ``--eval-every``, ``--seed``, and where and how the run
+        executes: ``--out`` (and ``--resume``), the device, threads and progress bar; ``func``
+        runs the command."""
+        p.add_argument("--eval-every", type=int, help="evaluate on the validation set every N")
+        p.add_argument("--seed", type=int, help=self.seed_help)
+        p.add_argument("--out", type=Path, help=self.out_help)
+        if self.resumable:
+            p.add_argument(
+                "--resume",
+                action="store_true",
+                help="continue from the newest checkpoint in --out (its configuration is used)",
+            )
+        p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+        p.add_argument(
+            "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
         )
-    except (CorpusUnavailableError, CheckpointError, ValueError) as exc:
-        print(f"graphormer-urpe lm: error: {exc}", file=sys.stderr)
-        return 2
-    _print_summary(metrics, out)
-    return 0
+        p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        p.set_defaults(func=func)
+
+    def run(
+        self,
+        args: argparse.Namespace,
+        configure: Callable[..., Any],
+        train: Callable[..., dict[str, Any]],
+        errors: tuple[type[Exception], ...] = (),
+    ) -> int:
+        """The run: its config (``configure(preset, data, pe, **overrides)``, a
+        ``ValueError`` is a usage error), the threads, the run folder, ``train(config, out,
+        device=, progress=)`` (the ``errors`` it may raise are reported, not raised) and the
+        metrics printed; the exit status (2 after an error)."""
+        _log_setup()
+        data = getattr(args, self.data)
+        try:
+            config = configure(args.preset, data, args.pe, **flag_values(args, self.fields))
+        except ValueError as exc:
+            return _error(self.name, exc)
+        _set_threads(args.threads)
+        out = args.out if args.out is not None else self.default_out(config)
+        try:
+            metrics = train(config, out, device=args.device, progress=not args.no_progress)
+        except errors as exc:
+            return _error(self.name, exc)
+        _print_summary(metrics, out)
+        return 0
+
+
+_SYNTHETIC = _SequenceCommand(
+    "synthetic",
+    "task",
+    _SYNTHETIC_FIELDS,
+    lambda c: DEFAULT_OUT_ROOT / f"{c.task}_{c.model.pe}_v{c.model.vocab}",
+    out_help=f"output folder (default: {DEFAULT_OUT_ROOT}/<task>_<pe>_v<vocab>)",
+    seed_help="seed of the initialisation and training data",
+)
+_LM = _SequenceCommand(
+    "lm",
+    "corpus",
+    _LM_FIELDS,
+    lambda c: DEFAULT_LM_OUT_ROOT / f"{c.corpus}_{c.model.pe}_s{c.seed}",
+    out_help=f"run folder (default: {DEFAULT_LM_OUT_ROOT}/<corpus>_<pe>_s<seed>)",
+    seed_help="seed of the initialisation and dropout",
+    resumable=True,
+)
+
+
+def _error(command: str, exc: Exception) -> int:
+    """Report a failed run of ``graphormer-urpe COMMAND`` on standard error; exit status 2."""
+    print(f"graphormer-urpe {command}: error: {exc}", file=sys.stderr)
+    return 2
 
 
 def _add_pe_flag(p: argparse.ArgumentParser) -> None:
@@ -311,15 +316,6 @@ def _add_scale_flag(p: argparse.ArgumentParser) -> None:
         dest="share_scale",
         help="give every layer its own URPE matrix C (default: one C shared by all layers)",
     )
-
-
-def _add_run_flags(p: argparse.ArgumentParser) -> None:
-    """Where and how a run executes (the same for ``synthetic`` and ``lm``)."""
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument(
-        "--threads", type=int, help="torch intra-op threads (default: leave torch's setting)"
-    )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _log_setup() -> None:

@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 
-from .flags import add_command, add_shared_flags, print_json
+from .flags import add_command, add_shared_flags, flag_values, print_json
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -137,7 +137,7 @@ def add_convert_command(sub: argparse._SubParsersAction) -> None:
         help="dataset evaluate uses by default (default pcqm4mv2 for one output)",
     )
     p.add_argument("--target-names", nargs="+", help="names of the outputs")
-    p.add_argument("--featurizer", choices=["ogb", "zinc"], help="input features (default ogb)")
+    add_shared_flags(p, "--featurizer", featurizer={"help": "input features (default ogb)"})
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -219,8 +219,7 @@ def run_preprocess(args: argparse.Namespace) -> int:
         # the flags named as load_dataset's keyword arguments
         names = ("strict", "smiles_column", "target_columns", "split_column", "split")
         names += ("featurizer", "store_dir", "workers")
-        options = {name: getattr(args, name) for name in names}
-        splits = load_dataset(args.dataset, args.data_root, **options)
+        splits = load_dataset(args.dataset, args.data_root, **flag_values(args, names))
         report = {"seconds": round(time.perf_counter() - t0, 3), **store_report(splits)}
     return print_json(report)
 
@@ -251,7 +250,7 @@ def add_preprocess_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--split", choices=["random", "scaffold"], default="random", help="CSV: split rule"
     )
-    p.add_argument("--featurizer", choices=["zinc", "ogb"], help="CSV: featuriser (ogb)")
+    add_shared_flags(p, "--featurizer", featurizer={"help": "CSV: featuriser (ogb)"})
     p.add_argument("--strict", action="store_true", help="fail on any invalid molecule")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
     add_shared_flags(p, "--no-progress")

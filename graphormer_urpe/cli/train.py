@@ -167,18 +167,18 @@ def add_pretrain_command(sub: argparse._SubParsersAction) -> None:
         help="SMILES file: .smi / .txt (one SMILES a line, a name may follow; .gz too) or "
         ".csv / .csv.gz with --smiles-column",
     )
-    add_shared_flags(d, "--smiles-column", "--store-dir")
-    d.add_argument(
+    add_shared_flags(
+        d,
+        "--smiles-column",
+        "--store-dir",
         "--preprocess-workers",
-        type=positive_int,
-        help="processes that build the store (featurisation + descriptors; default 1)",
-    )
-    d.add_argument("--split-seed", type=int, help="seed of the 98/1/1 random split (0)")
-    d.add_argument(
+        "--split-seed",
         "--max-nodes",
-        type=positive_int,
-        metavar="N",
-        help="leave training graphs above N atoms out (logged)",
+        preprocess_workers={
+            "help": "processes that build the store (featurisation + descriptors; default 1)"
+        },
+        split_seed={"help": "seed of the 98/1/1 random split (0)"},
+        max_nodes={"help": "leave training graphs above N atoms out (logged)"},
     )
     add_training_flags(p)
     add_run_flags(p)

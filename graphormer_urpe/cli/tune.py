@@ -7,7 +7,7 @@ import argparse
 import os
 from dataclasses import replace
 
-from .flags import add_command, add_data_flags, add_shared_flags, print_json
+from .flags import add_command, add_data_flags, add_shared_flags, flag_values, print_json
 
 __all__ = ["run_tune", "tune_config"]
 
@@ -28,6 +28,10 @@ _DATA_FIELDS = (
     "strict",
 )
 _RUN_FIELDS = ("device", "threads", "num_workers", "precision")
+_SEARCH_FIELDS = ("time_limit", "trials", "storage", "study", "final_ensemble", "epochs")
+_SEARCH_FIELDS += ("trial_minutes",)
+"""The flags that are fields of :class:`~graphormer_urpe.tuning.config.TuneConfig` by the
+same name."""
 
 OPTUNA_MISSING = "tune needs Optuna: pip install 'graphormer-urpe[tune]' (or pip install optuna)"
 
@@ -40,20 +44,14 @@ def tune_config(args: argparse.Namespace):
     from ..runtime.config import DEFAULT_ATTENTION, make_config, run_name
     from ..tuning.config import TuneConfig
 
-    given = {k: getattr(args, k) for k in _DATA_FIELDS + _RUN_FIELDS}
+    given = flag_values(args, _DATA_FIELDS + _RUN_FIELDS)
     base = make_config("small", model_overrides={"attention": DEFAULT_ATTENTION}, **given)
     tag = run_name(base.dataset)
     config = TuneConfig(
         base=base,
-        time_limit=args.time_limit,
-        trials=args.trials,
-        storage=args.storage,
-        study=args.study,
-        final_ensemble=args.final_ensemble,
         out=args.out or os.path.join("runs", f"tune-{tag}"),
-        epochs=args.epochs,
-        trial_minutes=args.trial_minutes,
         seed=args.sampler_seed,
+        **flag_values(args, _SEARCH_FIELDS),
     )
     fixed = {"mol_features": args.mol_features, "init_from": args.init_from, "loss": args.loss}
     config.space = replace(config.space, **{k: (v,) for k, v in fixed.items() if v is not None})
@@ -154,5 +152,4 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", help="output folder (default runs/tune-DATASET)")
     add_shared_flags(r, "--device", "--no-progress")
     r.add_argument("--threads", type=int, help="CPU threads for torch")
-    r.add_argument("--num-workers", type=int, help="data-loader worker processes")
-    r.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], help="as train's")
+    add_shared_flags(r, "--num-workers", "--precision")

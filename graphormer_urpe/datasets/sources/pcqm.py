@@ -45,7 +45,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...utils.deprecation import renamed_attribute
 from ..store import (
     DEFAULT_CHUNK_SIZE,
     MoleculeStore,
@@ -249,13 +249,7 @@ class LSCData:
         self._check_labels()
         self.load_seconds = time.perf_counter() - t0
 
-    @property
-    def cache(self) -> MoleculeStore:
-        """Deprecated: :attr:`store` (the name goes in the next minor release)."""
-        warnings.warn(
-            "LSCData.cache is deprecated: use LSCData.store", DeprecationWarning, stacklevel=2
-        )
-        return self.store
+    cache = renamed_attribute("LSCData", "cache", "store")
 
     def _check_labels(self) -> None:
         y = np.asarray(self.store.targets[:, 0])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +17,7 @@ from torch.utils.data import Dataset
 
 from ...graph.batched_structure import batched_graph_structure, concat_ranges
 from ...graph.flat_graphs import FlatGraphs
+from ...utils.deprecation import renamed_attribute
 from .format import (
     META_FILE,
     STORE_ARRAYS,
@@ -292,15 +292,7 @@ class MoleculeStore:
     def __repr__(self) -> str:
         return f"MoleculeStore({str(self.folder)!r}, graphs={len(self)})"
 
-    @property
-    def cache_dir(self) -> Path:
-        """Deprecated: :attr:`folder` (the name goes in the next minor release)."""
-        warnings.warn(
-            "MoleculeStore.cache_dir is deprecated: use MoleculeStore.folder",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.folder
+    cache_dir = renamed_attribute("MoleculeStore", "cache_dir", "folder")
 
 
 class MolFeatureSource(Protocol):
@@ -401,12 +393,4 @@ class StoreGraphDataset(Dataset):
     def __repr__(self) -> str:
         return f"StoreGraphDataset({self.name!r}, {len(self)} graphs)"
 
-    @property
-    def cache(self) -> MoleculeStore:
-        """Deprecated: :attr:`store` (the name goes in the next minor release)."""
-        warnings.warn(
-            "StoreGraphDataset.cache is deprecated: use StoreGraphDataset.store",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.store
+    cache = renamed_attribute("StoreGraphDataset", "cache", "store")

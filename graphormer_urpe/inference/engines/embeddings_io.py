@@ -35,9 +35,9 @@ import numpy as np
 from ...graph.model import Graphormer
 from ...io.files import write_atomic
 from ..embeddings import embedding_dim
-from ..loading import LoadedModel, load_models
+from ..loading import LoadedModel
 from .predict_io import Prediction
-from .stream import iter_predictions
+from .stream import iter_predictions, loaded_models
 
 __all__ = [
     "HEADER_BYTES",
@@ -159,14 +159,6 @@ class EmbeddingWriter:
             yield p
 
 
-def _loaded(model: LoadedModel | list[LoadedModel] | str | Path, device: str) -> list[LoadedModel]:
-    if isinstance(model, LoadedModel):
-        return [model]
-    if isinstance(model, list):
-        return model
-    return load_models(model, device)
-
-
 def write_embeddings(
     model: LoadedModel | list[LoadedModel] | str | Path,
     smiles: Iterable[str],
@@ -189,7 +181,7 @@ def write_embeddings(
     Returns:
         ``[N, D]`` float32, read-only, memory-mapped; NaN rows for unreadable SMILES.
     """
-    models = _loaded(model, device)
+    models = loaded_models(model, device)
     options.setdefault("similarity", False)
     source = str(model) if isinstance(model, (str, Path)) else ""
     with EmbeddingWriter(path, [m.model for m in models], source) as writer:
@@ -211,7 +203,7 @@ def embed_smiles(
 
     ``options`` as for :func:`write_embeddings`; for millions of molecules, use that.
     """
-    models = _loaded(model, device)
+    models = loaded_models(model, device)
     options.setdefault("similarity", False)
     nan = np.full(embedding_dim([m.model for m in models]), np.nan, dtype=np.float32)
     rows = [

@@ -110,45 +110,6 @@ class _Chunk(NamedTuple):
 # --------------------------------------------------------------------------------------
 
 
-def _featurize_part(
-    part: list[str],
-    first: int,
-    featurizer: str,
-    hops: int,
-    mol_features: dict | None = None,
-    domain: DomainRecord | None = None,
-    trees: bool = False,
-) -> _Chunk:
-    """One chunk's graphs with their Graphormer features (runs in a worker process), and
-    their molecule features where the model was trained with them (``mol_features``: the
-    checkpoint's record), compared with the training record ``domain`` where there is one;
-    with ``trees``, the trees head's descriptors and counts too (``tree_x``, computed with
-    the molecule features from one pass of the descriptors)."""
-    from ...datasets.mol_features import mol_features_of_smiles
-    from ...datasets.store import featurize_chunk, flat_graphs, with_pointers
-
-    mols = [] if domain is not None and domain.fingerprints is not None else None
-    zeros = np.zeros((len(part), 1))
-    arrays, failures, _ = featurize_chunk(part, zeros, first, featurizer, mols=mols)
-    errors = {f.index: f.reason for f in failures}
-    valid = len(arrays["num_nodes"])
-    flat = checked = None
-    if valid and domain is not None:
-        checked = domain.check(arrays, mols)
-    if valid:
-        flat, _ = flat_graphs(with_pointers(arrays), range(valid), hops)
-        flat.y = None
-        kept = [s for i, s in enumerate(part, start=first) if i not in errors]
-        raw = None
-        if trees:
-            from ..trees import tree_chunk_inputs
-
-            flat.tree_x, raw = tree_chunk_inputs(kept)  # [valid, F], [valid, 202]
-        if mol_features is not None:
-            flat.mol_x = mol_features_of_smiles(kept, mol_features, raw)  # [valid, K]
-    return _Chunk(first, part, flat, errors, checked)
-
-
 def _chunks(smiles: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
     it, first = iter(smiles), 0
     while part := [s if isinstance(s, str) else str(s) for s in islice(it, size)]:
@@ -157,14 +118,7 @@ def _chunks(smiles: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]
 
 
 def _featurized(
-    smiles: Iterable[str],
-    featurizer: str,
-    hops: int,
-    workers: int,
-    chunk_size: int,
-    mol_features: dict | None = None,
-    domain: DomainRecord | None = None,
-    trees: bool = False,
+    smiles: Iterable[str], featurizing: Featurizing, workers: int, chunk_size: int
 ) -> Iterator[_Chunk]:
     """Every chunk of the input with its graphs, in input order.
 
@@ -177,13 +131,12 @@ def _featurized(
     chunks = chain(head, chunks)
     if workers == 0 or len(head) < 2:  # a single chunk is featurised here, without a pool
         for first, part in chunks:
-            yield _featurize_part(part, first, featurizer, hops, mol_features, domain, trees)
+            yield featurizing(part, first)
         return
     with featurising_pool(workers) as pool:
         pending: deque = deque()
         for first, part in chunks:
-            task = (part, first, featurizer, hops, mol_features, domain, trees)
-            pending.append(pool.apply_async(_featurize_part, task))
+            pending.append(pool.apply_async(featurizing, (part, first)))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
         while pending:
@@ -345,9 +298,36 @@ class Featurizing(NamedTuple):
         return cls(model.featurizer, hops, model.mol_features, domain, model.trees is not None)
 
     def __call__(self, part: list[str], first: int = 0) -> _Chunk:
-        """The chunk ``part`` (rows ``first``, ``first + 1``, ...) featurised (see
-        :func:`_featurize_part`)."""
-        return _featurize_part(part, first, *self)
+        """The chunk ``part`` (rows ``first``, ``first + 1``, ...) featurised (in a worker
+        process, or this one): its graphs with their Graphormer features, and their molecule
+        features where the model was trained with them (``mol_features``: the checkpoint's
+        record), compared with the training record ``domain`` where there is one; with
+        ``trees``, the trees head's descriptors and counts too (``tree_x``, computed with the
+        molecule features from one pass of the descriptors)."""
+        from ...datasets.mol_features import mol_features_of_smiles
+        from ...datasets.store import featurize_chunk, flat_graphs, with_pointers
+
+        domain = self.domain
+        mols = [] if domain is not None and domain.fingerprints is not None else None
+        zeros = np.zeros((len(part), 1))
+        arrays, failures, _ = featurize_chunk(part, zeros, first, self.featurizer, mols=mols)
+        errors = {f.index: f.reason for f in failures}
+        valid = len(arrays["num_nodes"])
+        flat = checked = None
+        if valid and domain is not None:
+            checked = domain.check(arrays, mols)
+        if valid:
+            flat, _ = flat_graphs(with_pointers(arrays), range(valid), self.hops)
+            flat.y = None
+            kept = [s for i, s in enumerate(part, start=first) if i not in errors]
+            raw = None
+            if self.trees:
+                from ..trees import tree_chunk_inputs
+
+                flat.tree_x, raw = tree_chunk_inputs(kept)  # [valid, F], [valid, 202]
+            if self.mol_features is not None:
+                flat.mol_x = mol_features_of_smiles(kept, self.mol_features, raw)  # [valid, K]
+        return _Chunk(first, part, flat, errors, checked)
 
 
 class StreamModel:
@@ -417,10 +397,7 @@ class StreamModel:
 
     def chunks(self, smiles: Iterable[str], workers: int, chunk_size: int) -> Iterator[_Chunk]:
         """Every chunk of ``smiles`` featurised, in input order, by ``workers`` processes."""
-        f = self.featurizing
-        return _featurized(
-            smiles, f.featurizer, f.hops, workers, chunk_size, f.mol_features, f.domain, f.trees
-        )
+        return _featurized(smiles, self.featurizing, workers, chunk_size)
 
     def predict(
         self, chunks: Iterable[_Chunk], done: Callable[[int], object] | None = None

@@ -42,8 +42,15 @@ from ...datasets.featurizers.molecule_graphs import featurize_smiles
 from ...datasets.featurizers.smiles import InvalidMoleculeError, parse_smiles
 from ...graph.model import Graphormer
 from ..trees import Trees
-from .integrated_gradients import Attribution, integrated_gradients
-from .shapley import shapley_values
+from .integrated_gradients import (
+    BASELINES,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_RTOL,
+    DEFAULT_STEPS,
+    Attribution,
+    integrated_gradients,
+)
+from .shapley import DEFAULT_PERMUTATIONS, shapley_values
 
 __all__ = ["METHODS", "Explainer", "MoleculeExplanation", "TrainedModel"]
 
@@ -168,12 +175,12 @@ class Explainer:
     task_type: str = "regression"
     mol_features: dict | None = None
     method: str = METHODS[0]
-    permutations: int = 32
+    permutations: int = DEFAULT_PERMUTATIONS
     seed: int = 0
-    steps: int = 4
-    max_steps: int = 4096
-    rtol: float = 0.01
-    baseline: str = "mean"
+    steps: int = DEFAULT_STEPS
+    max_steps: int = DEFAULT_MAX_STEPS
+    rtol: float = DEFAULT_RTOL
+    baseline: str = BASELINES[0]
     trees: list[Trees] | None = None
     embedders: list[Graphormer | None] | None = None
 

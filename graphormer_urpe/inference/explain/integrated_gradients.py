@@ -56,6 +56,10 @@ from ...graph.model import Graphormer
 
 __all__ = [
     "Attribution",
+    "BASELINES",
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_RTOL",
+    "DEFAULT_STEPS",
     "MAX_DEPTH",
     "PANELS",
     "gauss_legendre",
@@ -90,6 +94,14 @@ embedding (``mean``, the default), or by zero (``zero``)."""
 
 MAX_DEPTH = 12
 """The most times a panel is halved."""
+
+DEFAULT_STEPS = 4
+"""Gauss–Legendre nodes per panel, unless asked otherwise."""
+DEFAULT_MAX_STEPS = 4096
+"""The most quadrature nodes per molecule, unless asked otherwise."""
+DEFAULT_RTOL = 0.01
+"""The completeness tolerance, relative to ``|prediction - baseline|``, unless asked
+otherwise."""
 
 
 @dataclass
@@ -203,9 +215,9 @@ def _panel_integrals(
 def integrated_gradients(
     model: Graphormer,
     graph: Data,
-    steps: int = 4,
-    max_steps: int = 4096,
-    rtol: float = 0.01,
+    steps: int = DEFAULT_STEPS,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    rtol: float = DEFAULT_RTOL,
     atol: float = 1e-5,
     baseline: str = "mean",
 ) -> Attribution:

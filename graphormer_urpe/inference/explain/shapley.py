@@ -37,7 +37,10 @@ from torch_geometric.data import Data
 from ...graph.model import Graphormer
 from .integrated_gradients import Attribution, coalition_outputs, path_ends
 
-__all__ = ["shapley_from_orders", "shapley_values"]
+__all__ = ["DEFAULT_PERMUTATIONS", "shapley_from_orders", "shapley_values"]
+
+DEFAULT_PERMUTATIONS = 32
+"""Orderings of the players drawn per molecule, unless asked otherwise."""
 
 
 def _orders(players: int, permutations: int, seed: int) -> np.ndarray:
@@ -98,7 +101,7 @@ def shapley_from_orders(
 def shapley_values(
     model: Graphormer,
     graph: Data,
-    permutations: int = 32,
+    permutations: int = DEFAULT_PERMUTATIONS,
     seed: int = 0,
     baseline: str = "mean",
 ) -> Attribution:
