@@ -18,7 +18,7 @@ CPU only: both sides run the eager step (forward, L1 loss, backward, fused AdamW
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import statistics
 import subprocess
 import sys
@@ -47,8 +47,15 @@ def import_commit(commit: str, dest: Path):
         tar.extractall(dest, filter="data")
     name = f"gu_{sha}"
     (dest / PACKAGE).rename(dest / name)  # its own imports are relative
-    sys.path.insert(0, str(dest))
-    return importlib.import_module(name), sha
+    spec = importlib.util.spec_from_file_location(
+        name, dest / name / "__init__.py", submodule_search_locations=[str(dest / name)]
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{commit}: no package at {dest / name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its modules import it by name, relatively
+    spec.loader.exec_module(module)
+    return module, sha
 
 
 def _side(pkg, cfg, attention: str, state: dict | None, graphs, bs: int):

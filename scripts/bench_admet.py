@@ -46,7 +46,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from bench_small_data import Task, in_own_process, kept, run_chemprop, run_flags
+from bench_small_data import (
+    Task,
+    chemprop_flags,
+    in_own_process,
+    kept,
+    kept_results,
+    one_run,
+    run_chemprop,
+    runs_parser,
+)
 from bench_small_data import _call as call
 
 REPO = Path(__file__).resolve().parents[1]
@@ -344,11 +353,7 @@ def passed(a: argparse.Namespace) -> list[str]:
 def collect(work: Path, endpoints: list[str]) -> dict:
     """Mean ± std over seeds of each test metric per (endpoint, method), with the published
     figures; read from the kept ``result.json`` files."""
-    runs: dict = {}
-    for path in sorted(work.glob("*/seed*/*/result.json")):
-        r = json.loads(path.read_text())
-        if r["endpoint"] in endpoints:
-            runs.setdefault(r["endpoint"], {}).setdefault(r["method"], []).append(r)
+    runs = kept_results(work, "endpoint", "method", endpoints)
     report: dict = {}
     for endpoint in endpoints:
         methods = {}
@@ -400,26 +405,18 @@ def markdown(report: dict) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    one = ("ENDPOINT", "SEED", "METHOD")
+    p = runs_parser(__doc__, WORK, [0, 1, 2, 3, 4], one, limit="first N training rows")
     p.add_argument("--endpoints", nargs="+", choices=list(ENDPOINTS), default=list(ENDPOINTS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    p.add_argument("--data-dir", default=str(SHARED))
-    p.add_argument("--chemprop", default="chemprop", help="the Chemprop 2.x executable")
+    chemprop_flags(p, SHARED)
     p.add_argument("--ensemble", type=int, default=5, help="urpe's members (the README's 5)")
-    p.add_argument("--limit", type=int, default=None, help="first N training rows")
-    p.add_argument("--train-arg", dest="train_args", action="append", default=[])
-    p.add_argument("--one", nargs=3, metavar=("ENDPOINT", "SEED", "METHOD"), help=argparse.SUPPRESS)
-    run_flags(p, WORK)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
-    if a.one:
-        endpoint, seed, method = a.one
-        split = write_splits(endpoint, int(seed), a)
-        print(json.dumps(result_of(split, method, endpoint, int(seed), a)))
+    if one_run(a, lambda e, seed, m: result_of(write_splits(e, int(seed), a), m, e, int(seed), a)):
         return
     if a.smoke:
         a.endpoints, a.seeds, a.limit = ["rPPB"], [0], 60

@@ -22,20 +22,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
-from bench_predict import (
-    bench_inputs,
-    median,
-    pair_arguments,
-    pair_report,
-    run_stream,
-)
+from bench_predict import PairInputs, median, pair_arguments, pair_report, run_in_pairs, run_stream
 
 GIB = 2**30
 
@@ -65,34 +55,21 @@ def check_array(path: Path, smi: Path, n: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=1_000_000, help="MOSES molecules (default 1M)")
-    p.add_argument("--pairs", type=int, default=1, help="plain/embeddings run pairs")
     p.add_argument("--device", default="cpu")
-    pair_arguments(p)
-    a = p.parse_args()
-    a.no_similarity = False  # what run_stream reads: predict as a user runs it
-    if a.smoke:
-        a.size, a.pairs, a.domain_molecules = 300, 1, min(a.domain_molecules, 300)
-    work = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
+    a = pair_arguments(p, size=1_000_000)
 
-    load = [os.getloadavg()[0]]
-    runs: dict[str, list[dict]] = {"predict": [], "embeddings": []}
-    try:
-        molecules, ckpt, model = bench_inputs(a, work)
-        smi, npy = molecules(a.size), work / "emb.npy"
-        for pair in range(a.pairs):
-            order = ["predict", "embeddings"] if pair % 2 == 0 else ["embeddings", "predict"]
-            for kind in order:
-                extra = ["--embeddings", str(npy)] if kind == "embeddings" else []
-                row = run_stream(a, ckpt, smi, a.size, work / "out.csv", extra)
-                if kind == "embeddings":
-                    row["array"] = check_array(npy, smi, a.size)
-                    npy.unlink()
-                runs[kind].append(row)
-                print(json.dumps({"run": kind, **row}), file=sys.stderr)
-    finally:
-        load.append(os.getloadavg()[0])
-        shutil.rmtree(work, ignore_errors=True)
+    def run(kind: str, pair: int, inputs: PairInputs) -> dict:
+        npy = inputs.work / "emb.npy"
+        extra = ["--embeddings", str(npy)] if kind == "embeddings" else []
+        row = run_stream(
+            a, inputs.checkpoint, inputs.smiles, a.size, inputs.work / "out.csv", extra
+        )
+        if kind == "embeddings":
+            row["array"] = check_array(npy, inputs.smiles, a.size)
+            npy.unlink()
+        return row
+
+    runs, load, model = run_in_pairs(a, ("predict", "embeddings"), run)
     plain, emb = runs["predict"], runs["embeddings"]
     ratio = median(emb, "molecules_per_s") / median(plain, "molecules_per_s")
     peak_pss = max(r["peak_pss_mib"] for r in emb) / 1024

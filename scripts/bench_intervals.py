@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from bench_admet import ENDPOINTS
-from bench_small_data import SETS, _call, in_own_process, kept, run_flags, save_split
+from bench_small_data import SETS, _call, in_own_process, kept, one_run, runs_parser, save_split
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -287,18 +287,14 @@ def _fmt(v: float | int | None) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = runs_parser(__doc__, WORK, [0, 1, 2], ("SET", "RULE", "SEED"))
     p.add_argument("--sets", nargs="+", choices=list(TARGETS), default=list(TARGETS))
     p.add_argument("--rules", nargs="+", choices=RULES, default=["balanced"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--moleculenet", default=str(SHARED / "moleculenet"))
     p.add_argument("--biogen", default=str(SHARED / "admet-biogen"))
     p.add_argument("--minutes", type=float, default=30.0, help="each recipe's --time-limit")
     p.add_argument("--epochs", type=int, default=None, help="each recipe's --epochs instead")
     p.add_argument("--ensemble", type=int, default=5, help="the recipe's members (the README's 5)")
-    p.add_argument("--limit", type=int, default=None, help="first N rows of each set")
-    p.add_argument("--one", nargs=3, metavar=("SET", "RULE", "SEED"), help=argparse.SUPPRESS)
-    run_flags(p, WORK)
     return p.parse_args(argv)
 
 
@@ -306,9 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     if a.smoke:
         a.sets, a.seeds, a.limit, a.epochs, a.ensemble = ["esol"], [0], 120, 2, 2
-    if a.one:
-        name, rule, seed = a.one
-        print(json.dumps(result_of(name, rule, int(seed), a)))
+    if one_run(a, lambda name, rule, seed: result_of(name, rule, int(seed), a)):
         return
     if not a.collect:
         run_all(a)

@@ -20,22 +20,15 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-# Run against the source tree this script lives in, even if another copy is installed.
-_ROOT = Path(__file__).resolve().parents[1]
-if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
-    sys.path.insert(0, str(_ROOT))
-
-from graphormer_urpe.sequence import LM_PE_SCHEMES, TransformerXL, lm_config  # noqa: E402
-from graphormer_urpe.sequence.corpus import pydoc_corpus  # noqa: E402
-from graphormer_urpe.sequence.lm import batchify  # noqa: E402
+from graphormer_urpe.sequence import LM_PE_SCHEMES, TransformerXL, lm_config
+from graphormer_urpe.sequence.corpus import pydoc_corpus
+from graphormer_urpe.sequence.lm import batchify
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -56,7 +56,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import psutil
@@ -85,8 +87,11 @@ def make_checkpoint(preset: str, path: Path, domain: dict | None = None) -> dict
     }
 
 
-def pair_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of the benchmarks that run ``predict`` beside a variant of it, in pairs."""
+def pair_arguments(p: argparse.ArgumentParser, size: int) -> argparse.Namespace:
+    """The options of the benchmarks that run ``predict`` beside a variant of it, in pairs
+    (``--size`` molecules, by default ``size``), parsed; a smoke run's sizes made tiny."""
+    p.add_argument("--size", type=int, default=size, help="MOSES molecules (%(default)s)")
+    p.add_argument("--pairs", type=int, default=1, help="pairs of runs, one of each kind")
     p.add_argument("--preset", default="small")
     p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
@@ -96,6 +101,49 @@ def pair_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--smiles-file", default=None, help="one SMILES a line, instead of MOSES")
     p.add_argument("--json", default=None, help="also write the report here")
     p.add_argument("--smoke", action="store_true", help="tiny run that checks the script works")
+    a = p.parse_args()
+    a.no_similarity = False  # what run_stream reads: predict as a user runs it
+    if a.smoke:
+        a.size, a.pairs, a.domain_molecules = 300, 1, min(a.domain_molecules, 300)
+    return a
+
+
+class PairInputs(NamedTuple):
+    """What every run of a paired benchmark reads: its working folder (removed at the end),
+    the untrained checkpoint and the file of ``--size`` SMILES."""
+
+    work: Path
+    checkpoint: Path
+    smiles: Path
+
+
+def run_in_pairs(
+    a: argparse.Namespace,
+    kinds: tuple[str, str],
+    run: Callable[[str, int, PairInputs], dict],
+    after_pair: Callable[[dict[str, list[dict]], PairInputs], None] | None = None,
+) -> tuple[dict[str, list[dict]], list[float], dict]:
+    """``a.pairs`` pairs of runs, ``run(kind, pair, inputs)`` for each of the two ``kinds``,
+    which goes first swapping every other pair (so both see the same load of a shared
+    machine), then ``after_pair(runs, inputs)``; on :func:`bench_inputs` in a temporary
+    folder. Each row is printed to stderr as it comes. Returns the rows of each kind, the
+    1-minute load average before and after, and the checkpoint's facts."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{kinds[1]}-"))
+    load = [os.getloadavg()[0]]
+    runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    try:
+        molecules, ckpt, model = bench_inputs(a, work)
+        inputs = PairInputs(work, ckpt, molecules(a.size))
+        for pair in range(a.pairs):
+            for kind in kinds if pair % 2 == 0 else kinds[::-1]:
+                runs[kind].append(run(kind, pair, inputs))
+                print(json.dumps({"run": kind, **runs[kind][-1]}), file=sys.stderr)
+            if after_pair is not None:
+                after_pair(runs, inputs)
+    finally:
+        load.append(os.getloadavg()[0])
+        shutil.rmtree(work, ignore_errors=True)
+    return runs, load, model
 
 
 def median(runs: list[dict], key: str) -> float:

@@ -29,17 +29,17 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from bench_predict import (
     REPO,
+    PairInputs,
     _rates,
-    bench_inputs,
     measure,
     median,
     pair_arguments,
     pair_report,
+    run_in_pairs,
     run_stream,
 )
 
@@ -91,38 +91,26 @@ def compare(stream_csv: Path, ray_folder: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=100_000, help="MOSES molecules (default 100k)")
-    p.add_argument("--pairs", type=int, default=1, help="streaming / ray run pairs")
     p.add_argument("--rows-per-block", type=int, default=DEFAULT_ROWS_PER_BLOCK)
     p.add_argument("--object-store-mib", type=int, default=DEFAULT_OBJECT_STORE_MIB)
     p.add_argument("--actors", type=int, default=None, help="default: one per core")
-    pair_arguments(p)
-    a = p.parse_args()
-    a.device, a.no_similarity = "cpu", False  # what run_stream reads: predict as a user runs it
-    if a.smoke:
-        a.size, a.pairs, a.domain_molecules = 300, 1, min(a.domain_molecules, 300)
-    work = Path(tempfile.mkdtemp(prefix="bench-ray-"))
+    a = pair_arguments(p, size=100_000)
+    a.device = "cpu"  # what run_stream reads
 
-    load = [os.getloadavg()[0]]
-    runs: dict[str, list[dict]] = {"stream": [], "ray": []}
-    try:
-        molecules, ckpt, model = bench_inputs(a, work)
-        smi = molecules(a.size)
-        out_csv, out_ray = work / "stream.csv", work / "ray"
-        for pair in range(a.pairs):
-            order = ["stream", "ray"] if pair % 2 == 0 else ["ray", "stream"]
-            for kind in order:
-                if kind == "stream":
-                    row = run_stream(a, ckpt, smi, a.size, out_csv)
-                else:
-                    row = run_ray(a, ckpt, smi, a.size, out_ray)
-                row["tree_cpu_ms_per_molecule"] = round(1000 * row["tree_cpu_s"] / a.size, 3)
-                runs[kind].append({"pair": pair, **row})
-                print(json.dumps({"run": kind, **runs[kind][-1]}), file=sys.stderr)
-            runs["ray"][-1]["output"] = compare(out_csv, out_ray)
-    finally:
-        load.append(os.getloadavg()[0])
-        shutil.rmtree(work, ignore_errors=True)
+    def run(kind: str, pair: int, inputs: PairInputs) -> dict:
+        if kind == "stream":
+            row = run_stream(
+                a, inputs.checkpoint, inputs.smiles, a.size, inputs.work / "stream.csv"
+            )
+        else:
+            row = run_ray(a, inputs.checkpoint, inputs.smiles, a.size, inputs.work / "ray")
+        row["tree_cpu_ms_per_molecule"] = round(1000 * row["tree_cpu_s"] / a.size, 3)
+        return {"pair": pair, **row}
+
+    def after_pair(runs: dict[str, list[dict]], inputs: PairInputs) -> None:
+        runs["ray"][-1]["output"] = compare(inputs.work / "stream.csv", inputs.work / "ray")
+
+    runs, load, model = run_in_pairs(a, ("stream", "ray"), run, after_pair)
     stream, ray = runs["stream"], runs["ray"]
     ratio = median(ray, "molecules_per_s") / median(stream, "molecules_per_s")
     per_pair = [

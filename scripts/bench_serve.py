@@ -49,9 +49,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _bench import molecules, untrained_checkpoint  # noqa: E402
+from _bench import molecules, untrained_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -234,14 +234,35 @@ def _call(cmd: list[str], log: Path) -> None:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{tail}")
 
 
-def run_flags(p: argparse.ArgumentParser, work: Path) -> None:
-    """The flags every benchmark of kept runs shares: where its runs are kept, how many run at
-    once, the report from kept runs, and the smoke mode."""
+def runs_parser(
+    doc: str,
+    work: Path,
+    seeds: list[int],
+    one: tuple[str, str, str],
+    limit: str = "first N rows of each set",
+) -> argparse.ArgumentParser:
+    """The parser every benchmark of kept runs starts from: its description (``doc``'s first
+    paragraph), the seeds, the first rows only (``limit``: what they are), one run in a process
+    of its own (``--one``, hidden; ``one`` names its three values), where the runs are kept,
+    how many run at once, the report from kept runs, and the smoke mode."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--seeds", nargs="+", type=int, default=seeds)
+    p.add_argument("--limit", type=int, default=None, help=limit)
+    p.add_argument("--one", nargs=3, metavar=one, help=argparse.SUPPRESS)
     p.add_argument("--work", default=str(work), help="split files and runs (kept, resumable)")
     p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each")
     p.add_argument("--collect", action="store_true", help="write the report from kept runs")
     p.add_argument("--out", default=None, help="JSON report (with --collect)")
     p.add_argument("--smoke", action="store_true", help="a tiny run for the test suite")
+    return p
+
+
+def chemprop_flags(p: argparse.ArgumentParser, data_dir: Path) -> None:
+    """The flags of a benchmark that trains Chemprop beside ours: the data, Chemprop's
+    executable, and flags passed on to every ``graphormer-urpe train``."""
+    p.add_argument("--data-dir", default=str(data_dir))
+    p.add_argument("--chemprop", default="chemprop", help="the Chemprop 2.x executable")
+    p.add_argument("--train-arg", dest="train_args", action="append", default=[])
 
 
 def kept(out: Path, run: Callable[[], dict]) -> dict:
@@ -339,6 +360,15 @@ def in_own_process(script: str, args: list[str], key: dict) -> dict:
     return json.loads(proc.stdout)
 
 
+def one_run(a: argparse.Namespace, run: Callable[[str, str, str], dict]) -> bool:
+    """With ``--one A B C`` (what :func:`in_own_process` starts): ``run(A, B, C)``'s result
+    printed as JSON. Whether there was one to run."""
+    if a.one is None:
+        return False
+    print(json.dumps(run(*a.one)))
+    return True
+
+
 def _passed(a: argparse.Namespace) -> list[str]:
     args = ["--data-dir", str(a.data_dir), "--work", str(a.work), "--trees", str(a.trees)]
     args += ["--chemprop", a.chemprop, "--init-from", a.init_from, "--minutes", str(a.minutes)]
@@ -351,13 +381,20 @@ def _passed(a: argparse.Namespace) -> list[str]:
     return args + [f"--train-arg={t}" for t in a.train_args]
 
 
-def collect(work: Path, sets: list[str]) -> dict:
-    """Mean ± std over seeds per (set, model), from the kept ``result.json`` files."""
-    table: dict = {}
+def kept_results(work: Path, first: str, second: str, wanted: list[str]) -> dict:
+    """The kept ``work/*/seed*/*/result.json`` files whose ``first`` field is in ``wanted``,
+    grouped by that field, then by their ``second``: ``{first: {second: [result, ...]}}``."""
+    runs: dict = {}
     for path in sorted(work.glob("*/seed*/*/result.json")):
         r = json.loads(path.read_text())
-        if r["set"] in sets:
-            table.setdefault(r["set"], {}).setdefault(r["model"], []).append(r)
+        if r[first] in wanted:
+            runs.setdefault(r[first], {}).setdefault(r[second], []).append(r)
+    return runs
+
+
+def collect(work: Path, sets: list[str]) -> dict:
+    """Mean ± std over seeds per (set, model), from the kept ``result.json`` files."""
+    table = kept_results(work, "set", "model", sets)
     report: dict = {}
     for name, models in table.items():
         report[name] = {"metric": SETS[name].metric, "models": {}}
@@ -408,30 +445,22 @@ def figure(report: dict, path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = runs_parser(__doc__, WORK, [0, 1, 2], ("SET", "SEED", "MODEL"))
     p.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    p.add_argument("--data-dir", default=str(SHARED))
-    p.add_argument("--chemprop", default="chemprop", help="the Chemprop 2.x executable")
+    chemprop_flags(p, SHARED)
     p.add_argument("--init-from", default="pretrained", help="urpe-pretrained's checkpoint")
     p.add_argument("--graphormer-init", default=None, help="graphormer-pretrained's checkpoint")
     p.add_argument("--minutes", type=float, default=10.0, help="budget without Chemprop's")
     p.add_argument("--minutes-fixed", action="store_true", help="always --minutes")
     p.add_argument("--trees", type=int, default=500)
-    p.add_argument("--limit", type=int, default=None, help="first N rows of each set")
-    p.add_argument("--train-arg", dest="train_args", action="append", default=[])
-    p.add_argument("--one", nargs=3, metavar=("SET", "SEED", "MODEL"), help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help="(runs use one thread each)")
-    run_flags(p, WORK)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
-    if a.one:
-        name, seed, model = a.one
-        print(json.dumps(run_one(a, name, int(seed), model)))
+    if one_run(a, lambda name, seed, model: run_one(a, name, int(seed), model)):
         return
     if a.smoke:
         a.sets, a.seeds, a.models, a.limit, a.trees = ["esol"], [0], ["rf", "urpe-scratch"], 60, 20

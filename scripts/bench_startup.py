@@ -204,8 +204,6 @@ def main() -> None:
     commands = [c for c in COMMANDS if c in commands]  # torch, the reference, last
     repeats = a.repeats or (1 if a.smoke else 5)
 
-    sys.path.insert(0, str(REPO))  # the checkpoint is built by this checkout's library
-
     load = [os.getloadavg()[0]]
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+from _moses import cache_dir, moses_train_gz
 from rdkit import Chem, RDLogger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,16 +218,10 @@ def filter_smiles(
 
 
 def _default_source() -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _moses import moses_train_gz
-
     return moses_train_gz()
 
 
 def _default_out() -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _moses import cache_dir
-
     return cache_dir() / "moses_train_minus_shared.smi"
 
 

@@ -2,7 +2,7 @@
 
 A GPU call lasts at most 10 minutes, carries at most 64 MiB in and brings at most 8 files of
 16 MiB back, and the machine is bare at every start. So the run is made of calls, each one
-command (``scripts/pretrain_v2.sh``), and each call:
+command (``tools/device/pretrain_v2.sh``), and each call:
 
 * unpacks the carried SMILES shards (``pack`` wrote them: xz, one SMILES a line, sorted
   within a shard, molecules assigned to shards at random) and featurises them with the
@@ -53,9 +53,6 @@ from typing import Any
 import numpy as np
 
 STARTED = time.perf_counter()  # --time-limit counts from here (torch is imported later)
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 MODEL = dict(
     num_layers=10,

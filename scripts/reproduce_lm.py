@@ -35,23 +35,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Run against the source tree this script lives in, even if another copy is installed.
-_ROOT = Path(__file__).resolve().parents[1]
-if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
-    sys.path.insert(0, str(_ROOT))
+from _reproduce import add_output_flags, label_schemes, set_up
 
-from _reproduce import add_output_flags, label_schemes, set_up  # noqa: E402
-
-from graphormer_urpe.io.checkpoint import write_atomic  # noqa: E402
-from graphormer_urpe.sequence import (  # noqa: E402
+from graphormer_urpe.io.checkpoint import write_atomic
+from graphormer_urpe.sequence import (
     LM_PE_SCHEMES,
     LM_PRESETS,
     lm_config,
     load_corpus,
     train_lm,
 )
-from graphormer_urpe.sequence.corpus import CORPORA  # noqa: E402
-from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
+from graphormer_urpe.sequence.corpus import CORPORA
+from graphormer_urpe.sequence.outputs import png_bytes
 
 PE_SCHEMES = LM_PE_SCHEMES
 SCHEME_LABELS = {

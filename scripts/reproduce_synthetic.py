@@ -25,19 +25,13 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-# Run against the source tree this script lives in, even if another copy is installed.
-_ROOT = Path(__file__).resolve().parents[1]
-if (_ROOT / "graphormer_urpe" / "__init__.py").exists():
-    sys.path.insert(0, str(_ROOT))
+from _reproduce import add_output_flags, label_schemes, set_up
 
-from _reproduce import add_output_flags, label_schemes, set_up  # noqa: E402
-
-from graphormer_urpe.io.checkpoint import write_atomic  # noqa: E402
-from graphormer_urpe.sequence import PE_SCHEMES, synthetic_config, train_synthetic  # noqa: E402
-from graphormer_urpe.sequence.outputs import png_bytes  # noqa: E402
+from graphormer_urpe.io.checkpoint import write_atomic
+from graphormer_urpe.sequence import PE_SCHEMES, synthetic_config, train_synthetic
+from graphormer_urpe.sequence.outputs import png_bytes
 
 TASKS = ("pi", "etp")
 TASK_TITLES = {"pi": "Position Identification", "etp": "Even Token Prediction"}

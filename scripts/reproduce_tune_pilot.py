@@ -39,10 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_small_data import REPO, SETS, SHARED, _call, run_ours, score, write_splits  # noqa: E402
+from bench_small_data import REPO, SETS, SHARED, _call, run_ours, score, write_splits
 
 WORK = Path.home() / ".cache" / "graphormer-urpe" / "bench" / "tune_pilot"
 

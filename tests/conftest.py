@@ -101,7 +101,7 @@ def subprocesses_import_this_checkout():
         yield
 
 
-LONGEST_FIRST = ("tests/scripts/test_device_check.py",)
+LONGEST_FIRST = ("tests/tools/test_device_check.py",)
 """Test files whose run is minutes long (the device check's smoke run of every section):
 collected first, so that one worker starts them while the other runs the rest, instead of
 one worker running them alone at the end (the suite runs each file on one of 2 workers)."""

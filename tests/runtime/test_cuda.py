@@ -2,7 +2,7 @@
 
 The slowest tests (``torch.compile``) come last, so that a time limit cuts them first.
 
-Run on a GPU machine by ``scripts/device_check.py`` (correctness section). The references
+Run on a GPU machine by ``tools/device/device_check.py`` (correctness section). The references
 are the CPU ones of the other test modules: the float64 attention formula of
 ``test_attention``, the CPU model itself, the CLI fixtures of ``test_cli``.
 """

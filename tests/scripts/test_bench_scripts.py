@@ -1,7 +1,10 @@
-"""The benchmark scripts run in smoke mode and print valid JSON (no timing is asserted)."""
+"""The benchmark scripts run in smoke mode and print valid JSON (no timing is asserted); their
+helpers build Hugging Face's inputs as its collator does."""
 
 from __future__ import annotations
 
+import copy
+import importlib
 import json
 import os
 import subprocess
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.helpers import BAD, MIXED, SMILES
 
@@ -143,11 +147,8 @@ def test_interleaved_comparison_with_a_commit_emits_json():
 def test_busy_time_is_the_union_of_the_device_intervals():
     import random
 
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from bench_train import covered_ns
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    from bench_train import covered_ns
+
     rng = random.Random(0)
     for _ in range(200):
         spans = []
@@ -160,11 +161,8 @@ def test_busy_time_is_the_union_of_the_device_intervals():
 
 
 def test_top_kernels_sum_each_kernels_time_and_rank_them():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from bench_train import top_kernels
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    from bench_train import top_kernels
+
     events = [
         ("gemm", 0, 5_000_000),
         ("copy", 5_000_000, 6_000_000),
@@ -325,11 +323,8 @@ def test_tune_table_takes_seeds_1_and_2_of_every_source_and_bolds_the_best(tmp_p
 
 
 def test_admet_metrics_match_their_definitions():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from bench_admet import metrics
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    from bench_admet import metrics  # scripts/ is on pytest's pythonpath
+
     rng = np.random.default_rng(3)
     y = rng.normal(size=50)
     pred = y + rng.normal(scale=0.7, size=50)
@@ -389,3 +384,29 @@ def test_serve_benchmark_smoke_mode_emits_json():
         "single_p99_ms <= 100",
         "no failed request",
     }
+
+
+def test_hugging_face_inputs_built_from_ours_equal_its_collator():
+    """The inputs the speed benchmarks build for Hugging Face's Graphormer from our batches
+    (where its Cython collator cannot be built) equal its collator's."""
+    bench = importlib.import_module("_bench")  # scripts/ is on pytest's pythonpath
+    hf = bench.hf_graphormer()
+    if hf is None:
+        pytest.skip("transformers<=4.57 (Hugging Face's Graphormer) is not installed")
+    if hf.collating is None:
+        pytest.skip(f"Hugging Face's collator is unavailable: {hf.collating_error}")
+    collating = hf.collating
+    pre_check = collating.preprocess_item
+    collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
+    from graphormer_urpe import collate
+    from graphormer_urpe.graph.published_weights import hf_inputs
+
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CC1N", "OCC(O)CO"]
+    items = bench.ogb_items(smiles)
+    mh = 5
+    graphs = bench.pyg_graphs(items, mh)
+    ours = hf_inputs(collate(graphs, mh))
+    theirs = collator([pre_check(copy.deepcopy(it)) for it in items])
+    for key in ("input_nodes", "attn_bias", "spatial_pos", "in_degree", "out_degree"):
+        assert torch.equal(ours[key], theirs[key]), key
+    assert torch.equal(ours["input_edges"], theirs["input_edges"][:, :, :, :mh, :])

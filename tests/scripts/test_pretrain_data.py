@@ -15,7 +15,6 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 @pytest.fixture
 def pretrain_data(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPTS))
     spec = importlib.util.spec_from_file_location("pretrain_data", SCRIPTS / "pretrain_data.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "pretrain_data", module)  # worker processes find it

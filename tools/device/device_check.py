@@ -1,14 +1,14 @@
 """One prepared check on one CUDA GPU: environment, correctness, speed, fidelity (compiled).
 
-Run on a GPU machine (after ``bash scripts/fetch_device_deps.sh`` on a machine with network,
-see ``scripts/device_run.sh``)::
+Run on a GPU machine (after ``bash tools/device/fetch_device_deps.sh`` on a machine with
+network, see ``tools/device/device_run.sh``)::
 
-    python scripts/device_check.py --out OUT
+    python tools/device/device_check.py --out OUT
 
 and on the CPU, end to end at tiny sizes (no deadlines, so a busy machine only makes it
 slower), to keep the script from rotting::
 
-    python scripts/device_check.py --smoke --out /tmp/check
+    python tools/device/device_check.py --smoke --out /tmp/check
 
 Sections run in this order, each timed, each with its own budget, each able to fail without
 losing the others' results (every one is recorded in ``OUT/device_report.json`` with its
@@ -44,7 +44,7 @@ by default); ``--out`` receives at most 8 files: ``device_report.json``,
 ``fidelity_curves.png``, ``logs.tar.gz`` (every log, benchmark JSON, run history and config)
 and the four runs' ``best.pt`` as ``best_<attention>_seed<k>.pt``.
 
-The parts live in ``scripts/_device_check/``: the report (``report``), the runner
+The parts live in ``tools/device/_device_check/``: the report (``report``), the runner
 (``runner``), data preparation (``data``) and one module per section; this file is the
 command line.
 """
@@ -58,16 +58,13 @@ import shutil
 import sys
 from pathlib import Path
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # run as a file, it is there already
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _device_check.correctness import (  # noqa: E402
+from _device_check.correctness import (
     CUDA_TEST_FILES,
     CUDA_TEST_PROCESSES,
     print_failures,
     section_correctness,
 )
-from _device_check.data import (  # noqa: E402
+from _device_check.data import (
     data_dir,
     pcqm_smiles,
     prepare_pcqm,
@@ -75,13 +72,13 @@ from _device_check.data import (  # noqa: E402
     zinc_dataset_flag,
     zinc_tables,
 )
-from _device_check.environment import (  # noqa: E402
+from _device_check.environment import (
     BF16_PEAK,
     bf16_peak,
     device_precision,
     section_environment,
 )
-from _device_check.fidelity import (  # noqa: E402
+from _device_check.fidelity import (
     FIDELITY_ATTENTIONS,
     FIDELITY_RESERVE,
     FIDELITY_SEEDS,
@@ -89,7 +86,7 @@ from _device_check.fidelity import (  # noqa: E402
     ZINC_WARMUP_FRACTION,
     section_fidelity,
 )
-from _device_check.report import (  # noqa: E402
+from _device_check.report import (
     DEFAULT_SECTIONS,
     REPORT_NAME,
     SCHEMA,
@@ -100,7 +97,7 @@ from _device_check.report import (  # noqa: E402
     validate_report,
     write_report,
 )
-from _device_check.runner import (  # noqa: E402
+from _device_check.runner import (
     CLI,
     GPU_BUDGETS,
     GPU_TOTAL,
@@ -114,7 +111,7 @@ from _device_check.runner import (  # noqa: E402
     SectionTimeout,
     SkipSection,
 )
-from _device_check.speed import (  # noqa: E402
+from _device_check.speed import (
     E2E_MAX_SECONDS,
     SPEED_MODES,
     section_compiled,

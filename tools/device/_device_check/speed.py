@@ -3,6 +3,7 @@ from the replicated PCQM4Mv2 store) and the opt-in ``compiled`` section."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -63,7 +64,7 @@ def _bench_into(check: Check, res: dict, key: str, flags: list[str], failures: l
 
 def section_speed(check: Check, res: dict) -> None:
     """Training steps at both sizes, the attention kernels, and ``train`` end to end (see
-    ``scripts/device_check.py``); one failing benchmark is recorded and the others go on."""
+    ``tools/device/device_check.py``); one failing benchmark is recorded and the others go on."""
     sizes, common = _speed_plan(check)
     peer = ["--peer", "hf"] if _transformers_graphormer() else []
     res["peer"] = "hf" if peer else "unavailable (transformers<=4.57 not importable)"
@@ -121,13 +122,14 @@ def section_compiled(check: Check, res: dict) -> None:
 
 
 def _transformers_graphormer() -> bool:
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from _bench import hf_graphormer
-
-        return hf_graphormer() is not None
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    """Whether Hugging Face's Graphormer imports, as the benchmarks see it
+    (``scripts/_bench.py``'s ``hf_graphormer``, loaded from its file)."""
+    spec = importlib.util.spec_from_file_location("_bench", SCRIPTS / "_bench.py")
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"no benchmark helpers at {SCRIPTS / '_bench.py'}")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.hf_graphormer() is not None
 
 
 def _speed_summary(res: dict) -> dict:

@@ -1,10 +1,12 @@
-"""scripts/device_check.py: the whole check end to end on the CPU (--smoke), its report's
-schema, and the Hugging Face inputs the speed section builds when Cython is missing."""
+"""tools/device/device_check.py: the whole check end to end on the CPU (--smoke), its report's
+schema, and the correctness section's plugin that writes failures as they happen.
+
+``tools/device/`` is on pytest's ``pythonpath`` (pyproject.toml): the check and its parts are
+imported by name, as the check imports them when run as a file."""
 
 from __future__ import annotations
 
-import copy
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -12,21 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "scripts"
+TOOLS = ROOT / "tools" / "device"
 
 
 def _load(name: str):
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    """``tools/device/<name>.py``, imported by name."""
+    return importlib.import_module(name)
 
 
 def _valid_report(dc) -> dict:
@@ -103,30 +98,6 @@ def test_smoke_runs_every_section_and_writes_a_valid_report(tmp_path, monkeypatc
     assert report["sections"]["correctness"]["results"]["tests"] > 0
 
 
-def test_hugging_face_inputs_built_from_ours_equal_its_collator():
-    bench = _load("_bench")
-    hf = bench.hf_graphormer()
-    if hf is None:
-        pytest.skip("transformers<=4.57 (Hugging Face's Graphormer) is not installed")
-    if hf.collating is None:
-        pytest.skip(f"Hugging Face's collator is unavailable: {hf.collating_error}")
-    collating = hf.collating
-    pre_check = collating.preprocess_item
-    collator = collating.GraphormerDataCollator(spatial_pos_max=1024)
-    from graphormer_urpe import collate
-    from graphormer_urpe.graph.published_weights import hf_inputs
-
-    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CC1N", "OCC(O)CO"]
-    items = bench.ogb_items(smiles)
-    mh = 5
-    graphs = bench.pyg_graphs(items, mh)
-    ours = hf_inputs(collate(graphs, mh))
-    theirs = collator([pre_check(copy.deepcopy(it)) for it in items])
-    for key in ("input_nodes", "attn_bias", "spatial_pos", "in_degree", "out_degree"):
-        assert torch.equal(ours[key], theirs[key]), key
-    assert torch.equal(ours["input_edges"], theirs["input_edges"][:, :, :, :mh, :])
-
-
 def test_the_smoke_check_is_bounded_by_sizes_not_seconds(tmp_path, monkeypatch):
     """On a busy machine the smoke check runs slower, never out of time: its sections have
     no deadlines of their own and its fidelity runs no --time-limit (only --budget sets
@@ -179,7 +150,7 @@ def test_failures_are_written_as_they_happen(tmp_path):
     report = tmp_path / "failures.txt"
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(TOOLS), os.environ.get("PYTHONPATH", "")]),
         "DEVICE_CHECK_FAILURES": str(report),
         "DEVICE_CHECK_FIRST": "test_fails",
     }
@@ -200,11 +171,5 @@ def test_failures_are_written_as_they_happen(tmp_path):
 
 
 def _check_module(name: str):
-    """``scripts/_device_check/<name>.py``, imported."""
-    import importlib
-
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        return importlib.import_module(f"_device_check.{name}")
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    """``tools/device/_device_check/<name>.py``, imported."""
+    return importlib.import_module(f"_device_check.{name}")

@@ -1,8 +1,8 @@
 """A pytest plugin for the ``correctness`` section: each failure's report, as it happens.
 
 pytest prints tracebacks only in its summary at the end, which a section stopped at its budget
-never reaches. Loaded with ``-p _device_check.failures`` (``scripts/`` on ``PYTHONPATH``), this
-appends every failed test's report (its traceback, then the output and log records it
+never reaches. Loaded with ``-p _device_check.failures`` (``tools/device/`` on ``PYTHONPATH``),
+this appends every failed test's report (its traceback, then the output and log records it
 captured) to the file named by ``DEVICE_CHECK_FAILURES`` as soon as the test fails (in each
 pytest-xdist worker too), and runs first the tests named in ``DEVICE_CHECK_FIRST``
 (comma-separated test function names): those that failed last time, so that the budget cannot

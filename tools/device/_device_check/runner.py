@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "scripts"
+ROOT = Path(__file__).resolve().parents[3]  # the repository: tools/device/_device_check/ is below
+SCRIPTS = ROOT / "scripts"  # the benchmarks the speed section runs
 
 # Seconds per section on a GPU; fidelity and compiled get whatever is left of --budget.
 # On an H200, correctness needed 118-130 s with 4 test processes and the eager speed runs

@@ -87,11 +87,11 @@ def _pytest(check: Check, res: dict) -> None:
 
 
 def _failures_env(check: Check) -> dict[str, str]:
-    """``scripts/`` on ``PYTHONPATH`` for the plugin, and the file it appends failures to."""
-    scripts = str(Path(__file__).resolve().parents[1])
+    """``tools/device/`` on ``PYTHONPATH`` for the plugin, and the file it appends failures to."""
+    tools = str(Path(__file__).resolve().parents[1])
     path = check.env_vars().get("PYTHONPATH", "")
     return {
-        "PYTHONPATH": os.pathsep.join(p for p in (path, scripts) if p),
+        "PYTHONPATH": os.pathsep.join(p for p in (path, tools) if p),
         "DEVICE_CHECK_FAILURES": str(check.logs / "correctness_failures.txt"),
         "DEVICE_CHECK_FIRST": ",".join(FIRST_TESTS),
     }

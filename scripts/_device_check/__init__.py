@@ -1,2 +1,0 @@
-"""The parts of ``scripts/device_check.py``: the report, the runner, data preparation and one
-module per section (environment, correctness, speed and compiled, fidelity)."""
