@@ -18,9 +18,9 @@ import torch
 from ..datasets.domain import split_similarity
 from ..graph.model import Graphormer
 from ..io.checkpoint import incompatible_checkpoint, load_checkpoint
-from ..runtime.config import TrainConfig
-from ..runtime.inputs import load_splits, resolve_device
 from ..runtime.precision import Precision
+from ..runtime.run_inputs import load_splits, resolve_device
+from ..runtime.train_config import TrainConfig
 from .intervals.calibration import calibration_report, load_calibration
 from .prediction import predict_dataset
 from .trees import Trees, dataset_inputs, load_embedder, load_trees, trees_folder

@@ -48,10 +48,10 @@ from ..io.checkpoint import (
     set_rng_state,
     write_atomic,
 )
+from .choices import check_choice
 from .corpus import CORPORA, LMCorpus, load_corpus
-from .loop import Checkpoints, Curve, TrainingLoop, adamw, cosine_warmup
-from .names import check_choice
 from .outputs import write_run_files
+from .training_loop import Checkpoints, Curve, TrainingLoop, adamw, cosine_warmup
 from .xl import TransformerXL, TransformerXLConfig
 
 __all__ = [

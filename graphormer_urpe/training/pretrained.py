@@ -46,7 +46,7 @@ from ..io.checkpoint import (
     save_checkpoint,
     write_atomic,
 )
-from ..runtime.config import TrainConfig
+from ..runtime.train_config import TrainConfig
 
 __all__ = [
     "PretrainedSource",

@@ -30,7 +30,7 @@ from graphormer_urpe.inference.engines.predict_io import Prediction
 from graphormer_urpe.inference.loading import load_model
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime import make_config
-from graphormer_urpe.runtime.inputs import build_model
+from graphormer_urpe.runtime.run_inputs import build_model
 from tests.helpers import BAD, BROKEN, VALID, write_sdf
 
 # invalid rows at the start, middle and end; enough rows for several chunks and windows

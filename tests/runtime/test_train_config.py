@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from graphormer_urpe.runtime.config import build_train_config, make_config, run_name
+from graphormer_urpe.runtime.train_config import build_train_config, make_config, run_name
 
 
 def test_defaults_urpe_a_run_folder_named_by_the_data_and_a_time_limit_that_plans_the_run():

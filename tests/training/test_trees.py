@@ -252,7 +252,7 @@ def test_trees_without_a_starting_model_read_no_graph_token(table, tmp_path):
 
 
 def test_trees_on_needs_a_table(tmp_path):
-    from graphormer_urpe.runtime.config import make_config, resolve_trees
+    from graphormer_urpe.runtime.train_config import make_config, resolve_trees
 
     with pytest.raises(ValueError, match="tables of SMILES"):
         resolve_trees(make_config("small", dataset="zinc", trees="on"))

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ....runtime.inputs import resolve_device
+from ....runtime.run_inputs import resolve_device
 from ...embeddings import embedding_dim
 from ...loading import LoadedModel
 from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE
