@@ -572,9 +572,11 @@ def test_cli_preprocess_train_evaluate_submit(tmp_path, capsys):
     from graphormer_urpe.inference import load_model
     from graphormer_urpe.training.run import make_loader, predict
 
-    lm = load_model(ckpt, "cpu")
+    loaded = load_model(ckpt, "cpu")
     test_dev = open_lsc("pcqm4mv2", root).split("test-dev")
-    pred, _ = predict(lm.model, make_loader(test_dev, lm.model.config, 2, False), lm.device)
+    pred, _ = predict(
+        loaded.model, make_loader(test_dev, loaded.model.config, 2, False), loaded.device
+    )
     assert written.shape == (3,) and np.allclose(written, pred[:, 0].numpy(), atol=1e-6)
 
 
