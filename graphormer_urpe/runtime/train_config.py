@@ -244,7 +244,7 @@ def _renamed_fields(d: dict) -> dict:
 _GRAPHORMER = dict(epochs=None, batch_size=256, lr=2e-4, end_lr=1e-9, loss=None, seed=1)
 
 TRAIN_PRESETS: dict[str, dict] = {
-    # A few minutes on a laptop CPU with the embedded NCI molecules.
+    # Sized for a CPU and the embedded NCI molecules (its time: docs/results/code-notes.md).
     "small": dict(
         epochs=20,
         max_steps=None,
