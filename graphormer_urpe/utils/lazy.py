@@ -108,9 +108,14 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         old, new = module.__name__, self.new[module.__name__]
-        module.__doc__ = f"Deprecated: renamed {new} (the old path goes in the next minor release)."
+        module.__doc__ = (
+            f"Deprecated: {old} is now {new} (the old path goes in the next minor release)."
+        )
 
         def __getattr__(name: str) -> Any:
+            if name == "__all__":  # `from old import *` then warns for each name it takes
+                target = importlib.import_module(new)
+                return getattr(target, "__all__", [n for n in vars(target) if n[0] != "_"])
             if name.startswith("__"):
                 raise AttributeError(f"module {old!r} has no attribute {name!r}")
             warnings.warn(

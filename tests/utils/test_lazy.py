@@ -41,6 +41,10 @@ def test_an_old_module_path_still_imports_with_a_deprecation_warning(old):
         exec(f"from {old} import {name}", namespace)
     assert namespace[name] is value
     assert name in dir(stand_in)
+    with pytest.warns(DeprecationWarning, match=new):  # and `from old import *`
+        everything: dict = {}
+        exec(f"from {old} import *", everything)
+    assert everything[name] is value
     with pytest.raises(AttributeError), pytest.warns(DeprecationWarning):
         stand_in.no_such_name  # noqa: B018
 
