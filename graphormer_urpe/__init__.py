@@ -26,7 +26,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ".attention.core": ["urpe_attention"],
         ".encoder": ["Encoder", "EncoderLayer"],
         ".graph.batch": ["GraphormerBatch", "GraphormerCollator", "collate"],
-        ".graph.config": ["PRESETS", "GraphormerConfig", "get_preset"],
+        ".graph.model_config": ["PRESETS", "GraphormerConfig", "get_preset"],
         ".graph.add_features": ["add_graphormer_features"],
         ".graph.structure": ["graph_structure"],
         ".graph.model": ["Graphormer", "GraphormerEncoder"],

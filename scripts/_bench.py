@@ -256,7 +256,7 @@ def untrained_checkpoint(
     Benchmarks of ``predict`` use it: speed does not depend on the weights."""
     from graphormer_urpe.io.checkpoint import save_checkpoint
     from graphormer_urpe.runtime import make_config
-    from graphormer_urpe.training.loop import build_model
+    from graphormer_urpe.training.run import build_model
 
     torch.manual_seed(0)
     config = make_config(preset, model_overrides=model_overrides or None)

@@ -12,7 +12,7 @@ the same machine. Prints JSON: median and minimum step times per side and their 
     python scripts/bench_ab.py --baseline HEAD --smoke
 
 CPU only: both sides run the eager step (forward, L1 loss, backward, fused AdamW) of
-:func:`~graphormer_urpe.training.loop.make_optimizer` on batches sized to their graphs.
+:func:`~graphormer_urpe.training.run.make_optimizer` on batches sized to their graphs.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def import_commit(commit: str, dest: Path):
 
 
 def _side(pkg, cfg, attention: str, state: dict | None, graphs, bs: int):
-    make_optimizer = importlib.import_module(f"{pkg.__name__}.training.loop").make_optimizer
+    make_optimizer = importlib.import_module(f"{pkg.__name__}.training.run").make_optimizer
     model = pkg.Graphormer(cfg, attention=attention).train()
     if state is not None:
         model.load_state_dict(state)

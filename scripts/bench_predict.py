@@ -369,17 +369,17 @@ def profile(ckpts: dict[str, Path], smi: Path, n: int, batch_size: int) -> dict:
     out: dict = {"molecules": n, "valid": valid, "threads": 1, "batch_size": batch_size}
     out["featurize"] = _stage(valid, *times["featurize"])
     for name, ckpt in ckpts.items():
-        lm = load_model(ckpt, "cpu")
-        hops = lm.model.config.multi_hop_max_dist
+        loaded = load_model(ckpt, "cpu")
+        hops = loaded.model.config.multi_hop_max_dist
         flat, _ = timed("features", lambda h=hops: flat_graphs(arrays, range(valid), h))
-        collator = GraphormerCollator(hops, lm.model.config.spatial_pos_max)
+        collator = GraphormerCollator(hops, loaded.model.config.spatial_pos_max)
         starts = range(0, valid, batch_size)
         parts = [flat.slice(i, min(i + batch_size, valid)) for i in starts]
         batches = timed("collate", lambda c=collator, p=parts: [c(b) for b in p])
         if name != "small":  # the large model on the first few batches only
             batches = batches[: max(1, 2048 // batch_size)]
         with torch.no_grad():
-            timed("model", lambda m=lm.model, b=batches: [m(x) for x in b])
+            timed("model", lambda m=loaded.model, b=batches: [m(x) for x in b])
         seen = sum(len(b) for b in batches)
         stages = {k: _stage(valid, *times[k]) for k in ("features", "collate")}
         stages["model"] = _stage(seen, *times["model"])

@@ -66,7 +66,7 @@ from graphormer_urpe.graph.published_weights import config_to_hf, hf_inputs
 from graphormer_urpe.graph.static_shapes import StaticShapes
 from graphormer_urpe.runtime import Precision
 from graphormer_urpe.runtime.capture import CapturedStep, EagerGraphs, default_backend
-from graphormer_urpe.training.loop import StepTotals, make_optimizer, step_body
+from graphormer_urpe.training.run import StepTotals, make_optimizer, step_body
 
 MIB = 2**20
 

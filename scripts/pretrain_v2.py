@@ -310,8 +310,8 @@ class StreamSampler:
 
 
 def model_config(featurizer: str = "ogb", **overrides: Any) -> Any:
-    """The v2 model's :class:`~graphormer_urpe.graph.config.GraphormerConfig`."""
-    from graphormer_urpe.graph.config import fit_tables, get_preset
+    """The v2 model's :class:`~graphormer_urpe.graph.model_config.GraphormerConfig`."""
+    from graphormer_urpe.graph.model_config import fit_tables, get_preset
 
     return fit_tables(get_preset("small", **{**MODEL, **overrides}), featurizer)
 
@@ -366,9 +366,9 @@ class Trainer:
         import torch
 
         from graphormer_urpe.runtime.capture import CapturedStep, default_backend
-        from graphormer_urpe.runtime.inputs import build_model
         from graphormer_urpe.runtime.precision import Precision
-        from graphormer_urpe.training.budget import Schedule
+        from graphormer_urpe.runtime.run_inputs import build_model
+        from graphormer_urpe.training.pacing import Schedule
         from graphormer_urpe.training.steps import (
             StepTotals,
             make_optimizer,
@@ -433,7 +433,7 @@ class Trainer:
     def restore(self, state: dict[str, Any], total_steps: int | None = None) -> None:
         """Continue from :meth:`state`'s output; ``total_steps``: end the schedule's decay
         there instead (from the rate it has reached)."""
-        from graphormer_urpe.training.budget import Schedule
+        from graphormer_urpe.training.pacing import Schedule
 
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(full_optimizer_state(state["optimizer"]))
@@ -486,10 +486,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets
     from graphormer_urpe.datasets.store import MoleculeStore
-    from graphormer_urpe.graph.config import GraphormerConfig
+    from graphormer_urpe.graph.model_config import GraphormerConfig
     from graphormer_urpe.io.files import write_atomic
     from graphormer_urpe.io.parts import load_from_parts, parts_manifest, save_in_parts
-    from graphormer_urpe.runtime.inputs import resolve_device
+    from graphormer_urpe.runtime.run_inputs import resolve_device
 
     started = STARTED
     stop_at = started + args.time_limit - args.reserve
@@ -673,10 +673,10 @@ def export(state_dir: Path, out: Path, data: Path | None = None) -> dict[str, An
     ``scripts/ship_pretrained.py``); returns what it wrote."""
     from dataclasses import replace
 
-    from graphormer_urpe.graph.config import GraphormerConfig
+    from graphormer_urpe.graph.model_config import GraphormerConfig
     from graphormer_urpe.io.checkpoint import save_checkpoint
     from graphormer_urpe.io.parts import load_from_parts
-    from graphormer_urpe.runtime.config import make_config
+    from graphormer_urpe.runtime.train_config import make_config
 
     state = load_from_parts(state_dir, STATE)
     progress = _read_json(state_dir / PROGRESS, {})

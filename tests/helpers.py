@@ -33,8 +33,9 @@ from graphormer_urpe.runtime import make_config
 from graphormer_urpe.runtime.capture import EagerGraphs
 from graphormer_urpe.sequence import TransformerXL, TransformerXLConfig
 from graphormer_urpe.sequence.model import RelativePositionTable
-from graphormer_urpe.training import loop, steps
-from graphormer_urpe.training.loop import (
+from graphormer_urpe.training import run as training_run
+from graphormer_urpe.training import steps
+from graphormer_urpe.training.run import (
     Precision,
     StepTotals,
     build_model,
@@ -469,7 +470,7 @@ def stand_in_capture(monkeypatch, backend_type: type = EagerGraphs) -> list:
         backends.append(backend_type())
         return backends[-1]
 
-    monkeypatch.setattr(loop, "Trainer", functools.partial(Trainer, backend=backend))
+    monkeypatch.setattr(training_run, "Trainer", functools.partial(Trainer, backend=backend))
     return backends
 
 

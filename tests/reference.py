@@ -161,14 +161,14 @@ def naive_attention(q, k, v, bias=None, scale=None, key_padding_mask=None):
 @torch.no_grad()
 def predict_reference(ckpt: Path, smiles: list[str], batch_size: int):
     """``(values, errors)`` per row, computed plainly, one molecule at a time."""
-    lm = load_model(ckpt, "cpu")
-    cfg = lm.model.config
+    loaded = load_model(ckpt, "cpu")
+    cfg = loaded.model.config
     transform = GraphormerFeatures(cfg.multi_hop_max_dist)
     collator = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
     graphs, keep, errors = [], [], [None] * len(smiles)
     for i, smi in enumerate(smiles):
         try:
-            graphs.append(transform(featurize_smiles(smi, lm.featurizer)))
+            graphs.append(transform(featurize_smiles(smi, loaded.featurizer)))
             keep.append(i)
         except ValueError as exc:
             errors[i] = str(exc)
@@ -178,7 +178,7 @@ def predict_reference(ckpt: Path, smiles: list[str], batch_size: int):
         members = sorted(range(w, min(w + window, len(graphs))), key=lambda i: graphs[i].num_nodes)
         for start in range(0, len(members), batch_size):
             part = members[start : start + batch_size]
-            out = lm.model(collator([graphs[i] for i in part]))
+            out = loaded.model(collator([graphs[i] for i in part]))
             for i, row in zip(part, out, strict=True):
                 values[keep[i]] = row
     return values, errors

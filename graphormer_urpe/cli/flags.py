@@ -111,7 +111,7 @@ def _flag(name: str) -> str:
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
-    from ..graph.config import GraphormerConfig
+    from ..graph.model_config import GraphormerConfig
 
     g = p.add_argument_group("model (override the preset's architecture)")
     for f in dataclasses.fields(GraphormerConfig):

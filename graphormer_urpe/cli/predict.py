@@ -101,8 +101,8 @@ def run_predict(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads or default_threads(args.workers))
     models = load_models(args.checkpoint, args.device or "auto")
-    lm = models[0]
-    binary = lm.task_type == "binary"
+    loaded = models[0]
+    binary = loaded.task_type == "binary"
     if args.logits and not binary:
         raise ValueError(
             f"--logits applies to binary tasks; {args.checkpoint} predicts regression targets"
@@ -110,7 +110,9 @@ def run_predict(args: argparse.Namespace) -> int:
     from ..inference.intervals.calibration import check_interval_request
 
     level = args.interval
-    calibration = check_interval_request(args.checkpoint, level, lm.task_type, lm.target_names)
+    calibration = check_interval_request(
+        args.checkpoint, level, loaded.task_type, loaded.target_names
+    )
     smiles, with_names, id_columns = args.smiles, None, []
     if args.input:  # the input's id columns go back beside each row
         table = read_input_table(args.input, args.smiles_column, args.id_columns)
@@ -141,7 +143,7 @@ def run_predict(args: argparse.Namespace) -> int:
             write_predictions_csv(
                 written,
                 out,
-                lm.target_names,
+                loaded.target_names,
                 binary,
                 args.logits,
                 std=len(models) > 1,
@@ -161,7 +163,7 @@ def run_predict(args: argparse.Namespace) -> int:
         )
         raise
     domain = f"{counts.outside} out of the training domain"
-    if lm.domain is None:
+    if loaded.domain is None:
         domain = "training domain unknown (the checkpoint does not record it)"
     print(
         f"graphormer-urpe: wrote {counts.rows} rows{where}: {counts.rows - counts.failed} "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 # plain names: the parsers import no torch
-from ..sequence.names import CORPORA, LM_PE_SCHEMES, PE_SCHEMES
+from ..sequence.choices import CORPORA, LM_PE_SCHEMES, PE_SCHEMES
 from .flags import flag_values
 
 __all__ = [

@@ -34,8 +34,8 @@ def _overrides(args: argparse.Namespace) -> tuple[dict, dict]:
 def train_config(args: argparse.Namespace):
     """The :class:`~graphormer_urpe.training.TrainConfig` of ``graphormer-urpe train ARGS``:
     every flag typed (its value is not ``None``) beats the preset, or the saved config of
-    ``--config`` (:func:`~graphormer_urpe.runtime.config.build_train_config`)."""
-    from ..runtime.config import TrainConfig, build_train_config
+    ``--config`` (:func:`~graphormer_urpe.runtime.train_config.build_train_config`)."""
+    from ..runtime.train_config import TrainConfig, build_train_config
 
     model_over, over = _overrides(args)
     keep = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "preset"}

@@ -1,4 +1,4 @@
-"""``graphormer-urpe tune``: its flags into a :class:`~graphormer_urpe.tuning.config.
+"""``graphormer-urpe tune``: its flags into a :class:`~graphormer_urpe.tuning.tune_config.
 TuneConfig`, then the library's search (:func:`~graphormer_urpe.tuning.search.tune`)."""
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ OPTUNA_MISSING = "tune needs Optuna: pip install 'graphormer-urpe[tune]' (or pip
 
 
 def tune_config(args: argparse.Namespace):
-    """The :class:`~graphormer_urpe.tuning.config.TuneConfig` of ``graphormer-urpe tune ARGS``
+    """The :class:`~graphormer_urpe.tuning.tune_config.TuneConfig` of ``graphormer-urpe tune ARGS``
     and the data's short name: trials start from the ``small`` preset with URPE attention
     and the data and run flags given; a ``--mol-features``, ``--init-from`` or ``--loss``
     given is fixed, not searched."""
-    from ..runtime.config import DEFAULT_ATTENTION, make_config, run_name
-    from ..tuning.config import TuneConfig
+    from ..runtime.train_config import DEFAULT_ATTENTION, make_config, run_name
+    from ..tuning.tune_config import TuneConfig
 
     given = flag_values(args, _DATA_FIELDS + _RUN_FIELDS)
     base = make_config("small", model_overrides={"attention": DEFAULT_ATTENTION}, **given)

@@ -43,7 +43,14 @@ from ..attention.core import PreparedBias, prepare_bias
 from ..attention.dropout import Dropout
 from ..encoder import Encoder
 from .batch import GraphormerBatch, collate
-from .config import (
+from .encodings import (
+    AttentionBias,
+    GraphTokens,
+    LayerSpatialScales,
+    NodeEmbedding,
+    SpatialScale,
+)
+from .model_config import (
     PRESETS,
     TABLES,
     AttentionKind,  # noqa: F401 - re-exported
@@ -51,13 +58,6 @@ from .config import (
     HeadKind,  # noqa: F401 - re-exported
     fit_tables,
     get_preset,
-)
-from .encodings import (
-    AttentionBias,
-    GraphTokens,
-    LayerSpatialScales,
-    NodeEmbedding,
-    SpatialScale,
 )
 
 __all__ = [

@@ -44,10 +44,10 @@ def calibrate_from_csv(
     import pandas as pd
 
     models = load_models(checkpoint, device)
-    lm = models[0]
-    if len(target_columns) != len(lm.target_names):
+    targets = models[0].target_names
+    if len(target_columns) != len(targets):
         raise ValueError(
-            f"{checkpoint} predicts {len(lm.target_names)} targets ({', '.join(lm.target_names)});"
+            f"{checkpoint} predicts {len(targets)} targets ({', '.join(targets)});"
             f" --target-columns names {len(target_columns)}"
         )
     table = pd.read_csv(source)
@@ -74,7 +74,7 @@ def calibrate_from_csv(
     name = None if ensemble else Path(checkpoint).name
     sim = np.asarray(similarity) if np.isfinite(similarity).any() else None
     cal = fit_calibration(
-        members, y, lm.task_type, lm.target_names, source=Path(source).name, checkpoint=name,
+        members, y, models[0].task_type, targets, source=Path(source).name, checkpoint=name,
         similarity=sim,
     )  # fmt: skip
     out = calibration_path(checkpoint)

@@ -18,9 +18,9 @@ import torch
 from ..datasets.domain import split_similarity
 from ..graph.model import Graphormer
 from ..io.checkpoint import incompatible_checkpoint, load_checkpoint
-from ..runtime.config import TrainConfig
-from ..runtime.inputs import load_splits, resolve_device
 from ..runtime.precision import Precision
+from ..runtime.run_inputs import load_splits, resolve_device
+from ..runtime.train_config import TrainConfig
 from .intervals.calibration import calibration_report, load_calibration
 from .prediction import predict_dataset
 from .trees import Trees, dataset_inputs, load_embedder, load_trees, trees_folder
@@ -170,16 +170,16 @@ def evaluate_checkpoint(
     (``coverage_90``, ``width_90``, ...) or, binary tasks, the ECE before and after."""
     if split not in ("train", "valid", "test"):
         raise ValueError(f"split must be train, valid or test, got {split!r}")
-    lm = load_model(path, device)
-    cfg = lm.config
+    loaded = load_model(path, device)
+    cfg = loaded.config
     if data_root is not None:
         cfg = replace(cfg, data_root=data_root)
     if store_dir is not None:
         cfg = replace(cfg, store_dir=store_dir)
     cfg = replace(cfg, preprocess_workers=workers)
-    splits = load_splits(cfg, lm.mol_features)
+    splits = load_splits(cfg, loaded.mol_features)
     dataset = getattr(splits, split)
-    pred, y = lm.predict_dataset(dataset, batch_size, progress, split)
+    pred, y = loaded.predict_dataset(dataset, batch_size, progress, split)
     if y is None or not bool(torch.isfinite(y).any()):
         hint = " (write a submission with graphormer-urpe submit)" if y is not None else ""
         raise ValueError(
@@ -188,6 +188,6 @@ def evaluate_checkpoint(
     result = splits.evaluate(pred, y)
     calibration = load_calibration(path)
     if calibration is not None:
-        similarity = split_similarity(lm.domain, dataset)
+        similarity = split_similarity(loaded.domain, dataset)
         result.update(calibration_report(calibration, pred[None], y, similarity=similarity))
     return {"dataset": splits.name, "split": split, "graphs": len(dataset), **result}

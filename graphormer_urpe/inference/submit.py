@@ -156,8 +156,8 @@ def submit_checkpoint(
     from ..datasets.sources.pcqm import open_lsc
     from ..datasets.sources.pcqm_files import LSC_DATASETS
 
-    lm = load_model(checkpoint, device)
-    cfg = lm.config if data_root is None else replace(lm.config, data_root=data_root)
+    loaded = load_model(checkpoint, device)
+    cfg = loaded.config if data_root is None else replace(loaded.config, data_root=data_root)
     if cfg.dataset not in LSC_DATASETS:
         raise SubmissionError(
             f"checkpoint {checkpoint} was trained on {cfg.dataset!r}; submission files exist "
@@ -176,8 +176,8 @@ def submit_checkpoint(
             f"{', '.join(map(str, missing[:10]))}{' ...' if missing.size > 10 else ''}); OGB "
             "needs a prediction for every molecule, so no submission is written"
         )
-    dataset = data.split(split, lm.model.config.multi_hop_max_dist)
-    pred, _ = lm.predict_dataset(dataset, batch_size, progress, split)
+    dataset = data.split(split, loaded.model.config.multi_hop_max_dist)
+    pred, _ = loaded.predict_dataset(dataset, batch_size, progress, split)
     pred = pred[:, 0]
     path = write_submission(pred, split, out_dir, info.name, allow_partial=allow_partial)
     return {

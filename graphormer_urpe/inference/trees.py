@@ -449,8 +449,8 @@ def load_embedder(folder: str | Path, device: torch.device):
     path = Path(folder) / "embedder.pt"
     if not path.exists():
         return None
-    from ..graph.config import GraphormerConfig
     from ..graph.model import Graphormer
+    from ..graph.model_config import GraphormerConfig
 
     ckpt = load_checkpoint(path)
     model = Graphormer(GraphormerConfig.from_dict(ckpt["config"]))

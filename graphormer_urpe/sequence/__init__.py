@@ -19,8 +19,8 @@ attention in :mod:`.xl_attention`, its adaptive softmax in :mod:`.adaptive_softm
     metrics = train_lm(lm_config("cpu", corpus="pydoc", pe="urpe"), "runs/lm_urpe")
     metrics["test_bpc"]
 
-Both train with the one loop of :mod:`.loop` (optimiser steps, schedule, validation cadence,
-checkpoints and interruption) and write their files with :mod:`.outputs`.
+Both train with the one loop of :mod:`.training_loop` (optimiser steps, schedule, validation
+cadence, checkpoints and interruption) and write their files with :mod:`.outputs`.
 
 The public names are imported from their modules on first use (PEP 562). The command-line
 functions that lived here (``add_synthetic_parser``, ``run_synthetic``, ``add_lm_parser``,
@@ -32,7 +32,7 @@ import importlib
 import warnings
 from typing import Any
 
-from ..utils.lazy import lazy_exports
+from ..utils.lazy import lazy_exports, moved_modules
 
 _lazy_getattr, __dir__, __all__ = lazy_exports(
     __name__,
@@ -46,7 +46,7 @@ _lazy_getattr, __dir__, __all__ = lazy_exports(
             "wikitext_corpus",
         ],
         ".lm": ["LM_PRESETS", "LMConfig", "evaluate_lm", "lm_config", "train_lm"],
-        ".loop": ["linear_warmup_decay"],
+        ".training_loop": ["linear_warmup_decay"],
         ".model": [
             "RelativePositionTable",
             "SequenceModelConfig",
@@ -71,10 +71,13 @@ _lazy_getattr, __dir__, __all__ = lazy_exports(
             "synthetic_config",
             "train_synthetic",
         ],
-        ".names": ["CORPORA", "LM_PE_SCHEMES", "LMPEName", "PE_SCHEMES", "PEName"],
+        ".choices": ["CORPORA", "LM_PE_SCHEMES", "LMPEName", "PE_SCHEMES", "PEName"],
         ".xl": ["TransformerXL", "TransformerXLConfig"],
     },
 )
+
+# the old paths of renamed modules, deprecated
+moved_modules(__name__, {"loop": "training_loop", "names": "choices"})
 
 _MOVED_TO_CLI = frozenset({"add_lm_parser", "add_synthetic_parser", "run_lm", "run_synthetic"})
 """Names that moved to :mod:`graphormer_urpe.cli.sequence` (library code parses no argv)."""

@@ -41,7 +41,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..io.checkpoint import write_atomic
-from .names import CORPORA, CorpusName, check_choice
+from .choices import CORPORA, CorpusName, check_choice
 
 __all__ = [
     "CORPORA",

@@ -48,10 +48,10 @@ from ..io.checkpoint import (
     set_rng_state,
     write_atomic,
 )
+from .choices import check_choice
 from .corpus import CORPORA, LMCorpus, load_corpus
-from .loop import Checkpoints, Curve, TrainingLoop, adamw, cosine_warmup
-from .names import check_choice
 from .outputs import write_run_files
+from .training_loop import Checkpoints, Curve, TrainingLoop, adamw, cosine_warmup
 from .xl import TransformerXL, TransformerXLConfig
 
 __all__ = [
@@ -155,7 +155,7 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
     # Minutes per run on one CPU thread on the embedded corpus (docs/results/code-notes.md).
     "cpu": _CPU,
     # The cpu model at half width and two layers, trained 10x longer: the reproduction's
-    # set-up, long enough for the validation curves to flatten within an hour per few runs.
+    # set-up, long enough for the validation curves to flatten (docs/results/code-notes.md).
     "cpu-small": (
         _CPU
         | dict(width=64, layers=2, ffn=256)
@@ -182,8 +182,8 @@ def lm_config(
 
     * ``"cpu"``: 3 post-LN layers of width 128 (4 heads, ffn 512), segments of 64 tokens with
       64 memory states, 1,000 updates of 16 columns at peak lr ``2e-3`` (50 warm-up, cosine
-      decay), dropout 0.1, URPE: a few minutes on one CPU thread on the embedded corpus
-      (measured: docs/results/code-notes.md).
+      decay), dropout 0.1, URPE: sized for one CPU thread on the embedded corpus (its time:
+      docs/results/code-notes.md).
     * ``"cpu-small"``: 2 layers of width 64 (4 heads, ffn 256), the same segments, 10,000
       updates (500 warm-up, validation every 500): the set-up of ``scripts/reproduce_lm.py``.
     * ``"paper"``: Transformer-XL base for WikiText-103 (16 layers, d 410, 10 heads of 41,

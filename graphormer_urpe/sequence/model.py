@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..encoder import Encoder
-from .names import PE_SCHEMES, PEName, check_choice
+from .choices import PE_SCHEMES, PEName, check_choice
 from .tasks import NUM_SPECIAL_TOKENS, PAD_INDEX
 
 __all__ = [

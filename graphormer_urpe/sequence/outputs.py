@@ -19,7 +19,7 @@ from torch import nn
 from ..io.checkpoint import write_atomic
 
 if TYPE_CHECKING:
-    from .loop import TrainingLoop
+    from .training_loop import TrainingLoop
 
 __all__ = ["curve_csv", "plot_positional_tables", "png_bytes", "write_run_files"]
 

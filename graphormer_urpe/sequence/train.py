@@ -10,7 +10,7 @@ a linear decay to 0 at the last update, and the loss
 summed over the scored positions :math:`S` of the batch and divided by their number (logits
 over the full ``V + 11`` dictionary). Accuracy is the fraction of scored positions whose
 argmax is the target, measured on a fixed, seeded validation set. The loop itself is
-:class:`~graphormer_urpe.sequence.loop.TrainingLoop`.
+:class:`~graphormer_urpe.sequence.training_loop.TrainingLoop`.
 
 :func:`train_synthetic` returns the metrics and, given an output directory, writes
 ``metrics.json``, ``curve.csv`` (one row per update; validation columns filled at evaluation
@@ -29,13 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .loop import Curve, TrainingLoop, adamw, linear_warmup_decay
-from .loop import optimizer_update as optimizer_update  # re-exported from its earlier home
+from .choices import check_choice
 from .model import SequenceModelConfig, SequenceTransformer
-from .names import check_choice
 from .outputs import plot_positional_tables, write_run_files
 from .outputs import png_bytes as png_bytes  # re-exported from its earlier home
 from .tasks import SyntheticBatch, SyntheticTask, TaskName
+from .training_loop import Curve, TrainingLoop, adamw, linear_warmup_decay
+from .training_loop import optimizer_update as optimizer_update  # re-exported from its earlier home
 
 __all__ = [
     "SyntheticConfig",

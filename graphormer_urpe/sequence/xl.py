@@ -62,8 +62,8 @@ from torch import Tensor, nn
 from ..attention.core import PreparedBias, prepare_bias
 from ..attention.dropout import Dropout
 from .adaptive_softmax import TiedAdaptiveLogSoftmax
+from .choices import LM_PE_SCHEMES, LMPEName, check_choice
 from .model import RelativePositionTable, sequence_encoder
-from .names import LM_PE_SCHEMES, LMPEName, check_choice
 from .xl_attention import SegmentAttention, XLPositions, XLRelativeAttention, sinusoid_encoding
 
 __all__ = [

@@ -154,13 +154,13 @@ class ModelService:
         limits = limits or ServeLimits()
         torch.set_num_threads(threads or default_threads(workers))
         models = load_models(checkpoint, device)
-        lm = models[0]
+        loaded = models[0]
         units = dict(units or {})
-        unknown = sorted(set(units) - set(lm.target_names))
+        unknown = sorted(set(units) - set(loaded.target_names))
         if unknown:
             raise ValueError(
                 f"units given for {', '.join(unknown)}, which {checkpoint} does not predict; "
-                f"its targets: {', '.join(lm.target_names)}"
+                f"its targets: {', '.join(loaded.target_names)}"
             )
         stream = StreamModel(models, batch_size=batch_size, trim_slack=TRIM_SLACK)
         batcher = Batcher(stream, workers, max_molecules=max(limits.max_molecules, batch_size))
@@ -191,15 +191,17 @@ class ModelService:
             LimitExceeded: 422, an interval that cannot be given (a binary task, or a model
                 without a calibrator: the message says how to build one).
         """
-        lm = self.models[0]
+        loaded = self.models[0]
         try:
             # the checkpoint's name, not its path on this server
             name = self.checkpoint.name
-            cal = checked_calibration(self.calibration, name, level, lm.task_type, lm.target_names)
+            cal = checked_calibration(
+                self.calibration, name, level, loaded.task_type, loaded.target_names
+            )
         except ValueError as exc:
             raise LimitExceeded(422, str(exc).replace("--interval", "an interval")) from None
         return PredictionLayout(
-            lm.target_names,
+            loaded.target_names,
             self.binary,
             std=len(self.models) > 1,
             domain=True,
@@ -372,11 +374,11 @@ class ModelService:
         """What ``GET /model`` answers: the targets (with units where known), the task,
         the training data's size, the run's metrics, the calibration and, with a trees head,
         each member's network weights in the blend."""
-        lm = self.models[0]
+        loaded = self.models[0]
         metrics = _run_metrics(self.checkpoint)
         train = metrics.get("train_graphs")
-        if train is None and lm.domain is not None:
-            train = lm.domain.molecules
+        if train is None and loaded.domain is not None:
+            train = loaded.domain.molecules
         cal = self.calibration
         calibration: dict[str, Any] | None = None
         if cal is not None:
@@ -391,15 +393,15 @@ class ModelService:
         metric_keys = ("test_", "best_valid_", "baseline_test_")
         return {
             "checkpoint": self.checkpoint.name,
-            "task_type": lm.task_type,
-            "targets": [{"name": n, "unit": self.units.get(n)} for n in lm.target_names],
+            "task_type": loaded.task_type,
+            "targets": [{"name": n, "unit": self.units.get(n)} for n in loaded.target_names],
             "columns": self.layout(None).header,
             "ensemble_members": len(self.models),
-            "featurizer": lm.featurizer,
-            "parameters": sum(p.numel() for p in lm.model.parameters()),
+            "featurizer": loaded.featurizer,
+            "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "dataset": metrics.get("dataset"),
             "training_molecules": train,
-            "metric": lm.metric,
+            "metric": loaded.metric,
             "metrics": {
                 k: v
                 for k, v in metrics.items()
@@ -407,10 +409,10 @@ class ModelService:
             },
             "calibration": calibration,
             "trees": None
-            if lm.trees is None
+            if loaded.trees is None
             else {"net_weight": [m.trees.net_weight for m in self.models if m.trees]},
             "intervals": cal is not None and cal.task_type == "regression",
-            "domain": None if lm.domain is None else lm.domain.summary(),
+            "domain": None if loaded.domain is None else loaded.domain.summary(),
             "limits": {
                 "max_molecules": self.limits.max_molecules,
                 "max_explain": self.limits.max_explain,

@@ -12,7 +12,7 @@ import importlib
 import warnings
 from typing import Any
 
-from ..utils.lazy import lazy_exports
+from ..utils.lazy import lazy_exports, moved_modules
 
 MOVED = {
     **dict.fromkeys(
@@ -45,7 +45,7 @@ _exported, __dir__, __all__ = lazy_exports(
     {
         ".ensemble": ["train_ensemble"],
         ".steps": ["linear_schedule", "masked_loss"],
-        ".loop": ["train"],
+        ".run": ["train"],
         ".trainer": ["Trainer"],
         ".plots": ["plot_run"],
         ".pretrained": [
@@ -58,6 +58,9 @@ _exported, __dir__, __all__ = lazy_exports(
         ],
     },
 )
+
+# the old paths of renamed modules, deprecated
+moved_modules(__name__, {"budget": "pacing", "loop": "run"})
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,7 @@ A ``time_limit`` is the budget of the whole ensemble: each member gets an equal 
 what is left when it starts, so time a member leaves unused goes to the ones after it. The
 first member measures what steps, evaluations and checkpoints cost here; the others reuse
 that measurement. An ensemble whose members would train fewer than
-:data:`~graphormer_urpe.training.budget.MIN_USEFUL_EPOCHS` epochs is refused before any
+:data:`~graphormer_urpe.training.pacing.MIN_USEFUL_EPOCHS` epochs is refused before any
 training (when the steps are planned to fill the budget: typed ``--epochs`` or
 ``--max-steps`` are kept, and a short run says so), with the budget that would give each of
 them that many, and a margin (:data:`SUGGESTION_MARGIN`) so that it fits when given back.
@@ -38,8 +38,8 @@ import torch
 
 from ..inference.loading import ENSEMBLE_FILE
 from ..io.checkpoint import write_atomic
-from ..runtime.config import TrainConfig
-from .budget import MIN_USEFUL_EPOCHS, RESERVE_FRACTION, RESERVE_SECONDS, RunCosts
+from ..runtime.train_config import TrainConfig
+from .pacing import MIN_USEFUL_EPOCHS, RESERVE_FRACTION, RESERVE_SECONDS, RunCosts
 
 __all__ = ["ENSEMBLE_FILE", "EnsembleBudgetError", "train_ensemble"]
 
@@ -77,7 +77,7 @@ def train_ensemble(
     Returns:
         The ensemble's ``metrics.json`` contents.
     """
-    from .loop import load_splits, selection_metric, train
+    from .run import load_splits, selection_metric, train
 
     if members < 2:
         raise ValueError(f"an ensemble needs at least 2 members, got {members}")

@@ -46,7 +46,7 @@ from ..io.checkpoint import (
     save_checkpoint,
     write_atomic,
 )
-from ..runtime.config import TrainConfig
+from ..runtime.train_config import TrainConfig
 
 __all__ = [
     "PretrainedSource",
@@ -232,13 +232,13 @@ def read_graphormer(
         if not isinstance(ckpt, Mapping):
             raise InteropError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dict")
         if "format" in ckpt and format in (None, "graphormer-urpe"):
-            loaded = load_checkpoint(path)
+            saved = load_checkpoint(path)
             with incompatible_checkpoint(path):
-                cfg = TrainConfig.from_dict(loaded["config"]).model
-            meta = {k: loaded[k] for k in ("featurizer", "target_names", "metric") if k in loaded}
-            meta["train_config"] = TrainConfig.from_dict(loaded["config"])
+                model_config = TrainConfig.from_dict(saved["config"]).model
+            meta = {k: saved[k] for k in ("featurizer", "target_names", "metric") if k in saved}
+            meta["train_config"] = TrainConfig.from_dict(saved["config"])
             meta["dataset"] = meta["train_config"].dataset
-            model = _build(cfg, loaded["model"], attention or cfg.attention, name)
+            model = _build(model_config, saved["model"], attention or model_config.attention, name)
             return PretrainedSource(model, "graphormer-urpe", [], meta)
         if "model" not in ckpt or not isinstance(ckpt["model"], Mapping):
             raise InteropError(f"{path} has no 'model' state dict (not a fairseq checkpoint)")

@@ -1,5 +1,5 @@
 """A training run's time budget: its measured costs, the steps that fill ``--time-limit``, and
-the pace that may re-plan them (:mod:`~graphormer_urpe.training.budget` holds the arithmetic,
+the pace that may re-plan them (:mod:`~graphormer_urpe.training.pacing` holds the arithmetic,
 :mod:`.run_costs` the measurement)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import torch
 
-from .budget import MIN_USEFUL_EPOCHS, Pacer, RunCosts, epochs_of
+from .pacing import MIN_USEFUL_EPOCHS, Pacer, RunCosts, epochs_of
 from .run_state import RunLaunch, RunOptimizer, RunProgress, log
 
 __all__ = ["PACE_WINDOW", "RunBudget"]
@@ -58,7 +58,7 @@ class RunBudget:
         """Optimizer steps that fill what is left of ``--time-limit`` (rank 0's plan): the
         measured costs share the budget left between the steps, each epoch's checkpoint, a
         validation (and a best checkpoint) every ``eval_every`` epochs and the finish, less a
-        reserve (:class:`~graphormer_urpe.training.budget.Pacer`); sets :attr:`no_time` when
+        reserve (:class:`~graphormer_urpe.training.pacing.Pacer`); sets :attr:`no_time` when
         nothing fits."""
         launch, costs = self.launch, self.costs
         config = launch.config

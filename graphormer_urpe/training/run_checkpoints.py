@@ -18,8 +18,8 @@ from ..io.checkpoint import (
     set_rng_state,
 )
 from ..runtime.capture import portable_optimizer_state
-from .budget import Schedule, epochs_of
 from .history import History
+from .pacing import Schedule, epochs_of
 from .run_state import RunParts, log
 
 __all__ = ["RunCheckpoints", "portable_state"]

@@ -1,6 +1,6 @@
 """What a training run's parts cost on this machine, measured before it trains: a few training
 steps on a copy of the model, a few evaluation batches and a checkpoint write
-(:class:`~graphormer_urpe.training.budget.RunCosts` holds the result).
+(:class:`~graphormer_urpe.training.pacing.RunCosts` holds the result).
 
 :class:`CostProbe` is the part of a :class:`~graphormer_urpe.training.trainer.Trainer` that
 measures; a test hands the trainer a probe of its own (fixed seconds) instead.
@@ -21,7 +21,7 @@ from ..io.checkpoint import rng_state, save_checkpoint, set_rng_state
 from ..runtime.capture import CapturedStep
 from ..runtime.loaders import read_graphs
 from ..runtime.precision import Precision
-from .budget import RunCosts
+from .pacing import RunCosts
 from .run_state import RunData, RunLaunch, RunModel
 from .steps import StepTotals, make_optimizer, parameter_groups
 

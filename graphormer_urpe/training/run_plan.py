@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .budget import RunCosts
+from .pacing import RunCosts
 from .run_state import RunParts, log
 
 __all__ = ["PlanLog", "TIMED_STEPS"]

@@ -17,8 +17,8 @@ from torch import Tensor
 from ..datasets.domain import split_similarity
 from ..inference.intervals.calibration import CALIBRATION_FILE, calibration_report, fit_calibration
 from ..io.checkpoint import load_checkpoint, write_atomic
-from .budget import MIN_USEFUL_EPOCHS
 from .history import History
+from .pacing import MIN_USEFUL_EPOCHS
 from .run_budget import RunBudget
 from .run_epochs import split_outputs
 from .run_state import RunParts, log

@@ -21,13 +21,13 @@ from ..graph.model import Graphormer
 from ..graph.static_shapes import token_length
 from ..io.checkpoint import CheckpointKeeper, incompatible_checkpoint
 from ..runtime.capture import CaptureBackend, CapturedStep, default_backend
-from ..runtime.config import TrainConfig
 from ..runtime.distributed import DistContext
-from ..runtime.inputs import build_model, dataset_targets, load_splits
 from ..runtime.loaders import loader_workers, make_collator, split_loader
 from ..runtime.precision import Precision
+from ..runtime.run_inputs import build_model, dataset_targets, load_splits
 from ..runtime.sampler import EpochBatchSampler
-from .budget import Schedule
+from ..runtime.train_config import TrainConfig
+from .pacing import Schedule
 from .run_state import Clock, RunData, RunLaunch, RunOptimizer, log
 from .run_trees import RunTrees, fit_run_trees
 from .steps import StepTotals, make_optimizer, parameter_groups, step_body

@@ -29,11 +29,11 @@ from torch.utils.data import DataLoader
 from ..graph.batch import GraphormerCollator
 from ..graph.model import Graphormer
 from ..runtime.capture import CaptureBackend, CapturedForward, CapturedStep
-from ..runtime.config import TrainConfig
 from ..runtime.distributed import DistContext
 from ..runtime.precision import Precision
 from ..runtime.sampler import EpochBatchSampler
-from .budget import Schedule
+from ..runtime.train_config import TrainConfig
+from .pacing import Schedule
 from .steps import StepTotals
 
 if TYPE_CHECKING:
@@ -50,8 +50,8 @@ __all__ = [
     "log",
 ]
 
-log = logging.getLogger(__package__ + ".loop")
-"""The run's logger, named after the training loop (:mod:`~graphormer_urpe.training.loop`)."""
+log = logging.getLogger(__package__ + ".loop")  # the run's log, under the name it always had
+"""The run's logger, ``graphormer_urpe.training.loop``."""
 
 Clock = Callable[[], float]
 """Seconds on a monotonic clock (``time.perf_counter``; tests give a fake one)."""

@@ -23,7 +23,7 @@ from ..inference.trees import (
     load_embedder,
     save_embedder,
 )
-from ..runtime.inputs import dataset_targets
+from ..runtime.run_inputs import dataset_targets
 
 __all__ = ["RunTrees", "blend_run_trees", "fit_run_trees"]
 

@@ -1,7 +1,7 @@
 """One training step: the masked loss, AdamW and its schedule, device-side totals.
 
 :func:`train_step` (:func:`step_body` and the scheduler) is what the training loop
-(:mod:`~graphormer_urpe.training.loop`) runs per batch, eagerly or captured as a CUDA graph
+(:mod:`~graphormer_urpe.training.run`) runs per batch, eagerly or captured as a CUDA graph
 (:class:`~graphormer_urpe.runtime.capture.CapturedStep`); nothing in it reads back to the
 host: the running loss and a non-finite loss are kept on the device in :class:`StepTotals`.
 """

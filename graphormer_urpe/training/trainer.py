@@ -27,13 +27,13 @@ import torch
 
 from ..io.checkpoint import CheckpointKeeper, write_atomic
 from ..runtime.capture import CapturedForward
-from ..runtime.config import TrainConfig, plan_steps, resolve_mol_features, resolve_trees
 from ..runtime.distributed import DistContext
-from ..runtime.inputs import default_loss, seed_everything, selection_metric
 from ..runtime.precision import Precision
+from ..runtime.run_inputs import default_loss, seed_everything, selection_metric
+from ..runtime.train_config import TrainConfig, plan_steps, resolve_mol_features, resolve_trees
 from . import run_setup as setup
-from .budget import RunCosts
 from .history import History
+from .pacing import RunCosts
 from .run_budget import RunBudget
 from .run_checkpoints import RunCheckpoints
 from .run_costs import CostProbe, StepMaker
@@ -50,7 +50,7 @@ READ_EVERY = 100
 
 
 class Trainer:
-    """One training run (see :func:`~graphormer_urpe.training.loop.train`), set up.
+    """One training run (see :func:`~graphormer_urpe.training.run.train`), set up.
 
     Args:
         config: the run.

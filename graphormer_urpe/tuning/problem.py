@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..datasets.spec import names_table, parse_dataset_spec
-from ..runtime.config import TrainConfig
-from ..runtime.inputs import dataset_targets, load_splits, selection_metric
+from ..runtime.run_inputs import dataset_targets, load_splits, selection_metric
+from ..runtime.train_config import TrainConfig
 
 __all__ = ["Problem", "load_problem", "fingerprint", "MIN_VALID"]
 

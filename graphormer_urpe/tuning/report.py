@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..io.checkpoint import write_atomic
-from ..runtime.config import TrainConfig
+from ..runtime.train_config import TrainConfig
 from ..training.plots import pyplot, save_figure
 from .trial import CONFIG_ATTR
 
@@ -46,7 +46,7 @@ def ran(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def best_config(study: optuna.Study, out: Path, trees: str = "auto") -> TrainConfig | None:
     """The best completed trial's run, to be repeated into ``out / "best"`` with the trees
-    head ``trees`` (:attr:`~graphormer_urpe.runtime.config.TrainConfig.trees`, which the
+    head ``trees`` (:attr:`~graphormer_urpe.runtime.train_config.TrainConfig.trees`, which the
     trials leave off); ``None``: no trial completed."""
     import optuna
 

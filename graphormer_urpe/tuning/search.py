@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..training.budget import NoTimeToTrain
-from .budget import SearchBudget, planned_trials
+from ..training.pacing import NoTimeToTrain
 from .problem import Problem, load_problem
 from .report import SURPLUS_ATTR, best_config, ran, write_report
+from .search_budget import SearchBudget, planned_trials
 from .space import baseline, check_space
 from .study import default_storage, open_storage, open_study
 from .trial import PROGRESS_STEPS, run_trial
@@ -29,7 +29,7 @@ from .trial import PROGRESS_STEPS, run_trial
 if TYPE_CHECKING:
     import optuna
 
-    from .config import TuneConfig
+    from .tune_config import TuneConfig
 
 __all__ = ["tune", "BASELINE_ATTR", "MAX_FAILURES_IN_A_ROW"]
 
@@ -41,7 +41,7 @@ recommended recipe, the first of a new study."""
 
 MAX_FAILURES_IN_A_ROW = 3
 """Failed trials in a row after which the search stops: with the last one's error, or, when
-they failed for time (:class:`~graphormer_urpe.training.budget.NoTimeToTrain`), with the
+they failed for time (:class:`~graphormer_urpe.training.pacing.NoTimeToTrain`), with the
 study's report."""
 
 
@@ -60,7 +60,7 @@ def tune(
         ValueError: a storage that cannot be reached, a set that cannot rank trials, a
             fixed choice the set cannot take, a study name already used for other data or
             another search space, a limit too short for 2 trials
-            (:class:`~.budget.TuneBudgetError`).
+            (:class:`~.search_budget.TuneBudgetError`).
         KeyboardInterrupt: interrupted; the finished trials stay in the study, and the
             message says how to continue.
     """
@@ -234,7 +234,7 @@ def _final_ensemble(
     """Train ``config.final_ensemble`` members of the best configuration into
     ``OUT/ensemble`` within what is left of the time limit; its metrics."""
     from ..training.ensemble import train_ensemble
-    from ..training.loop import train
+    from ..training.run import train
 
     cfg = best_config(study, out, config.base.trees)
     if cfg is None:

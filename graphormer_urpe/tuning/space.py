@@ -19,19 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..runtime.config import resolve_mol_features
+from ..runtime.train_config import resolve_mol_features
 
 if TYPE_CHECKING:
     import optuna
 
-    from ..runtime.config import TrainConfig
+    from ..runtime.train_config import TrainConfig
     from .problem import Problem
 
 __all__ = ["SearchSpace", "baseline", "check_space", "suggest"]
 
 BASELINE_WARMUP_FRACTION = 0.1
 """The warm-up of the ``small`` preset in a run planned to fill its time: a tenth of its
-steps (up to its 500; :func:`~graphormer_urpe.runtime.config.plan_steps`)."""
+steps (up to its 500; :func:`~graphormer_urpe.runtime.train_config.plan_steps`)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def suggest(
 
     Returns:
         ``(train_fields, model_fields)``: fields of
-        :class:`~graphormer_urpe.runtime.config.TrainConfig` and of
-        :class:`~graphormer_urpe.graph.config.GraphormerConfig` to override.
+        :class:`~graphormer_urpe.runtime.train_config.TrainConfig` and of
+        :class:`~graphormer_urpe.graph.model_config.GraphormerConfig` to override.
     """
     train: dict[str, Any] = {
         "lr": trial.suggest_float("lr", *space.lr, log=True),

@@ -1,7 +1,7 @@
 """One trial: a sample of the search space trained as an ordinary run, pruned on its
 per-epoch validation metric.
 
-The run is :func:`~graphormer_urpe.training.loop.train` with the trial's fields, in
+The run is :func:`~graphormer_urpe.training.run.train` with the trial's fields, in
 ``OUT/trials/trial-<number>``, under the trial's own time limit; its ``on_epoch`` hook
 reports the best validation value so far to Optuna at each tenth of the planned steps
 (:data:`PROGRESS_STEPS`) and raises :class:`optuna.TrialPruned` when the pruner says so.
@@ -17,14 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..runtime.config import TrainConfig, override_config, read_config
+from ..runtime.train_config import TrainConfig, override_config, read_config
 from .space import suggest
 
 if TYPE_CHECKING:
     import optuna
 
-    from .config import TuneConfig
     from .problem import Problem
+    from .tune_config import TuneConfig
 
 __all__ = ["run_trial", "trial_config", "CONFIG_ATTR", "PROGRESS_STEPS"]
 
@@ -71,7 +71,7 @@ def run_trial(
     """
     import optuna
 
-    from ..training.loop import train
+    from ..training.run import train
 
     cfg = trial_config(trial, config, problem, seconds)
     objective = problem.objective

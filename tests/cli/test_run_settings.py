@@ -17,9 +17,9 @@ from graphormer_urpe import cli
 from graphormer_urpe.graph.model import Graphormer, get_preset
 from graphormer_urpe.io.checkpoint import load_checkpoint
 from graphormer_urpe.runtime import TRAIN_PRESETS, make_config
-from graphormer_urpe.runtime.config import plan_steps
-from graphormer_urpe.training import loop, run_setup
-from graphormer_urpe.training.loop import make_optimizer, parameter_groups
+from graphormer_urpe.runtime.train_config import plan_steps
+from graphormer_urpe.training import run, run_setup
+from graphormer_urpe.training.run import make_optimizer, parameter_groups
 from graphormer_urpe.training.run_costs import CostProbe, batch_work
 from graphormer_urpe.training.trainer import Trainer
 from tests.helpers import train_args
@@ -206,7 +206,7 @@ def test_time_budget_plan_with_a_stubbed_clock(table, tmp_path, monkeypatch):
             return batch_s
 
     trainer = functools.partial(Trainer, clock=frozen.perf_counter, probe=FixedProbe)
-    monkeypatch.setattr(loop, "Trainer", trainer)
+    monkeypatch.setattr(run, "Trainer", trainer)
     args = train_args(table, tmp_path / "data", tmp_path / "run", "--eval-every", "2")
     i = args.index("--epochs")
     del args[i : i + 2]

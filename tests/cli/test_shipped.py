@@ -17,7 +17,7 @@ from graphormer_urpe.io.checkpoint import (
     load_checkpoint,
     resolve_checkpoint,
 )
-from graphormer_urpe.runtime.config import (
+from graphormer_urpe.runtime.train_config import (
     PRETRAINED_MOL_FEATURES,
     make_config,
     resolve_mol_features,

@@ -211,7 +211,7 @@ def test_every_public_name_is_the_object_of_its_module(package):
 
 def test_submodules_are_attributes_of_their_package_and_unknown_names_are_not():
     assert graphormer_urpe.graph is importlib.import_module("graphormer_urpe.graph")
-    assert graphormer_urpe.training.loop is importlib.import_module("graphormer_urpe.training.loop")
+    assert graphormer_urpe.training.run is importlib.import_module("graphormer_urpe.training.run")
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         _ = graphormer_urpe.no_such_name
     with pytest.raises(ImportError):

@@ -390,10 +390,10 @@ def test_the_checkpoint_records_the_training_split(drug_run):
     assert rec.molecules == len(DRUGS_TRAIN) and rec.max_atoms == _max_atoms(DRUGS_TRAIN)
     assert rec.fingerprints is not None and len(rec.fingerprints) == len(DRUGS_TRAIN)
     assert np.array_equal(rec.fingerprints, record_of_smiles(DRUGS_TRAIN).fingerprints)
-    lm = load_model(drug_run / "best.pt", "cpu")
-    assert lm.domain is not None and np.array_equal(lm.domain.species, rec.species)
+    loaded = load_model(drug_run / "best.pt", "cpu")
+    assert loaded.domain is not None and np.array_equal(loaded.domain.species, rec.species)
     # for library users: each Prediction carries its molecule's facts
-    preds = list(iter_predictions(lm, PREDICT_INPUT, workers=0))
+    preds = list(iter_predictions(loaded, PREDICT_INPUT, workers=0))
     assert [p.domain is None for p in preds] == [False, False, False, True, False, False]
     assert preds[2].domain.reasons == ("element Na", "charge [Cl-]", "fragments 2 > 1")
     assert preds[0].domain.in_domain and preds[0].domain.nearest_similarity == 1.0

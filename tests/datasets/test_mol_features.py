@@ -23,7 +23,7 @@ from graphormer_urpe.graph.flat_graphs import FlatGraphs
 from graphormer_urpe.graph.model import fit_tables, get_preset
 from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import save_checkpoint
-from graphormer_urpe.runtime.config import TrainConfig
+from graphormer_urpe.runtime.train_config import TrainConfig
 from graphormer_urpe.training import init_from_checkpoint
 from tests.helpers import SMILES, graph_zoo, train_args
 

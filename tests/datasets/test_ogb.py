@@ -42,7 +42,7 @@ from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.structure import graph_structure
 from graphormer_urpe.graph.transform import GraphormerFeatures
 from graphormer_urpe.inference.submit import SubmissionError, write_submission
-from graphormer_urpe.training.loop import masked_loss
+from graphormer_urpe.training.run import masked_loss
 from tests.helpers import (
     PCQM_SMILES,
     count_chunk_rows,
@@ -570,11 +570,13 @@ def test_cli_preprocess_train_evaluate_submit(tmp_path, capsys):
     with np.load(tmp_path / "s" / "y_pred_pcqm4m-v2_test-dev.npz") as z:
         written = z["y_pred"]
     from graphormer_urpe.inference import load_model
-    from graphormer_urpe.training.loop import make_loader, predict
+    from graphormer_urpe.training.run import make_loader, predict
 
-    lm = load_model(ckpt, "cpu")
+    loaded = load_model(ckpt, "cpu")
     test_dev = open_lsc("pcqm4mv2", root).split("test-dev")
-    pred, _ = predict(lm.model, make_loader(test_dev, lm.model.config, 2, False), lm.device)
+    pred, _ = predict(
+        loaded.model, make_loader(test_dev, loaded.model.config, 2, False), loaded.device
+    )
     assert written.shape == (3,) and np.allclose(written, pred[:, 0].numpy(), atol=1e-6)
 
 
@@ -655,7 +657,7 @@ def test_new_commands_document_every_flag():
 
 def test_pcqm4mv2_small_preset_matches_graphormer_small():
     from graphormer_urpe.graph.model import Graphormer, get_preset
-    from graphormer_urpe.runtime.config import make_config
+    from graphormer_urpe.runtime.train_config import make_config
 
     cfg = make_config("pcqm4mv2-small")
     m = cfg.model

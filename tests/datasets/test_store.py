@@ -255,7 +255,7 @@ def test_a_store_s_previous_attribute_and_report_key_names(tmp_path):
 
 def test_a_config_that_names_cache_dir_still_loads_and_the_flag_s_old_name_works(tmp_path, capsys):
     from graphormer_urpe.cli import build_parser
-    from graphormer_urpe.runtime.config import TrainConfig, make_config, read_config
+    from graphormer_urpe.runtime.train_config import TrainConfig, make_config, read_config
 
     old = TrainConfig().to_dict()
     del old["store_dir"]

@@ -30,7 +30,7 @@ from graphormer_urpe.inference.engines.predict_io import Prediction
 from graphormer_urpe.inference.loading import load_model
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime import make_config
-from graphormer_urpe.runtime.inputs import build_model
+from graphormer_urpe.runtime.run_inputs import build_model
 from tests.helpers import BAD, BROKEN, VALID, write_sdf
 
 # invalid rows at the start, middle and end; enough rows for several chunks and windows
@@ -82,20 +82,20 @@ def desc_ckpt(tmp_path_factory) -> Path:
 def reference(path: Path, smiles: list[str]) -> np.ndarray:
     """``[N, d + K]``: one molecule at a time, the graph token's final state joined by hand
     to the normalised descriptors; NaN rows where featurising fails."""
-    lm = load_model(path, "cpu")
-    model, cfg = lm.model.eval(), lm.model.config
+    loaded = load_model(path, "cpu")
+    model, cfg = loaded.model.eval(), loaded.model.config
     transform = GraphormerFeatures(cfg.multi_hop_max_dist)
     collate = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
     rows = []
     for smi in smiles:
         try:
-            graph = transform(featurize_smiles(smi, lm.featurizer))
+            graph = transform(featurize_smiles(smi, loaded.featurizer))
         except ValueError:
             rows.append(np.full(cfg.hidden_dim + cfg.num_mol_features, np.nan, np.float32))
             continue
         h = model.encoder.forward_graphs(collate([graph]))[0]  # [d]
         if cfg.num_mol_features:
-            norm = DescriptorNormalizer.from_dict(lm.mol_features["descriptors"])
+            norm = DescriptorNormalizer.from_dict(loaded.mol_features["descriptors"])
             m = torch.from_numpy(norm.transform(compute_descriptors([smi]))[0]).float()
             h = torch.cat([h, m])
         rows.append(h.numpy())
@@ -116,9 +116,9 @@ def test_the_head_reads_the_embedding(ckpt):
     """The predictions come from the embedding: the head on it gives ``values``."""
     from graphormer_urpe.inference.engines.stream import iter_predictions
 
-    lm = load_model(ckpt, "cpu")
-    for p in iter_predictions(lm, VALID[:5], workers=0, embeddings=True):
-        head = lm.model.eval().head_output(p.embedding[None])[0]
+    loaded = load_model(ckpt, "cpu")
+    for p in iter_predictions(loaded, VALID[:5], workers=0, embeddings=True):
+        head = loaded.model.eval().head_output(p.embedding[None])[0]
         torch.testing.assert_close(head, p.values, rtol=1e-4, atol=1e-5)
 
 
@@ -154,9 +154,9 @@ def test_header_holds_any_row_count(tmp_path):
 
 
 def test_interrupted_writer_keeps_a_consistent_prefix(ckpt, tmp_path):
-    lm = load_model(ckpt, "cpu")
+    loaded = load_model(ckpt, "cpu")
     path = tmp_path / "part.npy"
-    with pytest.raises(KeyboardInterrupt), EmbeddingWriter(path, [lm.model]) as writer:
+    with pytest.raises(KeyboardInterrupt), EmbeddingWriter(path, [loaded.model]) as writer:
         writer.write(Prediction(0, "CCO", None, None, embedding=torch.arange(16.0)))
         writer.write(Prediction(1, "x", None, "bad"))
         raise KeyboardInterrupt

@@ -58,9 +58,9 @@ def _check(results: list[Prediction], smiles: list[str], ref) -> None:
 @pytest.mark.parametrize("chunk_size", [1, 4, 7, 1000])
 def test_stream_equals_in_memory_reference_bit_for_bit(ogb_ckpt, workers, chunk_size):
     ref = predict_reference(ogb_ckpt, MIXED, batch_size=5)
-    lm = load_model(ogb_ckpt, "cpu")
+    loaded = load_model(ogb_ckpt, "cpu")
     results = list(
-        iter_predictions(lm, iter(MIXED), batch_size=5, workers=workers, chunk_size=chunk_size)
+        iter_predictions(loaded, iter(MIXED), batch_size=5, workers=workers, chunk_size=chunk_size)
     )
     _check(results, MIXED, ref)
     bad = {p.smiles: p.error for p in results if p.error}

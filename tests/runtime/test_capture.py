@@ -32,8 +32,8 @@ from graphormer_urpe.runtime.capture import (
     portable_optimizer_state,
 )
 from graphormer_urpe.runtime.loaders import make_collator
-from graphormer_urpe.training import loop
-from graphormer_urpe.training.loop import (
+from graphormer_urpe.training import run
+from graphormer_urpe.training.run import (
     Precision,
     StepTotals,
     linear_schedule,
@@ -431,7 +431,7 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     graphs = graphs_with_targets(23)
     model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
     cpu = torch.device("cpu")
-    want, y_want = loop.predict(
+    want, y_want = run.predict(
         model,
         DataLoader(graphs, batch_size=8, collate_fn=make_collator(model.config, cpu)),
         cpu,
@@ -440,7 +440,7 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     monkeypatch.setattr(
         prediction, "default_backend", lambda d: backends.append(EagerGraphs()) or backends[-1]
     )
-    got, y = loop.predict_dataset(model, graphs, 8, cpu, Precision("fp32", cpu))
+    got, y = run.predict_dataset(model, graphs, 8, cpu, Precision("fp32", cpu))
     assert backends[0].captured >= 1 and got.shape == (23, 1)  # the last batch: 7 + 1 empty
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert torch.equal(y, y_want)

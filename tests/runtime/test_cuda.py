@@ -23,7 +23,7 @@ from graphormer_urpe import Graphormer, URPEAttention, collate, urpe_attention
 from graphormer_urpe.attention.core import _AttentionCore
 from graphormer_urpe.graph.model import fit_tables
 from graphormer_urpe.io.checkpoint import rng_state, set_rng_state
-from graphormer_urpe.training.loop import (
+from graphormer_urpe.training.run import (
     Precision,
     StepTotals,
     linear_schedule,

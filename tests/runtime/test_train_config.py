@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
+from dataclasses import replace
 
 import pytest
 
-from graphormer_urpe.runtime.config import build_train_config, make_config, run_name
+from graphormer_urpe.runtime.train_config import (
+    TrainConfig,
+    build_train_config,
+    make_config,
+    run_name,
+)
 
 
 def test_defaults_urpe_a_run_folder_named_by_the_data_and_a_time_limit_that_plans_the_run():
@@ -49,3 +56,19 @@ def test_a_saved_config_is_repeated_with_changes_but_not_into_its_own_run(tmp_pa
     assert build_train_config(config_file=run / "config.json", resume=True).out == str(run)
     with pytest.raises(ValueError, match="--preset cannot be combined"):
         build_train_config("small", run / "config.json")
+
+
+def test_the_deprecated_cache_dir_reads_and_sets_the_store_dir():
+    config = TrainConfig(store_dir="/stores")
+    with pytest.warns(DeprecationWarning, match="cache_dir is deprecated: use store_dir"):
+        assert config.cache_dir == "/stores"
+    with pytest.warns(DeprecationWarning, match="use store_dir"):
+        config.cache_dir = "/elsewhere"
+    assert config.store_dir == "/elsewhere"
+    with pytest.warns(DeprecationWarning, match="use store_dir"):
+        assert TrainConfig(cache_dir="/old").store_dir == "/old"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # copies never go through it
+        copy = replace(config, epochs=3)
+        assert TrainConfig.from_dict(copy.to_dict()) == copy
+    assert copy.store_dir == "/elsewhere" and "cache_dir" not in copy.to_dict()

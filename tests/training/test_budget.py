@@ -11,9 +11,9 @@ import logging
 import pytest
 
 from graphormer_urpe import cli
-from graphormer_urpe.training import loop, run_budget, run_setup
-from graphormer_urpe.training.budget import MIN_USEFUL_EPOCHS, Pacer, Replans, RunCosts, Schedule
-from graphormer_urpe.training.loop import linear_schedule
+from graphormer_urpe.training import run, run_budget, run_setup
+from graphormer_urpe.training.pacing import MIN_USEFUL_EPOCHS, Pacer, Replans, RunCosts, Schedule
+from graphormer_urpe.training.run import linear_schedule
 from graphormer_urpe.training.run_costs import CostProbe
 from graphormer_urpe.training.trainer import Trainer
 from tests.helpers import train_args
@@ -137,7 +137,7 @@ def steady_clock(monkeypatch) -> list[float]:
             return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
 
     monkeypatch.setattr(time, "perf_counter", tick)
-    monkeypatch.setattr(loop, "Trainer", functools.partial(Trainer, probe=SteadyProbe))
+    monkeypatch.setattr(run, "Trainer", functools.partial(Trainer, probe=SteadyProbe))
     return load
 
 
@@ -160,14 +160,14 @@ def test_the_refusal_names_a_budget_that_then_fits(
     # gives each member at least MIN_USEFUL_EPOCHS epochs as planned
     steady_clock.append(1.3)
     planned: list[float] = []
-    steady = loop.Trainer
+    steady = run.Trainer
 
     def record(*a, **kw):
         trainer = steady(*a, **kw)
         planned.append(trainer.progress.total / trainer.data.steps_per_epoch)
         return trainer
 
-    monkeypatch.setattr(loop, "Trainer", record)
+    monkeypatch.setattr(run, "Trainer", record)
     assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(tmp_path / "b")]) == 0
     assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS
 
@@ -217,7 +217,7 @@ def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatc
     the run sees the pace and re-plans to fewer steps than first planned."""
     import time
 
-    real = loop.step_body
+    real = run.step_body
     calls = {"n": 0, "extra": 0.0}
 
     def slow(*a, **kw):

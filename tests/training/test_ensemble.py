@@ -78,7 +78,7 @@ class _Stop(Exception):
 
 
 def test_a_time_limit_is_shared_by_the_members(monkeypatch, tmp_path):
-    from graphormer_urpe.runtime.config import TrainConfig
+    from graphormer_urpe.runtime.train_config import TrainConfig
     from graphormer_urpe.training import ensemble, loop
 
     clock = [100.0]  # seconds

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from graphormer_urpe.runtime import make_config
-from graphormer_urpe.training.loop import train
+from graphormer_urpe.training.run import train
 from tests.helpers import SMILES
 
 TINY = dict(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=2)

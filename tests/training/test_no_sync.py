@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from graphormer_urpe import Graphormer, GraphormerEncoder, collate
 from graphormer_urpe.attention.token_layout import true_positions
 from graphormer_urpe.graph.model import fit_tables
-from graphormer_urpe.training.loop import (
+from graphormer_urpe.training.run import (
     Precision,
     StepTotals,
     linear_schedule,

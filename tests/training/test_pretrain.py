@@ -23,7 +23,7 @@ from graphormer_urpe.datasets.featurizers.descriptors import (
 from graphormer_urpe.datasets.sources.nci import read_nci_smiles
 from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets, read_smiles_list
 from graphormer_urpe.io.checkpoint import load_checkpoint
-from graphormer_urpe.runtime.config import make_config
+from graphormer_urpe.runtime.train_config import make_config
 from graphormer_urpe.training.pretrained import init_from_checkpoint
 from tests.helpers import TINY_MODEL, assert_same_run, loss_hook
 

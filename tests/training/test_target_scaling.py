@@ -18,7 +18,7 @@ from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.model import Graphormer, GraphormerConfig, fit_tables
 from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import load_checkpoint
-from graphormer_urpe.training.loop import masked_loss
+from graphormer_urpe.training.run import masked_loss
 from tests.helpers import SMILES, graph_zoo, train_args
 
 

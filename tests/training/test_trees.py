@@ -148,17 +148,20 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(table, star
         # the member's test predictions: its network's blended with its trees, by hand
         tests = pd.read_csv(member / "test_predictions.csv")
         smiles = tests["smiles"].tolist()
-        lm = load_model(member / "best.pt")
-        assert lm.trees is not None and lm.embedder is not None
-        trees, embedder = lm.trees, load_embedder(trees_folder(member / "best.pt"), lm.device)
-        lm.trees = None
+        loaded = load_model(member / "best.pt")
+        assert loaded.trees is not None and loaded.embedder is not None
+        trees, embedder = (
+            loaded.trees,
+            load_embedder(trees_folder(member / "best.pt"), loaded.device),
+        )
+        loaded.trees = None
         # the embedder is the starting model: the checkpoint's encoder, untouched by training
         started = load_model(start).model.state_dict()
         for name, value in embedder.state_dict().items():
             if name.startswith("encoder."):
                 assert torch.equal(value, started[name]), name
-        net, _ = predict_smiles(lm, smiles, progress=False, workers=0)  # the network alone
-        graphs = [featurize_smiles(s, lm.featurizer) for s in smiles]
+        net, _ = predict_smiles(loaded, smiles, progress=False, workers=0)  # the network alone
+        graphs = [featurize_smiles(s, loaded.featurizer) for s in smiles]
         with torch.no_grad():
             h = WithHeadInput(embedder)(graphs)
         c = embedder.config
@@ -252,7 +255,7 @@ def test_trees_without_a_starting_model_read_no_graph_token(table, tmp_path):
 
 
 def test_trees_on_needs_a_table(tmp_path):
-    from graphormer_urpe.runtime.config import make_config, resolve_trees
+    from graphormer_urpe.runtime.train_config import make_config, resolve_trees
 
     with pytest.raises(ValueError, match="tables of SMILES"):
         resolve_trees(make_config("small", dataset="zinc", trees="on"))

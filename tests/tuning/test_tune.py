@@ -21,19 +21,19 @@ from tests.helpers import SMILES
 optuna = pytest.importorskip("optuna")
 
 from graphormer_urpe import cli  # noqa: E402
-from graphormer_urpe.runtime.config import (  # noqa: E402
+from graphormer_urpe.runtime.train_config import (  # noqa: E402
     TrainConfig,
     make_config,
     override_config,
     resolve_mol_features,
 )
-from graphormer_urpe.tuning.budget import (  # noqa: E402
+from graphormer_urpe.tuning.problem import Problem  # noqa: E402
+from graphormer_urpe.tuning.search_budget import (  # noqa: E402
     DEFAULT_TRIALS,
     RESERVE_SECONDS,
     SearchBudget,
     planned_trials,
 )
-from graphormer_urpe.tuning.problem import Problem  # noqa: E402
 from graphormer_urpe.tuning.space import SearchSpace, baseline, check_space, suggest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -354,10 +354,10 @@ def test_a_baseline_value_the_space_does_not_hold_is_left_to_the_sampler():
 
 def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_path, monkeypatch):
     from graphormer_urpe.runtime import make_config
-    from graphormer_urpe.training import loop
+    from graphormer_urpe.training import run
     from graphormer_urpe.tuning import search
-    from graphormer_urpe.tuning.config import TuneConfig
     from graphormer_urpe.tuning.trial import PROGRESS_STEPS, run_trial
+    from graphormer_urpe.tuning.tune_config import TuneConfig
 
     study = optuna.create_study(direction="minimize", pruner=search._pruner())
     for value in (1.0, 1.1, 1.2):  # three finished trials, far better at every tenth
@@ -378,7 +378,7 @@ def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_p
             on_epoch(epoch, {"rmse": values[epoch % len(values)], "progress": (epoch + 1) / 20})
         return {"best_valid_rmse": 2.2}
 
-    monkeypatch.setattr(loop, "train", epochs)
+    monkeypatch.setattr(run, "train", epochs)
     base = make_config("small", dataset="csv:x.csv", target_columns=["y"])
     config = TuneConfig(base=base, time_limit=1, out=str(tmp_path), space=TINY)
     trial = study.ask()
@@ -390,7 +390,7 @@ def test_trials_report_their_best_at_tenths_and_are_not_pruned_before_half(tmp_p
     assert got == {k: float(best[2 * k - 1]) for k in range(1, 6)}
     # a trial as bad that reaches its last tenth at once is done, not pruned
     monkeypatch.setattr(
-        loop,
+        run,
         "train",
         lambda cfg, *a, on_epoch=None, **kw: (
             on_epoch(0, {"rmse": 9.0, "progress": 1.0}) or {"best_valid_rmse": 9.0}
@@ -405,10 +405,10 @@ def test_a_re_planned_trial_is_repeated_with_the_steps_and_warm_up_it_ended_with
     """A trial whose pacer re-planned 541 steps to 757 keeps 757 and its 81 warm-up steps
     for ``train --config``; one that kept its plan keeps its config as written."""
     from graphormer_urpe.runtime import make_config
-    from graphormer_urpe.runtime.config import plan_steps
-    from graphormer_urpe.training import loop
-    from graphormer_urpe.tuning.config import TuneConfig
+    from graphormer_urpe.runtime.train_config import plan_steps
+    from graphormer_urpe.training import run as training_run
     from graphormer_urpe.tuning.trial import CONFIG_ATTR, run_trial
+    from graphormer_urpe.tuning.tune_config import TuneConfig
 
     def run(planned):
         def train(cfg, *a, on_epoch=None, **kw):
@@ -417,7 +417,7 @@ def test_a_re_planned_trial_is_repeated_with_the_steps_and_warm_up_it_ended_with
             (Path(cfg.out) / "config.json").write_text(written.to_json())
             return {"best_valid_rmse": 1.0, "steps_planned": planned}
 
-        monkeypatch.setattr(loop, "train", train)
+        monkeypatch.setattr(training_run, "train", train)
         study = optuna.create_study()
         trial = study.ask()
         run_trial(trial, config, _problem(), seconds=60)
@@ -508,9 +508,9 @@ def test_a_study_name_used_for_other_data_is_refused(table, tmp_path, capsys):
 def test_ctrl_c_keeps_the_finished_trials_and_says_how_to_continue(
     table, tmp_path, capsys, monkeypatch
 ):
-    from graphormer_urpe.training import loop
+    from graphormer_urpe.training import run
 
-    real_train = loop.train
+    real_train = run.train
 
     def interrupted_second_trial(cfg, *args, on_epoch=None, **kw):
         def hook(epoch, metrics):
@@ -520,13 +520,13 @@ def test_ctrl_c_keeps_the_finished_trials_and_says_how_to_continue(
 
         return real_train(cfg, *args, on_epoch=hook, **kw)
 
-    monkeypatch.setattr(loop, "train", interrupted_second_trial)
+    monkeypatch.setattr(run, "train", interrupted_second_trial)
     out = tmp_path / "search"
     assert cli.main(_tune(table, out, "--trials", "3")) == 130
     err = _one_line_error(capsys)
     assert "keeps its 1 finished trials" in err and "run the same command again" in err
     assert [r["state"] for r in _trials(out)] == ["COMPLETE", "FAIL"]
-    monkeypatch.setattr(loop, "train", real_train)
+    monkeypatch.setattr(run, "train", real_train)
     assert cli.main(_tune(table, out, "--trials", "3")) == 0
     capsys.readouterr()
     states = [r["state"] for r in _trials(out)]
@@ -542,7 +542,7 @@ def test_without_optuna_tune_says_how_to_install_it_and_other_commands_never_imp
     assert "pip install 'graphormer-urpe[tune]'" in _one_line_error(capsys)
     code = (
         "import sys; from graphormer_urpe import cli; cli.build_parser(); "
-        "import graphormer_urpe.training.loop; print('optuna' in sys.modules)"
+        "import graphormer_urpe.training.run; print('optuna' in sys.modules)"
     )
     run = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
@@ -551,7 +551,7 @@ def test_without_optuna_tune_says_how_to_install_it_and_other_commands_never_imp
 
 
 def test_no_trial_starts_shorter_than_the_loading_and_a_limit_for_fewer_than_2_is_refused():
-    from graphormer_urpe.tuning.budget import LOAD_FACTOR, TuneBudgetError
+    from graphormer_urpe.tuning.search_budget import LOAD_FACTOR, TuneBudgetError
 
     b = SearchBudget(minutes=2, planned=12, started=0.0, loading=20.0)
     b.begin(20.0)
@@ -597,17 +597,17 @@ def test_a_limit_too_short_for_the_loading_is_refused_at_once(table, tmp_path, c
 
 
 def test_trials_that_fail_for_time_do_not_end_the_search(table, tmp_path, capsys, monkeypatch):
-    from graphormer_urpe.training import loop
-    from graphormer_urpe.training.budget import NoTimeToTrain
+    from graphormer_urpe.training import run
+    from graphormer_urpe.training.pacing import NoTimeToTrain
 
-    real_train = loop.train
+    real_train = run.train
 
     def first_has_no_time(cfg, *args, **kw):
         if cfg.out.endswith("trial-0000"):
             raise NoTimeToTrain("--time-limit 0.1: 0.10 min went to loading the data")
         return real_train(cfg, *args, **kw)
 
-    monkeypatch.setattr(loop, "train", first_has_no_time)
+    monkeypatch.setattr(run, "train", first_has_no_time)
     out = tmp_path / "search"
     assert cli.main(_tune(table, out, "--trials", "2")) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -619,7 +619,7 @@ def test_trials_that_fail_for_time_do_not_end_the_search(table, tmp_path, capsys
     def never_time(cfg, *args, **kw):
         raise NoTimeToTrain("no time")
 
-    monkeypatch.setattr(loop, "train", never_time)
+    monkeypatch.setattr(run, "train", never_time)
     out = tmp_path / "none"
     assert cli.main(_tune(table, out)) == 0  # reported, not an error
     summary = json.loads(capsys.readouterr().out)

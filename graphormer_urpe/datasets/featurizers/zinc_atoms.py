@@ -14,7 +14,8 @@ one bond feature, the Kekulé bond order (1 single, 2 double, 3 triple).
 * **Bond orders** come from :func:`legacy_kekule_bond_orders`, which re-implements the
   Kekulé assignment of the RDKit releases that built the benchmark (atom-order driven
   search with back-tracking) instead of today's RDKit ``Kekulize``, which picks a
-  different but equally valid alternation in about a third of the molecules.
+  different but equally valid alternation in many of them (counted:
+  docs/results/code-notes.md).
 * Nodes follow RDKit's atom order of the SMILES; ``edge_index`` stores both directions,
   sorted by (source, target) as PyG's ``ZINC`` stores them.
 

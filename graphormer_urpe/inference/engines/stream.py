@@ -359,22 +359,22 @@ class StreamModel:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        lm = models[0]
-        if any(m.mol_features != lm.mol_features for m in models):
+        loaded = models[0]
+        if any(m.mol_features != loaded.mol_features for m in models):
             raise ValueError("the ensemble's members were trained with different molecule features")
         for m in models:
             m.model.eval()
-        cfg = lm.model.config
-        precision = Precision(lm.config.precision, lm.device)
+        model_config = loaded.model.config
+        precision = Precision(loaded.config.precision, loaded.device)
         # on one GPU, static batches and forward passes captured per batch shape
-        backend = default_backend(lm.device)
-        static = StaticShapes(batch_size, cfg.multi_hop_max_dist) if backend else None
+        backend = default_backend(loaded.device)
+        static = StaticShapes(batch_size, model_config.multi_hop_max_dist) if backend else None
         self.collator = GraphormerCollator(
-            cfg.multi_hop_max_dist, cfg.spatial_pos_max, static=static
+            model_config.multi_hop_max_dist, model_config.spatial_pos_max, static=static
         )
         autocast = lambda: precision.autocast(backend is None)  # noqa: E731
         nets = [WithHeadInput(m.model) if embeddings else m.model for m in models]
-        self.forwards = [CapturedForward(net, autocast, lm.device, backend) for net in nets]
+        self.forwards = [CapturedForward(net, autocast, loaded.device, backend) for net in nets]
         self.trees = None  # the members' trees heads, where they have them
         if any(m.trees is not None for m in models):
             if not all(m.trees is not None for m in models):
@@ -382,12 +382,12 @@ class StreamModel:
             self.trees = TreesBeside(
                 [m.trees for m in models],  # type: ignore[misc]
                 [m.embedder for m in models],
-                lambda net: CapturedForward(net, autocast, lm.device, backend),
+                lambda net: CapturedForward(net, autocast, loaded.device, backend),
             )
-        self.targets = cfg.num_targets if embeddings else None
+        self.targets = model_config.num_targets if embeddings else None
         self.batch_size = batch_size
         # an ensemble's members read the same and record the same training split
-        self.featurizing = Featurizing.of(lm, similarity)
+        self.featurizing = Featurizing.of(loaded, similarity)
         self.trim_heap = _HeapTrimmer(trim_slack)
 
     def featurize(self, part: list[str], first: int = 0) -> _Chunk:
@@ -504,16 +504,16 @@ def predict_smiles(
         "workers": DEFAULT_WORKERS if workers is None else workers,
         "chunk_size": DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size,
     }
-    lm = path if isinstance(path, LoadedModel) else load_model(path, device)
+    loaded = path if isinstance(path, LoadedModel) else load_model(path, device)
     rows: list[torch.Tensor | None] = []
     errors: list[str | None] = []
-    results = iter_predictions(lm, smiles, batch_size=batch_size, progress=progress, **options)
+    results = iter_predictions(loaded, smiles, batch_size=batch_size, progress=progress, **options)
     for p in results:
         if p.error is not None:
             log.warning("row %d: %s", p.index, p.error)
         rows.append(p.values)
         errors.append(p.error)
-    out = torch.full((len(rows), lm.model.config.num_targets), math.nan)
+    out = torch.full((len(rows), loaded.model.config.num_targets), math.nan)
     keep = [i for i, r in enumerate(rows) if r is not None]
     if keep:
         out[torch.tensor(keep)] = torch.stack([rows[i] for i in keep])

@@ -193,13 +193,13 @@ class Explainer:
         """An explainer of loaded checkpoints (one, or an ensemble's members)."""
         first = loaded[0]
         return cls(
-            models=[lm.model for lm in loaded],
+            models=[member.model for member in loaded],
             featurizer=first.featurizer,
             target_names=list(first.target_names),
             task_type=first.task_type,
             mol_features=first.mol_features,
-            trees=None if first.trees is None else [lm.trees for lm in loaded],  # type: ignore[misc]
-            embedders=[lm.embedder for lm in loaded],
+            trees=None if first.trees is None else [member.trees for member in loaded],  # type: ignore[misc]
+            embedders=[member.embedder for member in loaded],
             **options,
         )
 

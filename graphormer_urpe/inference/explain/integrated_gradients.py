@@ -21,9 +21,8 @@ panels are log-spaced (:data:`PANELS`) because the integrand is far from uniform
 is scale-invariant, so an atom's normalised embedding :math:`\operatorname{LN}(\alpha x_i)`
 swings from the LayerNorm's bias to its full value while :math:`\alpha \lesssim
 \sqrt{\epsilon} / \operatorname{std}(x_i)` (a few hundredths for trained models) and barely
-moves after. On a model trained on logP the output jumped by 4 units between
-:math:`\alpha = 0.01` and :math:`0.03`; evenly spread nodes (512 of them) still missed
-completeness by up to 40 units.
+moves after, so evenly spread nodes miss completeness on trained models (measured:
+docs/results/code-notes.md).
 
 **The baseline** (``baseline="mean"``, the default) replaces every atom's embedding by the
 molecule's mean atom embedding: the same graph made of identical "average" atoms. The graph

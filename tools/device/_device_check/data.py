@@ -67,7 +67,7 @@ def pcqm_smiles(work: Path, data: Path) -> Path:
 def prepare_zinc(work: Path, data: Path, smoke: bool) -> None:
     """Featurise the ZINC stand-in once into its store (the runs then read it)."""
     from graphormer_urpe.runtime import make_config
-    from graphormer_urpe.training.loop import load_splits
+    from graphormer_urpe.training.run import load_splits
 
     config = make_config(
         "zinc-slim",

@@ -265,8 +265,10 @@ def predict_on_ray(
     models = load_models(checkpoint, "cpu")
     from ...intervals.calibration import check_interval_request
 
-    lm = models[0]
-    calibration = check_interval_request(checkpoint, interval, lm.task_type, lm.target_names)
+    loaded = models[0]
+    calibration = check_interval_request(
+        checkpoint, interval, loaded.task_type, loaded.target_names
+    )
     layout = output_layout(models, calibration, interval, logits, names)
     ray = _import_ray()
     own = connect(address, num_cpus=num_cpus, object_store_mib=object_store_mib)

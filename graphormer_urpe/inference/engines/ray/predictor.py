@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ....runtime.inputs import resolve_device
+from ....runtime.run_inputs import resolve_device
 from ...embeddings import embedding_dim
 from ...loading import LoadedModel
 from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE
@@ -63,12 +63,12 @@ def output_layout(
     names: bool = False,
 ) -> PredictionLayout:
     """The layout of ``predict``'s output for ``models`` (the domain columns always)."""
-    lm = models[0]
-    binary = lm.task_type == "binary"
+    loaded = models[0]
+    binary = loaded.task_type == "binary"
     if logits and not binary:
         raise ValueError("logits applies to binary tasks; this model predicts regression targets")
     return PredictionLayout(
-        lm.target_names,
+        loaded.target_names,
         binary=binary,
         logits=logits,
         std=len(models) > 1,
@@ -163,8 +163,10 @@ class Predictor:
         if isinstance(model, (str, Path)) and calibration is None:
             from ...intervals.calibration import check_interval_request
 
-            lm = models[0]
-            calibration = check_interval_request(model, interval, lm.task_type, lm.target_names)
+            loaded = models[0]
+            calibration = check_interval_request(
+                model, interval, loaded.task_type, loaded.target_names
+            )
         elif interval is not None and calibration is None:
             raise ValueError("an interval needs the run's calibrator (calibration=...)")
         if interval is not None and calibration is not None and calibration.needs_similarity:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..runtime.config import TrainConfig
+from ..runtime.train_config import TrainConfig
 from .space import SearchSpace
 
 __all__ = ["TuneConfig"]

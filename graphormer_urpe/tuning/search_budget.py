@@ -2,7 +2,7 @@
 ensemble and the search's own writing, so that the command ends within it.
 
 Each trial is a training run with a time limit of its own (the run stops cleanly at it and
-tests its best checkpoint, :func:`~graphormer_urpe.training.loop.train`). The budget keeps
+tests its best checkpoint, :func:`~graphormer_urpe.training.run.train`). The budget keeps
 a reserve for what follows the last trial (the report, its plots) and shares the rest out:
 ``planned`` trials and the ensemble's ``K`` members get equal shares of what is left once
 the search is set up (:meth:`SearchBudget.begin`), or ``--trial-minutes`` each when given

@@ -8,13 +8,15 @@ optimisation hyper-parameters it was published with. Every field can be overridd
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
 import warnings
-from dataclasses import InitVar, asdict, dataclass, field, fields, replace
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
 
 from ..datasets.spec import names_table, parse_dataset_spec
 from ..graph.model import GraphormerConfig, get_preset
@@ -163,16 +165,19 @@ class TrainConfig:
     """Start from this checkpoint's weights (e.g. a converted published Graphormer): its
     architecture, the run's dropouts and attention; the output layer is re-initialised when
     the number of outputs differs. Ignored when resuming."""
-    cache_dir: InitVar[str | None] = None
-    """Deprecated: ``store_dir`` (``TrainConfig(cache_dir=...)`` sets it, with a
-    ``DeprecationWarning``, until the next minor release; not a field, never saved)."""
 
-    def __post_init__(self, cache_dir: str | None) -> None:
-        if cache_dir is not None:
-            warnings.warn(
-                "TrainConfig's cache_dir is deprecated: use store_dir", DeprecationWarning, 3
-            )
-            self.store_dir = cache_dir
+    @property
+    def cache_dir(self) -> str | None:
+        """Deprecated: :attr:`store_dir`, which it reads and sets (``TrainConfig(cache_dir=...)``
+        too) with a ``DeprecationWarning``, until the next minor release; not a field, never
+        saved."""
+        warnings.warn(_CACHE_DIR_DEPRECATED, DeprecationWarning, 2)
+        return self.store_dir
+
+    @cache_dir.setter
+    def cache_dir(self, value: str | None) -> None:
+        warnings.warn(_CACHE_DIR_DEPRECATED, DeprecationWarning, 2)
+        self.store_dir = value
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -195,6 +200,26 @@ class TrainConfig:
             cfg.model = GraphormerConfig.from_dict(model)
         return cfg
 
+
+_CACHE_DIR_DEPRECATED = "TrainConfig's cache_dir is deprecated: use store_dir"
+
+
+def _accepting_cache_dir(init: Callable[..., None]) -> Callable[..., None]:
+    """The dataclass's ``__init__``, also taking the deprecated ``cache_dir=`` (which sets
+    ``store_dir``). Not a field of the dataclass: :func:`dataclasses.replace` would read it
+    back from every config it copies."""
+
+    @functools.wraps(init)
+    def __init__(self: TrainConfig, *args: Any, cache_dir: str | None = None, **kwargs: Any):
+        init(self, *args, **kwargs)
+        if cache_dir is not None:
+            warnings.warn(_CACHE_DIR_DEPRECATED, DeprecationWarning, 2)
+            self.store_dir = cache_dir
+
+    return __init__
+
+
+TrainConfig.__init__ = _accepting_cache_dir(TrainConfig.__init__)  # type: ignore[method-assign]
 
 _PREVIOUS_NAMES = {"cache_dir": "store_dir"}
 """Fields' previous names → their names now (read from old ``config.json`` files and checkpoints,
@@ -219,7 +244,7 @@ def _renamed_fields(d: dict) -> dict:
 _GRAPHORMER = dict(epochs=None, batch_size=256, lr=2e-4, end_lr=1e-9, loss=None, seed=1)
 
 TRAIN_PRESETS: dict[str, dict] = {
-    # A few minutes on a laptop CPU with the embedded NCI molecules.
+    # Sized for a CPU and the embedded NCI molecules (its time: docs/results/code-notes.md).
     "small": dict(
         epochs=20,
         max_steps=None,

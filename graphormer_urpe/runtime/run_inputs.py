@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 
 from ..datasets.spec import names_table
 from ..graph.model import Graphormer, GraphormerConfig, fit_tables
-from .config import TrainConfig, resolve_mol_features
+from .train_config import TrainConfig, resolve_mol_features
 
 if TYPE_CHECKING:
     from ..datasets import DatasetSplits

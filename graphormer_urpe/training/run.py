@@ -1,7 +1,7 @@
-"""The training loop: AdamW, linear warm-up + linear decay, masked L1/MSE/BCE, best-checkpointing.
+"""A training run: AdamW, linear warm-up + linear decay, masked L1/MSE/BCE, best-checkpointing.
 
-:func:`train` runs a whole experiment from a :class:`~graphormer_urpe.runtime.config.TrainConfig`
-and writes into ``config.out``:
+:func:`train` runs a whole experiment from a
+:class:`~graphormer_urpe.runtime.train_config.TrainConfig` and writes into ``config.out``:
 
 * ``config.json``: the resolved config (model included)
 * ``history.csv``: one row per evaluated epoch (TensorBoard events too when installed)
@@ -44,9 +44,10 @@ from typing import Any
 from ..attention.kernel_choice import attention_kernel
 from ..inference.prediction import predict, predict_dataset
 from ..io.checkpoint import TrainingInterrupted, stop_requests
-from ..runtime.config import TrainConfig
 from ..runtime.distributed import init_distributed
-from ..runtime.inputs import (
+from ..runtime.loaders import make_loader
+from ..runtime.precision import Precision
+from ..runtime.run_inputs import (
     build_model,
     dataset_targets,
     load_splits,
@@ -54,9 +55,8 @@ from ..runtime.inputs import (
     seed_everything,
     selection_metric,
 )
-from ..runtime.loaders import make_loader
-from ..runtime.precision import Precision
-from .budget import NoTimeToTrain, RunCosts
+from ..runtime.train_config import TrainConfig
+from .pacing import NoTimeToTrain, RunCosts
 from .steps import (
     StepTotals,
     linear_schedule,
@@ -116,7 +116,7 @@ def train(
         started: the ``time.perf_counter()`` from which ``config.time_limit`` counts (default:
             now; the command line passes its own start).
         costs: the run's costs measured earlier (an ensemble measures once); ``None``:
-            measured here where needed (:class:`~graphormer_urpe.training.budget.RunCosts`).
+            measured here where needed (:class:`~graphormer_urpe.training.pacing.RunCosts`).
         check: called with the set-up :class:`~graphormer_urpe.training.trainer.Trainer`
             before its first step (it may refuse the plan by raising).
         on_epoch: called after each validated epoch, once its history row and checkpoint
