@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.helpers import ROOT, SHARED_DATA, SMILES, train_args
+from tests.helpers import ROOT, SHARED_DATA, SMILES, FakeClock, steady_probe, train_args
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,25 @@ def tiny_run(tmp_path_factory):
     out = root / "run"
     assert cli.main(train_args(root / "data.csv", root / "store", out)) == 0
     return root, out
+
+
+@pytest.fixture
+def steady_clock(monkeypatch) -> list[float]:
+    """Time that machine load cannot move, for a command run in this process:
+    ``time.perf_counter`` advances a microsecond per reading, and a run's measured costs are
+    fixed sizes (:func:`~tests.helpers.steady_probe`) times the machine's load, the list's
+    last value (append to make the next measurement slower)."""
+    import functools
+    import time
+
+    from graphormer_urpe.training import loop
+    from graphormer_urpe.training.trainer import Trainer
+
+    clock = FakeClock()
+    load = [1.0]
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(loop, "Trainer", functools.partial(Trainer, probe=steady_probe(load)))
+    return load
 
 
 @pytest.fixture

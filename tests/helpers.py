@@ -31,9 +31,11 @@ from graphormer_urpe.graph.static_shapes import StaticShapes
 from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.runtime.capture import EagerGraphs
+from graphormer_urpe.runtime.config import TrainConfig, build_train_config
 from graphormer_urpe.sequence import TransformerXL, TransformerXLConfig
 from graphormer_urpe.sequence.model import RelativePositionTable
 from graphormer_urpe.training import loop, steps
+from graphormer_urpe.training.budget import RunCosts
 from graphormer_urpe.training.loop import (
     Precision,
     StepTotals,
@@ -42,6 +44,7 @@ from graphormer_urpe.training.loop import (
     make_optimizer,
     step_body,
 )
+from graphormer_urpe.training.run_costs import CostProbe
 from graphormer_urpe.training.trainer import Trainer
 
 # ---- random graphs and the shared ZINC validation graphs
@@ -204,6 +207,65 @@ def train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
         "1",
         *extra,
     ]
+
+
+TINY_MODEL_FIELDS = {"num_layers": 2, "hidden_dim": 16, "ffn_dim": 16, "num_heads": 2}
+"""``TINY_MODEL`` as the model fields of a config."""
+
+
+def tiny_train_config(
+    table: Path, root: Path, out: Path, model: dict | None = None, **fields
+) -> TrainConfig:
+    """The config of ``train_args(table, root, out)`` built through the library (what the
+    command builds from those flags); ``model`` and ``fields`` override or add fields."""
+    given = dict(
+        dataset=f"csv:{table}",
+        data_root=str(root),
+        target_columns=["heavy_atoms"],
+        out=str(out),
+        batch_size=8,
+        epochs=3,
+        warmup_steps=2,
+        lr=1e-3,
+        threads=1,
+    )
+    return build_train_config(
+        model_overrides={**TINY_MODEL_FIELDS, **(model or {})}, **{**given, **fields}
+    )
+
+
+class FakeClock:
+    """Seconds that pass only when a test moves them on (:meth:`advance`), and a microsecond
+    at each reading, as a monotonic clock never reads the same twice; a run's ``clock=``."""
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass."""
+        self.now += seconds
+
+
+def steady_probe(load: list[float], measure: bool = False) -> type[CostProbe]:
+    """A trainer's cost probe (``probe=``) whose costs are fixed sizes (a step 0.2 s, a
+    validation and the test 0.1 s each, a checkpoint 0.05 s, the set-up 1 s, the measurement
+    0.5 s) times the machine's load, ``load``'s last value (append to it to make the next
+    measurement slower). With ``measure``, the real measurement runs first (its steps and
+    batches, which leave the run's RNG as it was) and its timings are dropped."""
+
+    class SteadyProbe(CostProbe):
+        def measure(self) -> RunCosts:
+            if measure:
+                super().measure()
+            x = load[-1]
+            steps, every = self.data.steps_per_epoch, self.launch.config.eval_every
+            return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
+
+    return SteadyProbe
 
 
 # ---- comparing two runs; hooking the training loss
