@@ -13,7 +13,15 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.helpers import ROOT, SHARED_DATA, SMILES, FakeClock, steady_probe, train_args
+from tests.helpers import (
+    ROOT,
+    SHARED_DATA,
+    SMILES,
+    FakeClock,
+    steady_probe,
+    tiny_train_config,
+    train_args,
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +50,17 @@ def tiny_run(tmp_path_factory):
     out = root / "run"
     assert cli.main(train_args(root / "data.csv", root / "store", out)) == 0
     return root, out
+
+
+@pytest.fixture(scope="module")
+def start_checkpoint(table, tmp_path_factory) -> Path:
+    """A tiny trained checkpoint to start from (its graph token is the trees' input); one per
+    module."""
+    from graphormer_urpe.training import train
+
+    base = tmp_path_factory.mktemp("start")
+    train(tiny_train_config(table, base / "data", base / "run"), progress=False)
+    return base / "run" / "best.pt"
 
 
 @pytest.fixture

@@ -19,14 +19,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from rdkit import Chem
+from rdkit import Chem, DataStructs
+from rdkit.Chem import rdFingerprintGenerator
 from torch_geometric.data import Data
 
-from graphormer_urpe import Graphormer, collate, get_preset
-from graphormer_urpe.datasets import penalized_logp, zinc_mol_to_graph
-from graphormer_urpe.datasets.domain import record_of_smiles
+from graphormer_urpe import Graphormer, GraphormerFeatures, collate, get_preset
+from graphormer_urpe.datasets import featurize_smiles, penalized_logp, zinc_mol_to_graph
+from graphormer_urpe.datasets.domain import FINGERPRINT_BITS, record_of_smiles
 from graphormer_urpe.datasets.store import chunks as chunks_module
-from graphormer_urpe.graph.model import GraphormerConfig
+from graphormer_urpe.graph.model import GraphormerConfig, fit_tables
+from graphormer_urpe.graph.published_weights import hf_inputs
 from graphormer_urpe.graph.static_shapes import StaticShapes
 from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
 from graphormer_urpe.runtime import make_config
@@ -212,6 +214,10 @@ def train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
 TINY_MODEL_FIELDS = {"num_layers": 2, "hidden_dim": 16, "ffn_dim": 16, "num_heads": 2}
 """``TINY_MODEL`` as the model fields of a config."""
 
+URPE_NO_DROPOUT = {"attention": "urpe", "dropout": 0.0, "attention_dropout": 0.0}
+"""Model fields of a URPE run without dropout (``--attention urpe --dropout 0
+--attention-dropout 0``): runs that differ only in how their steps run give the same numbers."""
+
 
 def tiny_train_config(
     table: Path, root: Path, out: Path, model: dict | None = None, **fields
@@ -266,6 +272,138 @@ def steady_probe(load: list[float], measure: bool = False) -> type[CostProbe]:
             return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
 
     return SteadyProbe
+
+
+# ---- Hugging Face's Graphormer (the oracle of the published weights)
+def batch_of(smiles: list[str], multi_hop_max_dist: int):
+    """The OGB-featurised batch of ``smiles`` with ``multi_hop_max_dist`` hops."""
+    transform = GraphormerFeatures(multi_hop_max_dist)
+    graphs = [transform(featurize_smiles(s, "ogb")) for s in smiles]
+    return collate(graphs, multi_hop_max_dist)
+
+
+def hf_config(size: str, layers: int, pre_ln: bool, hops: int, outputs: int, **kw):
+    """Hugging Face config of one of this library's preset sizes, with OGB-sized tables (needs
+    ``transformers``)."""
+    from transformers.models.deprecated.graphormer import configuration_graphormer
+
+    c = fit_tables(get_preset(size, multi_hop_max_dist=hops), "ogb")
+    return configuration_graphormer.GraphormerConfig(
+        num_classes=outputs,
+        num_atoms=c.num_atoms - 1,
+        num_edges=c.num_edges - 1,
+        num_in_degree=c.num_degree,
+        num_out_degree=c.num_degree,
+        num_spatial=c.num_spatial,
+        num_edge_dis=c.num_edge_dis,
+        multi_hop_max_dist=hops,
+        num_hidden_layers=layers,
+        embedding_dim=c.hidden_dim,
+        ffn_embedding_dim=c.ffn_dim,
+        num_attention_heads=c.num_heads,
+        pre_layernorm=pre_ln,
+        apply_graphormer_init=True,
+        **kw,
+    )
+
+
+def hf_model(config, seed: int = 0):
+    """Random Hugging Face Graphormer in eval mode; LayerNorms and biases moved off their
+    initial values so that every tensor matters (padding rows stay zero; needs ``transformers``)."""
+    from transformers.models.deprecated.graphormer import modeling_graphormer
+
+    torch.manual_seed(seed)
+    model = modeling_graphormer.GraphormerForGraphClassification(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def hf_predict(model, batch) -> torch.Tensor:
+    """A Hugging Face Graphormer's outputs on one of this library's batches."""
+    with torch.no_grad():
+        return model(**hf_inputs(batch)).logits
+
+
+# ---- the applicability domain's molecules
+# Marketed drugs: the training molecules and, from the same population, held-out ones whose
+# elements, charges and sizes all occur in training.
+DRUGS_TRAIN = [
+    "CC(=O)Oc1ccccc1C(=O)O",  # aspirin
+    "CC(=O)Nc1ccc(O)cc1",  # paracetamol
+    "CC(C)Cc1ccc(cc1)C(C)C(=O)O",  # ibuprofen
+    "Cn1cnc2c1c(=O)n(C)c(=O)n2C",  # caffeine
+    "COc1ccc2cc(ccc2c1)C(C)C(=O)O",  # naproxen
+    "OC(=O)Cc1ccccc1Nc1c(Cl)cccc1Cl",  # diclofenac
+    "CN(C)CCCN1c2ccccc2Sc2ccc(Cl)cc21",  # chlorpromazine
+    "CN1C(=O)CN=C(c2ccccc2)c2cc(Cl)ccc21",  # diazepam
+    "CNCCC(Oc1ccc(cc1)C(F)(F)F)c1ccccc1",  # fluoxetine
+    "CN(C)C(=N)N=C(N)N",  # metformin
+    "CC(C)NCC(O)COc1ccc(CC(N)=O)cc1",  # atenolol
+    "CC(C)NCC(O)COc1cccc2ccccc12",  # propranolol
+    "CCN(CC)CC(=O)Nc1c(C)cccc1C",  # lidocaine
+    "COC(=O)C1=C(C)NC(C)=C(C1c1ccccc1[N+](=O)[O-])C(=O)OC",  # nifedipine
+    "Cc1cc(NS(=O)(=O)c2ccc(N)cc2)no1",  # sulfamethoxazole
+    "OC(=O)c1cn(C2CC2)c2cc(N3CCNCC3)c(F)cc2c1=O",  # ciprofloxacin
+    "COc1ccc2[nH]c(nc2c1)S(=O)Cc1ncc(C)c(OC)c1C",  # omeprazole
+    "CC(=O)CC(c1ccccc1)c1c(O)c2ccccc2oc1=O",  # warfarin
+    "O=C1NC(=O)C(N1)(c1ccccc1)c1ccccc1",  # phenytoin
+    "NC(=O)N1c2ccccc2C=Cc2ccccc12",  # carbamazepine
+    "OC1(CCN(CCCC(=O)c2ccc(F)cc2)CC1)c1ccc(Cl)cc1",  # haloperidol
+    "CC(C)(C)NCC(O)c1ccc(O)c(CO)c1",  # salbutamol
+    "CC(C(=O)O)c1cccc(c1)C(=O)c1ccccc1",  # ketoprofen
+    "COc1ccc2n(C(=O)c3ccc(Cl)cc3)c(C)c(CC(=O)O)c2c1",  # indomethacin
+    "Cc1ccc(cc1)-c1cc(nn1-c1ccc(cc1)S(N)(=O)=O)C(F)(F)F",  # celecoxib
+    "CCCCc1nc(Cl)c(CO)n1Cc1ccc(cc1)-c1ccccc1-c1nn[nH]n1",  # losartan
+    "CCCc1nn(C)c2c1nc([nH]c2=O)-c1cc(ccc1OCC)S(=O)(=O)N1CCN(C)CC1",  # sildenafil
+    "CCC(=C(c1ccccc1)c1ccc(OCCN(C)C)cc1)c1ccccc1",  # tamoxifen
+    "COc1ccc(CCN(C)CCCC(C#N)(C(C)C)c2ccc(OC)c(OC)c2)cc1OC",  # verapamil
+    "CNC(=C[N+](=O)[O-])NCCSCc1ccc(CN(C)C)o1",  # ranitidine
+    "COc1cc(Cc2cnc(N)nc2N)cc(OC)c1OC",  # trimethoprim
+    "NS(=O)(=O)c1cc(C(=O)O)c(NCc2ccco2)cc1Cl",  # furosemide
+]
+DRUGS_HELD_OUT = [
+    "Cn1c2c(c(=O)n(C)c1=O)[nH]cn2",  # theophylline
+    "COCCc1ccc(OCC(O)CNC(C)C)cc1",  # metoprolol
+    "Clc1cccc(Cl)c1NC1=NCCN1",  # clonidine
+    "Nc1nc2n(COCCO)cnc2c(=O)[nH]1",  # acyclovir
+    "NS(=O)(=O)c1cc2c(cc1Cl)NCNS2(=O)=O",  # hydrochlorothiazide
+    "CCOC(=O)C1=C(COCCN)NC(C)=C(C1c1ccccc1Cl)C(=O)OC",  # amlodipine
+    "Cc1ccc(cc1)-c1nc2ccc(C)cn2c1CC(=O)N(C)C",  # zolpidem
+    "CN(C)CCCC1(OCc2cc(ccc12)C#N)c1ccc(F)cc1",  # citalopram
+    "CNC1CCC(c2ccc(Cl)c(Cl)c2)c2ccccc12",  # sertraline
+    "COc1ccc(cc1)C(CN(C)C)C1(O)CCCCC1",  # venlafaxine
+    "COc1cc2CC(CC3CCN(Cc4ccccc4)CC3)C(=O)c2cc1OC",  # donepezil
+    "O=C1CN(C(=O)N1)/N=C/c1ccc(o1)[N+](=O)[O-]",  # nitrofurantoin
+]
+
+
+def mols_of(smiles: list[str]) -> list[Chem.Mol]:
+    """RDKit's molecules of ``smiles`` (each must parse)."""
+    mols = [Chem.MolFromSmiles(s) for s in smiles]
+    assert all(m is not None for m in mols)
+    return mols
+
+
+def max_atoms(smiles: list[str]) -> int:
+    """The most atoms of a molecule of ``smiles``."""
+    return max(m.GetNumAtoms() for m in mols_of(smiles))
+
+
+def reference_nearest(train: list[str], query: list[str]) -> np.ndarray:
+    """Plain reference: each query molecule's highest Tanimoto similarity to ``train``
+    (RDKit's Morgan fingerprints of radius 2)."""
+    """RDKit's own answer: the largest ``BulkTanimotoSimilarity`` over the training set."""
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=FINGERPRINT_BITS)
+    fps = [gen.GetFingerprint(m) for m in mols_of(train)]
+    return np.array(
+        [
+            max(DataStructs.BulkTanimotoSimilarity(gen.GetFingerprint(m), fps))
+            for m in mols_of(query)
+        ]
+    )
 
 
 # ---- comparing two runs; hooking the training loss
