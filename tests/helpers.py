@@ -179,6 +179,17 @@ SMILES = [  # 40 small molecules; the CSV fixture ``table`` pairs them with heav
 ]
 
 
+def heavy_atoms_csv(path: Path) -> Path:
+    """Write the CSV of the 40 molecules of ``SMILES`` with RDKit's heavy-atom counts
+    (column ``heavy_atoms``) to ``path``."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "heavy_atoms"])
+        for s in SMILES:
+            w.writerow([s, Chem.MolFromSmiles(s).GetNumHeavyAtoms()])
+    return path
+
+
 TINY_MODEL = ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
 
 
