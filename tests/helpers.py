@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from ogb.utils import smiles2graph
 from rdkit import Chem, DataStructs
 from rdkit.Chem import rdFingerprintGenerator
 from torch_geometric.data import Data
@@ -874,6 +875,39 @@ def write_lsc_layout(
     if release:
         (base / "RELEASE_v1.txt").write_text("fixture\n")
     return gaps
+
+
+def write_ogbg_layout(root: Path, name: str, smiles: list[str], labels: np.ndarray) -> Path:
+    """OGB's csv_mol_download layout for ``name`` (as ``master.csv`` describes it)."""
+    folder = root / "_".join(name.split("-"))
+    raw = folder / "raw"
+    raw.mkdir(parents=True)
+    graphs = [smiles2graph(s) for s in smiles]
+
+    def save(file: str, rows) -> None:
+        pd.DataFrame(rows).to_csv(raw / file, header=False, index=False, compression="gzip")
+
+    # one row per bond (OGB adds the inverse edges itself: add_inverse_edge=True)
+    save("edge.csv.gz", np.concatenate([g["edge_index"][:, ::2] for g in graphs], axis=1).T)
+    save("edge-feat.csv.gz", np.concatenate([g["edge_feat"][::2] for g in graphs]))
+    save("node-feat.csv.gz", np.concatenate([g["node_feat"] for g in graphs]))
+    save("num-node-list.csv.gz", [g["num_nodes"] for g in graphs])
+    save("num-edge-list.csv.gz", [g["edge_index"].shape[1] // 2 for g in graphs])
+    save("graph-label.csv.gz", labels)
+    n = len(smiles)
+    split = folder / "split" / "scaffold"
+    split.mkdir(parents=True)
+    for part, idx in (
+        ("train", range(0, n - 12)),
+        ("valid", range(n - 12, n - 6)),
+        ("test", range(n - 6, n)),
+    ):
+        pd.DataFrame(list(idx)).to_csv(split / f"{part}.csv.gz", header=False, index=False)
+    (folder / "RELEASE_v1.txt").write_text("fixture\n")
+    (folder / "mapping").mkdir()
+    mapping = pd.DataFrame({"HIV_active": labels[:, 0], "smiles": smiles, "mol_id": range(n)})
+    mapping.to_csv(folder / "mapping" / "mol.csv.gz", index=False, compression="gzip")
+    return folder
 
 
 def v2_splits(n: int) -> dict[str, list[int]]:
