@@ -20,7 +20,6 @@ from tests.helpers import (
     FakeClock,
     steady_probe,
     tiny_train_config,
-    train_args,
 )
 
 
@@ -39,7 +38,7 @@ def table(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A CSV of 120 small molecules (heavy-atom counts) and a short run on it."""
-    from graphormer_urpe import cli
+    from graphormer_urpe.training import train
 
     root = tmp_path_factory.mktemp("cal")
     smiles = [
@@ -48,7 +47,7 @@ def tiny_run(tmp_path_factory):
     heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
     pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(root / "data.csv", index=False)
     out = root / "run"
-    assert cli.main(train_args(root / "data.csv", root / "store", out)) == 0
+    train(tiny_train_config(root / "data.csv", root / "store", out), progress=False)
     return root, out
 
 
