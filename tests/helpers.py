@@ -24,13 +24,24 @@ from rdkit import Chem, DataStructs
 from rdkit.Chem import rdFingerprintGenerator
 from torch_geometric.data import Data
 
-from graphormer_urpe import Graphormer, GraphormerFeatures, collate, get_preset
+from graphormer_urpe import (
+    Graphormer,
+    GraphormerCollator,
+    GraphormerFeatures,
+    collate,
+    get_preset,
+)
 from graphormer_urpe.datasets import featurize_smiles, penalized_logp, zinc_mol_to_graph
 from graphormer_urpe.datasets.domain import FINGERPRINT_BITS, record_of_smiles
+from graphormer_urpe.datasets.featurizers.descriptors import (
+    DescriptorNormalizer,
+    compute_descriptors,
+)
 from graphormer_urpe.datasets.store import chunks as chunks_module
 from graphormer_urpe.graph.model import GraphormerConfig, fit_tables
 from graphormer_urpe.graph.published_weights import hf_inputs
 from graphormer_urpe.graph.static_shapes import StaticShapes
+from graphormer_urpe.inference.loading import load_model
 from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.runtime.capture import EagerGraphs
@@ -416,6 +427,57 @@ def reference_nearest(train: list[str], query: list[str]) -> np.ndarray:
             for m in mols_of(query)
         ]
     )
+
+
+# ---- embeddings: a tiny checkpoint and the plain reference
+def embedding_checkpoint(path: Path, mol_features: dict | None = None, seed: int = 0) -> Path:
+    """A tiny untrained OGB-featurised model of width 16 with targets ``a`` and ``b`` (with
+    descriptors: ``mol_features``), written to ``path``."""
+    torch.manual_seed(seed)
+    k = 0 if mol_features is None else len(mol_features["descriptors"]["names"])
+    config = make_config(
+        "small",
+        model_overrides=dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2),
+    )
+    model = build_model(config.model, "ogb", 2, num_mol_features=k)
+    config.model = model.config
+    state = {
+        "config": config.to_json(),
+        "model": model.state_dict(),
+        "featurizer": "ogb",
+        "target_names": ["a", "b"],
+        "metric": "mae",
+        "task_type": "regression",
+    }
+    if mol_features is not None:
+        state["mol_features"] = mol_features
+    save_checkpoint(path, state)
+    return path
+
+
+@torch.no_grad()
+def embedding_reference(path: Path, smiles: list[str]) -> np.ndarray:
+    """Plain reference of the embeddings of ``smiles`` by the checkpoint ``path``, ``[N, d + K]``:
+    one molecule at a time, the graph token's final state joined by hand
+    to the normalised descriptors; NaN rows where featurising fails."""
+    lm = load_model(path, "cpu")
+    model, cfg = lm.model.eval(), lm.model.config
+    transform = GraphormerFeatures(cfg.multi_hop_max_dist)
+    collate = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
+    rows = []
+    for smi in smiles:
+        try:
+            graph = transform(featurize_smiles(smi, lm.featurizer))
+        except ValueError:
+            rows.append(np.full(cfg.hidden_dim + cfg.num_mol_features, np.nan, np.float32))
+            continue
+        h = model.encoder.forward_graphs(collate([graph]))[0]  # [d]
+        if cfg.num_mol_features:
+            norm = DescriptorNormalizer.from_dict(lm.mol_features["descriptors"])
+            m = torch.from_numpy(norm.transform(compute_descriptors([smi]))[0]).float()
+            h = torch.cat([h, m])
+        rows.append(h.numpy())
+    return np.stack(rows)
 
 
 # ---- comparing two runs; hooking the training loss
