@@ -848,6 +848,28 @@ def domain_checkpoint(path: Path, task_type: str = "regression") -> Path:
     return path
 
 
+def named_inputs(folder: Path, smiles: list[str]) -> dict[str, Path]:
+    """``smiles`` as a CSV with a ``name`` (``m<i>``) and an ``other`` column, a .csv.gz, a .smi
+    with names (``mol <i>``) and a .txt of SMILES alone, in ``folder``."""
+    paths = {}
+    table = io.StringIO()
+    w = csv.writer(table, lineterminator="\n")
+    w.writerow(["name", "smiles", "other"])
+    for i, s in enumerate(smiles):
+        w.writerow([f"m{i}", s, i])
+    paths["csv"] = folder / "in.csv"
+    paths["csv"].write_text(table.getvalue())
+    paths["csv.gz"] = folder / "in.csv.gz"
+    with gzip.open(paths["csv.gz"], "wt") as fh:
+        fh.write(table.getvalue())
+    paths["smi"] = folder / "in.smi"
+    # a name may follow the SMILES; an empty SMILES is a blank line
+    paths["smi"].write_text("".join(f"{s}\tmol {i}\n" if s else "\n" for i, s in enumerate(smiles)))
+    paths["txt"] = folder / "in.txt"
+    paths["txt"].write_text("smiles\n" + "".join(f"{s}\n" for s in smiles))
+    return paths
+
+
 def input_files(folder: Path, smiles: list[str]) -> dict[str, Path]:
     """``smiles`` as a CSV (with other columns), a .csv.gz, a .smi with names and Parquet."""
     folder.mkdir(parents=True, exist_ok=True)
