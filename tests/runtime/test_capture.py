@@ -511,7 +511,8 @@ def test_cuda_graph_dropout_draws_new_masks_at_every_replay():
 
 @CUDA
 @pytest.mark.cuda
-def test_cuda_training_captures_its_steps(table, tmp_path, caplog):
+def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):
+    """(Named as the GPU check lists it: the run the train command makes, through the library.)"""
     out = tmp_path / "run"
     with caplog.at_level("DEBUG", logger="graphormer_urpe.runtime.capture"):
         train(tiny_train_config(table, tmp_path / "data", out, device="cuda"), progress=False)
