@@ -13,7 +13,14 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.helpers import ROOT, SHARED_DATA, SMILES, train_args
+from tests.helpers import (
+    ROOT,
+    SHARED_DATA,
+    SMILES,
+    FakeClock,
+    steady_probe,
+    tiny_train_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +38,7 @@ def table(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A CSV of 120 small molecules (heavy-atom counts) and a short run on it."""
-    from graphormer_urpe import cli
+    from graphormer_urpe.training import train
 
     root = tmp_path_factory.mktemp("cal")
     smiles = [
@@ -40,8 +47,40 @@ def tiny_run(tmp_path_factory):
     heavy = [sum(ch.isalpha() for ch in s) for s in smiles]
     pd.DataFrame({"smiles": smiles, "heavy_atoms": heavy}).to_csv(root / "data.csv", index=False)
     out = root / "run"
-    assert cli.main(train_args(root / "data.csv", root / "store", out)) == 0
+    train(tiny_train_config(root / "data.csv", root / "store", out), progress=False)
     return root, out
+
+
+@pytest.fixture(scope="module")
+def start_checkpoint(table, tmp_path_factory) -> Path:
+    """A tiny trained checkpoint to start from (its graph token is the trees' input); one per
+    module."""
+    from graphormer_urpe.training import train
+
+    base = tmp_path_factory.mktemp("start")
+    train(tiny_train_config(table, base / "data", base / "run"), progress=False)
+    return base / "run" / "best.pt"
+
+
+@pytest.fixture
+def steady_clock(monkeypatch) -> list[float]:
+    """Time that machine load cannot move, for a command run in this process:
+    ``time.perf_counter`` advances a microsecond per reading, and a run's measured costs are
+    fixed sizes (:func:`~tests.helpers.steady_probe`) times the machine's load, the list's
+    last value (append to make the next measurement slower)."""
+    import functools
+    import time
+
+    from graphormer_urpe.training import run as training_run
+    from graphormer_urpe.training.trainer import Trainer
+
+    clock = FakeClock()
+    load = [1.0]
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(
+        training_run, "Trainer", functools.partial(Trainer, probe=steady_probe(load))
+    )
+    return load
 
 
 @pytest.fixture

@@ -19,22 +19,38 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from rdkit import Chem
+from ogb.utils import smiles2graph
+from rdkit import Chem, DataStructs
+from rdkit.Chem import rdFingerprintGenerator
 from torch_geometric.data import Data
 
-from graphormer_urpe import Graphormer, collate, get_preset
-from graphormer_urpe.datasets import penalized_logp, zinc_mol_to_graph
-from graphormer_urpe.datasets.domain import record_of_smiles
+from graphormer_urpe import (
+    Graphormer,
+    GraphormerCollator,
+    GraphormerFeatures,
+    collate,
+    get_preset,
+)
+from graphormer_urpe.datasets import featurize_smiles, penalized_logp, zinc_mol_to_graph
+from graphormer_urpe.datasets.domain import FINGERPRINT_BITS, record_of_smiles
+from graphormer_urpe.datasets.featurizers.descriptors import (
+    DescriptorNormalizer,
+    compute_descriptors,
+)
 from graphormer_urpe.datasets.store import chunks as chunks_module
-from graphormer_urpe.graph.model import GraphormerConfig
+from graphormer_urpe.graph.model import GraphormerConfig, fit_tables
+from graphormer_urpe.graph.published_weights import hf_inputs
 from graphormer_urpe.graph.static_shapes import StaticShapes
+from graphormer_urpe.inference.loading import load_model
 from graphormer_urpe.io.checkpoint import load_checkpoint, save_checkpoint
 from graphormer_urpe.runtime import make_config
 from graphormer_urpe.runtime.capture import EagerGraphs
+from graphormer_urpe.runtime.train_config import TrainConfig, build_train_config
 from graphormer_urpe.sequence import TransformerXL, TransformerXLConfig
 from graphormer_urpe.sequence.model import RelativePositionTable
 from graphormer_urpe.training import run as training_run
 from graphormer_urpe.training import steps
+from graphormer_urpe.training.pacing import RunCosts
 from graphormer_urpe.training.run import (
     Precision,
     StepTotals,
@@ -43,6 +59,7 @@ from graphormer_urpe.training.run import (
     make_optimizer,
     step_body,
 )
+from graphormer_urpe.training.run_costs import CostProbe
 from graphormer_urpe.training.trainer import Trainer
 
 # ---- random graphs and the shared ZINC validation graphs
@@ -175,6 +192,17 @@ SMILES = [  # 40 small molecules; the CSV fixture ``table`` pairs them with heav
 ]
 
 
+def heavy_atoms_csv(path: Path) -> Path:
+    """Write the CSV of the 40 molecules of ``SMILES`` with RDKit's heavy-atom counts
+    (column ``heavy_atoms``) to ``path``."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["smiles", "heavy_atoms"])
+        for s in SMILES:
+            w.writerow([s, Chem.MolFromSmiles(s).GetNumHeavyAtoms()])
+    return path
+
+
 TINY_MODEL = ["--num-layers", "2", "--hidden-dim", "16", "--ffn-dim", "16", "--num-heads", "2"]
 
 
@@ -205,6 +233,252 @@ def train_args(table: Path, root: Path, out: Path, *extra: str) -> list[str]:
         "1",
         *extra,
     ]
+
+
+TINY_MODEL_FIELDS = {"num_layers": 2, "hidden_dim": 16, "ffn_dim": 16, "num_heads": 2}
+"""``TINY_MODEL`` as the model fields of a config."""
+
+URPE_NO_DROPOUT = {"attention": "urpe", "dropout": 0.0, "attention_dropout": 0.0}
+"""Model fields of a URPE run without dropout (``--attention urpe --dropout 0
+--attention-dropout 0``): runs that differ only in how their steps run give the same numbers."""
+
+
+def tiny_train_config(
+    table: Path, root: Path, out: Path, model: dict | None = None, **fields
+) -> TrainConfig:
+    """The config of ``train_args(table, root, out)`` built through the library (what the
+    command builds from those flags); ``model`` and ``fields`` override or add fields."""
+    given = dict(
+        dataset=f"csv:{table}",
+        data_root=str(root),
+        target_columns=["heavy_atoms"],
+        out=str(out),
+        batch_size=8,
+        epochs=3,
+        warmup_steps=2,
+        lr=1e-3,
+        threads=1,
+    )
+    return build_train_config(
+        model_overrides={**TINY_MODEL_FIELDS, **(model or {})}, **{**given, **fields}
+    )
+
+
+class FakeClock:
+    """Seconds that pass only when a test moves them on (:meth:`advance`), and a microsecond
+    at each reading, as a monotonic clock never reads the same twice; a run's ``clock=``."""
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass."""
+        self.now += seconds
+
+
+def steady_probe(load: list[float], measure: bool = False) -> type[CostProbe]:
+    """A trainer's cost probe (``probe=``) whose costs are fixed sizes (a step 0.2 s, a
+    validation and the test 0.1 s each, a checkpoint 0.05 s, the set-up 1 s, the measurement
+    0.5 s) times the machine's load, ``load``'s last value (append to it to make the next
+    measurement slower). With ``measure``, the real measurement runs first (its steps and
+    batches, which leave the run's RNG as it was) and its timings are dropped."""
+
+    class SteadyProbe(CostProbe):
+        def measure(self) -> RunCosts:
+            if measure:
+                super().measure()
+            x = load[-1]
+            steps, every = self.data.steps_per_epoch, self.launch.config.eval_every
+            return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
+
+    return SteadyProbe
+
+
+# ---- Hugging Face's Graphormer (the oracle of the published weights)
+def batch_of(smiles: list[str], multi_hop_max_dist: int):
+    """The OGB-featurised batch of ``smiles`` with ``multi_hop_max_dist`` hops."""
+    transform = GraphormerFeatures(multi_hop_max_dist)
+    graphs = [transform(featurize_smiles(s, "ogb")) for s in smiles]
+    return collate(graphs, multi_hop_max_dist)
+
+
+def hf_config(size: str, layers: int, pre_ln: bool, hops: int, outputs: int, **kw):
+    """Hugging Face config of one of this library's preset sizes, with OGB-sized tables (needs
+    ``transformers``)."""
+    from transformers.models.deprecated.graphormer import configuration_graphormer
+
+    c = fit_tables(get_preset(size, multi_hop_max_dist=hops), "ogb")
+    return configuration_graphormer.GraphormerConfig(
+        num_classes=outputs,
+        num_atoms=c.num_atoms - 1,
+        num_edges=c.num_edges - 1,
+        num_in_degree=c.num_degree,
+        num_out_degree=c.num_degree,
+        num_spatial=c.num_spatial,
+        num_edge_dis=c.num_edge_dis,
+        multi_hop_max_dist=hops,
+        num_hidden_layers=layers,
+        embedding_dim=c.hidden_dim,
+        ffn_embedding_dim=c.ffn_dim,
+        num_attention_heads=c.num_heads,
+        pre_layernorm=pre_ln,
+        apply_graphormer_init=True,
+        **kw,
+    )
+
+
+def hf_model(config, seed: int = 0):
+    """Random Hugging Face Graphormer in eval mode; LayerNorms and biases moved off their
+    initial values so that every tensor matters (padding rows stay zero; needs ``transformers``)."""
+    from transformers.models.deprecated.graphormer import modeling_graphormer
+
+    torch.manual_seed(seed)
+    model = modeling_graphormer.GraphormerForGraphClassification(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def hf_predict(model, batch) -> torch.Tensor:
+    """A Hugging Face Graphormer's outputs on one of this library's batches."""
+    with torch.no_grad():
+        return model(**hf_inputs(batch)).logits
+
+
+# ---- the applicability domain's molecules
+# Marketed drugs: the training molecules and, from the same population, held-out ones whose
+# elements, charges and sizes all occur in training.
+DRUGS_TRAIN = [
+    "CC(=O)Oc1ccccc1C(=O)O",  # aspirin
+    "CC(=O)Nc1ccc(O)cc1",  # paracetamol
+    "CC(C)Cc1ccc(cc1)C(C)C(=O)O",  # ibuprofen
+    "Cn1cnc2c1c(=O)n(C)c(=O)n2C",  # caffeine
+    "COc1ccc2cc(ccc2c1)C(C)C(=O)O",  # naproxen
+    "OC(=O)Cc1ccccc1Nc1c(Cl)cccc1Cl",  # diclofenac
+    "CN(C)CCCN1c2ccccc2Sc2ccc(Cl)cc21",  # chlorpromazine
+    "CN1C(=O)CN=C(c2ccccc2)c2cc(Cl)ccc21",  # diazepam
+    "CNCCC(Oc1ccc(cc1)C(F)(F)F)c1ccccc1",  # fluoxetine
+    "CN(C)C(=N)N=C(N)N",  # metformin
+    "CC(C)NCC(O)COc1ccc(CC(N)=O)cc1",  # atenolol
+    "CC(C)NCC(O)COc1cccc2ccccc12",  # propranolol
+    "CCN(CC)CC(=O)Nc1c(C)cccc1C",  # lidocaine
+    "COC(=O)C1=C(C)NC(C)=C(C1c1ccccc1[N+](=O)[O-])C(=O)OC",  # nifedipine
+    "Cc1cc(NS(=O)(=O)c2ccc(N)cc2)no1",  # sulfamethoxazole
+    "OC(=O)c1cn(C2CC2)c2cc(N3CCNCC3)c(F)cc2c1=O",  # ciprofloxacin
+    "COc1ccc2[nH]c(nc2c1)S(=O)Cc1ncc(C)c(OC)c1C",  # omeprazole
+    "CC(=O)CC(c1ccccc1)c1c(O)c2ccccc2oc1=O",  # warfarin
+    "O=C1NC(=O)C(N1)(c1ccccc1)c1ccccc1",  # phenytoin
+    "NC(=O)N1c2ccccc2C=Cc2ccccc12",  # carbamazepine
+    "OC1(CCN(CCCC(=O)c2ccc(F)cc2)CC1)c1ccc(Cl)cc1",  # haloperidol
+    "CC(C)(C)NCC(O)c1ccc(O)c(CO)c1",  # salbutamol
+    "CC(C(=O)O)c1cccc(c1)C(=O)c1ccccc1",  # ketoprofen
+    "COc1ccc2n(C(=O)c3ccc(Cl)cc3)c(C)c(CC(=O)O)c2c1",  # indomethacin
+    "Cc1ccc(cc1)-c1cc(nn1-c1ccc(cc1)S(N)(=O)=O)C(F)(F)F",  # celecoxib
+    "CCCCc1nc(Cl)c(CO)n1Cc1ccc(cc1)-c1ccccc1-c1nn[nH]n1",  # losartan
+    "CCCc1nn(C)c2c1nc([nH]c2=O)-c1cc(ccc1OCC)S(=O)(=O)N1CCN(C)CC1",  # sildenafil
+    "CCC(=C(c1ccccc1)c1ccc(OCCN(C)C)cc1)c1ccccc1",  # tamoxifen
+    "COc1ccc(CCN(C)CCCC(C#N)(C(C)C)c2ccc(OC)c(OC)c2)cc1OC",  # verapamil
+    "CNC(=C[N+](=O)[O-])NCCSCc1ccc(CN(C)C)o1",  # ranitidine
+    "COc1cc(Cc2cnc(N)nc2N)cc(OC)c1OC",  # trimethoprim
+    "NS(=O)(=O)c1cc(C(=O)O)c(NCc2ccco2)cc1Cl",  # furosemide
+]
+DRUGS_HELD_OUT = [
+    "Cn1c2c(c(=O)n(C)c1=O)[nH]cn2",  # theophylline
+    "COCCc1ccc(OCC(O)CNC(C)C)cc1",  # metoprolol
+    "Clc1cccc(Cl)c1NC1=NCCN1",  # clonidine
+    "Nc1nc2n(COCCO)cnc2c(=O)[nH]1",  # acyclovir
+    "NS(=O)(=O)c1cc2c(cc1Cl)NCNS2(=O)=O",  # hydrochlorothiazide
+    "CCOC(=O)C1=C(COCCN)NC(C)=C(C1c1ccccc1Cl)C(=O)OC",  # amlodipine
+    "Cc1ccc(cc1)-c1nc2ccc(C)cn2c1CC(=O)N(C)C",  # zolpidem
+    "CN(C)CCCC1(OCc2cc(ccc12)C#N)c1ccc(F)cc1",  # citalopram
+    "CNC1CCC(c2ccc(Cl)c(Cl)c2)c2ccccc12",  # sertraline
+    "COc1ccc(cc1)C(CN(C)C)C1(O)CCCCC1",  # venlafaxine
+    "COc1cc2CC(CC3CCN(Cc4ccccc4)CC3)C(=O)c2cc1OC",  # donepezil
+    "O=C1CN(C(=O)N1)/N=C/c1ccc(o1)[N+](=O)[O-]",  # nitrofurantoin
+]
+
+
+def mols_of(smiles: list[str]) -> list[Chem.Mol]:
+    """RDKit's molecules of ``smiles`` (each must parse)."""
+    mols = [Chem.MolFromSmiles(s) for s in smiles]
+    assert all(m is not None for m in mols)
+    return mols
+
+
+def max_atoms(smiles: list[str]) -> int:
+    """The most atoms of a molecule of ``smiles``."""
+    return max(m.GetNumAtoms() for m in mols_of(smiles))
+
+
+def reference_nearest(train: list[str], query: list[str]) -> np.ndarray:
+    """Plain reference: each query molecule's highest Tanimoto similarity to ``train``
+    (RDKit's Morgan fingerprints of radius 2)."""
+    """RDKit's own answer: the largest ``BulkTanimotoSimilarity`` over the training set."""
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=FINGERPRINT_BITS)
+    fps = [gen.GetFingerprint(m) for m in mols_of(train)]
+    return np.array(
+        [
+            max(DataStructs.BulkTanimotoSimilarity(gen.GetFingerprint(m), fps))
+            for m in mols_of(query)
+        ]
+    )
+
+
+# ---- embeddings: a tiny checkpoint and the plain reference
+def embedding_checkpoint(path: Path, mol_features: dict | None = None, seed: int = 0) -> Path:
+    """A tiny untrained OGB-featurised model of width 16 with targets ``a`` and ``b`` (with
+    descriptors: ``mol_features``), written to ``path``."""
+    torch.manual_seed(seed)
+    k = 0 if mol_features is None else len(mol_features["descriptors"]["names"])
+    config = make_config(
+        "small",
+        model_overrides=dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2),
+    )
+    model = build_model(config.model, "ogb", 2, num_mol_features=k)
+    config.model = model.config
+    state = {
+        "config": config.to_json(),
+        "model": model.state_dict(),
+        "featurizer": "ogb",
+        "target_names": ["a", "b"],
+        "metric": "mae",
+        "task_type": "regression",
+    }
+    if mol_features is not None:
+        state["mol_features"] = mol_features
+    save_checkpoint(path, state)
+    return path
+
+
+@torch.no_grad()
+def embedding_reference(path: Path, smiles: list[str]) -> np.ndarray:
+    """Plain reference of the embeddings of ``smiles`` by the checkpoint ``path``, ``[N, d + K]``:
+    one molecule at a time, the graph token's final state joined by hand
+    to the normalised descriptors; NaN rows where featurising fails."""
+    lm = load_model(path, "cpu")
+    model, cfg = lm.model.eval(), lm.model.config
+    transform = GraphormerFeatures(cfg.multi_hop_max_dist)
+    collate = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
+    rows = []
+    for smi in smiles:
+        try:
+            graph = transform(featurize_smiles(smi, lm.featurizer))
+        except ValueError:
+            rows.append(np.full(cfg.hidden_dim + cfg.num_mol_features, np.nan, np.float32))
+            continue
+        h = model.encoder.forward_graphs(collate([graph]))[0]  # [d]
+        if cfg.num_mol_features:
+            norm = DescriptorNormalizer.from_dict(lm.mol_features["descriptors"])
+            m = torch.from_numpy(norm.transform(compute_descriptors([smi]))[0]).float()
+            h = torch.cat([h, m])
+        rows.append(h.numpy())
+    return np.stack(rows)
 
 
 # ---- comparing two runs; hooking the training loss
@@ -575,6 +849,28 @@ def domain_checkpoint(path: Path, task_type: str = "regression") -> Path:
     return path
 
 
+def named_inputs(folder: Path, smiles: list[str]) -> dict[str, Path]:
+    """``smiles`` as a CSV with a ``name`` (``m<i>``) and an ``other`` column, a .csv.gz, a .smi
+    with names (``mol <i>``) and a .txt of SMILES alone, in ``folder``."""
+    paths = {}
+    table = io.StringIO()
+    w = csv.writer(table, lineterminator="\n")
+    w.writerow(["name", "smiles", "other"])
+    for i, s in enumerate(smiles):
+        w.writerow([f"m{i}", s, i])
+    paths["csv"] = folder / "in.csv"
+    paths["csv"].write_text(table.getvalue())
+    paths["csv.gz"] = folder / "in.csv.gz"
+    with gzip.open(paths["csv.gz"], "wt") as fh:
+        fh.write(table.getvalue())
+    paths["smi"] = folder / "in.smi"
+    # a name may follow the SMILES; an empty SMILES is a blank line
+    paths["smi"].write_text("".join(f"{s}\tmol {i}\n" if s else "\n" for i, s in enumerate(smiles)))
+    paths["txt"] = folder / "in.txt"
+    paths["txt"].write_text("smiles\n" + "".join(f"{s}\n" for s in smiles))
+    return paths
+
+
 def input_files(folder: Path, smiles: list[str]) -> dict[str, Path]:
     """``smiles`` as a CSV (with other columns), a .csv.gz, a .smi with names and Parquet."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -664,6 +960,39 @@ def write_lsc_layout(
     if release:
         (base / "RELEASE_v1.txt").write_text("fixture\n")
     return gaps
+
+
+def write_ogbg_layout(root: Path, name: str, smiles: list[str], labels: np.ndarray) -> Path:
+    """OGB's csv_mol_download layout for ``name`` (as ``master.csv`` describes it)."""
+    folder = root / "_".join(name.split("-"))
+    raw = folder / "raw"
+    raw.mkdir(parents=True)
+    graphs = [smiles2graph(s) for s in smiles]
+
+    def save(file: str, rows) -> None:
+        pd.DataFrame(rows).to_csv(raw / file, header=False, index=False, compression="gzip")
+
+    # one row per bond (OGB adds the inverse edges itself: add_inverse_edge=True)
+    save("edge.csv.gz", np.concatenate([g["edge_index"][:, ::2] for g in graphs], axis=1).T)
+    save("edge-feat.csv.gz", np.concatenate([g["edge_feat"][::2] for g in graphs]))
+    save("node-feat.csv.gz", np.concatenate([g["node_feat"] for g in graphs]))
+    save("num-node-list.csv.gz", [g["num_nodes"] for g in graphs])
+    save("num-edge-list.csv.gz", [g["edge_index"].shape[1] // 2 for g in graphs])
+    save("graph-label.csv.gz", labels)
+    n = len(smiles)
+    split = folder / "split" / "scaffold"
+    split.mkdir(parents=True)
+    for part, idx in (
+        ("train", range(0, n - 12)),
+        ("valid", range(n - 12, n - 6)),
+        ("test", range(n - 6, n)),
+    ):
+        pd.DataFrame(list(idx)).to_csv(split / f"{part}.csv.gz", header=False, index=False)
+    (folder / "RELEASE_v1.txt").write_text("fixture\n")
+    (folder / "mapping").mkdir()
+    mapping = pd.DataFrame({"HIV_active": labels[:, 0], "smiles": smiles, "mol_id": range(n)})
+    mapping.to_csv(folder / "mapping" / "mol.csv.gz", index=False, compression="gzip")
+    return folder
 
 
 def v2_splits(n: int) -> dict[str, list[int]]:

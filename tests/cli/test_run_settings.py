@@ -4,6 +4,7 @@ config, URPE by default, and URPE's C in its own weight-decay group."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import logging
 import sys
@@ -22,7 +23,7 @@ from graphormer_urpe.training import run, run_setup
 from graphormer_urpe.training.run import make_optimizer, parameter_groups
 from graphormer_urpe.training.run_costs import CostProbe, batch_work
 from graphormer_urpe.training.trainer import Trainer
-from tests.helpers import train_args
+from tests.helpers import steady_probe, train_args
 
 
 def _config(*flags: str):
@@ -132,9 +133,11 @@ def test_the_command_line_counts_its_time_limit_from_its_own_start(
     table,
     tmp_path,
     monkeypatch,
+    steady_clock,
 ):
     """``graphormer-urpe train`` (no argv: this process is the command) counts --time-limit
-    from the package's import; an in-process call with argv counts from the call."""
+    from the package's import; an in-process call with argv counts from the call (on a steady
+    clock: machine load cannot make either run late)."""
     args = train_args(table, tmp_path / "data", tmp_path / "cmd", "--time-limit", "1")
     monkeypatch.setattr(cli, "IMPORTED_AT", time.perf_counter() - 61)  # started 61 s ago
     monkeypatch.setattr(sys, "argv", ["graphormer-urpe", *args])
@@ -147,10 +150,16 @@ def test_the_command_line_counts_its_time_limit_from_its_own_start(
     assert metrics["stopped_on_time"] is False and metrics["steps"] == metrics["steps_planned"]
 
 
-def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, caplog):
+def test_time_limit_without_steps_plans_the_run_to_fill_it(
+    table, tmp_path, caplog, monkeypatch, steady_clock
+):
     """--time-limit alone: the steps are planned from measured step and validation times and
     recorded; the run equals the one given those steps with --max-steps (the measurement
-    leaves the RNG as it was); typed --epochs keep their plan."""
+    leaves the RNG as it was); typed --epochs keep their plan. On a steady clock (the
+    measurement runs, its timings are fixed), so the plan and the run do not depend on the
+    machine's load."""
+    probe = steady_probe(steady_clock, measure=True)
+    monkeypatch.setattr(run, "Trainer", functools.partial(Trainer, probe=probe))
     args = train_args(table, tmp_path / "data", tmp_path / "plan")
     i = args.index("--epochs")
     del args[i : i + 2]
@@ -162,13 +171,13 @@ def test_time_limit_without_steps_plans_the_run_to_fill_it(table, tmp_path, capl
     steps = planned["steps_planned"]
     assert saved["fill_time_limit"] and saved["max_steps"] == steps >= 1
     assert saved["epochs"] is None
-    assert planned["steps"] == steps or planned["stopped_on_time"]
-    if planned["steps"] == steps:  # the same run with the steps typed: the same numbers
-        fixed = [a if a != str(tmp_path / "plan") else str(tmp_path / "fixed") for a in args]
-        assert cli.main([*fixed, "--max-steps", str(steps)]) == 0
-        again = json.loads((tmp_path / "fixed" / "metrics.json").read_text())
-        assert again["steps"] == steps and again["best_valid_mae"] == planned["best_valid_mae"]
-        assert again["test_mae"] == planned["test_mae"]
+    assert planned["steps"] == steps and not planned["stopped_on_time"]
+    # the same run with the steps typed: the same numbers
+    fixed = [a if a != str(tmp_path / "plan") else str(tmp_path / "fixed") for a in args]
+    assert cli.main([*fixed, "--max-steps", str(steps)]) == 0
+    again = json.loads((tmp_path / "fixed" / "metrics.json").read_text())
+    assert again["steps"] == steps and again["best_valid_mae"] == planned["best_valid_mae"]
+    assert again["test_mae"] == planned["test_mae"]
     caplog.clear()
     typed = train_args(table, tmp_path / "data", tmp_path / "typed", "--time-limit", "5")
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):

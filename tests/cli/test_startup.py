@@ -2,8 +2,9 @@
 
 Which modules a piece of code imports is checked in a fresh interpreter (this test process has
 imported everything already): argument parsing and ``--help`` import no torch; the model's
-forward pass and ``predict`` import neither ``torch._dynamo`` nor ``torch_geometric``. The lazy
-packages (PEP 562) give every public name, the same object as its module's.
+forward pass and ``predict`` import neither ``torch._dynamo`` nor ``torch_geometric``, and
+``predict`` without ``--engine ray`` leaves Ray unimported. The lazy packages (PEP 562) give
+every public name, the same object as its module's.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 import graphormer_urpe
 from graphormer_urpe.utils.compiler import compiler_disable
-from tests.helpers import tiny_checkpoint
+from tests.helpers import VALID, domain_checkpoint, tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = [
@@ -275,3 +276,26 @@ def test_predict_ends_at_once_with_all_its_output(tmp_path):
     )
     failed = _predict_process(tmp_path / "missing.pt", smiles[:1])
     assert failed.returncode == 2 and "missing.pt" in failed.stderr
+
+
+@pytest.fixture(scope="module")
+def domain_ckpt(tmp_path_factory) -> Path:
+    return domain_checkpoint(tmp_path_factory.mktemp("ray-free") / "best.pt")
+
+
+def test_local_predict_never_imports_ray(domain_ckpt, tmp_path):
+    """Without ``--engine ray``, ``predict`` (and the CLI it runs in) leaves Ray unimported."""
+    smi = tmp_path / "in.smi"
+    smi.write_text("\n".join(VALID[:4]) + "\n")
+    out = tmp_path / "out.csv"
+    code = (
+        "import sys\n"
+        "from graphormer_urpe.cli import main\n"
+        f"main(['predict', '--checkpoint', {str(domain_ckpt)!r}, '--input', {str(smi)!r},"
+        f" '--output', {str(out)!r}, '--no-progress', '--workers', '0'])\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert len(out.read_text().splitlines()) == 5

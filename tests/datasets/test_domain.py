@@ -6,15 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from rdkit import Chem, DataStructs
-from rdkit.Chem import rdFingerprintGenerator
+from rdkit import Chem
 
-from graphormer_urpe import cli
 from graphormer_urpe.datasets.domain import (
     FINGERPRINT_BITS,
     FINGERPRINT_CAP,
@@ -30,74 +27,20 @@ from graphormer_urpe.datasets.store import (
     build_molecule_store,
     featurize_chunk,
 )
-from graphormer_urpe.inference import iter_predictions, load_model
-from tests.helpers import SHARED_DATA, TINY_MODEL
+from tests.helpers import (
+    DRUGS_HELD_OUT,
+    DRUGS_TRAIN,
+    SHARED_DATA,
+    max_atoms,
+    mols_of,
+    reference_nearest,
+)
 
-# Marketed drugs: the training molecules and, from the same population, held-out ones whose
-# elements, charges and sizes all occur in training.
-DRUGS_TRAIN = [
-    "CC(=O)Oc1ccccc1C(=O)O",  # aspirin
-    "CC(=O)Nc1ccc(O)cc1",  # paracetamol
-    "CC(C)Cc1ccc(cc1)C(C)C(=O)O",  # ibuprofen
-    "Cn1cnc2c1c(=O)n(C)c(=O)n2C",  # caffeine
-    "COc1ccc2cc(ccc2c1)C(C)C(=O)O",  # naproxen
-    "OC(=O)Cc1ccccc1Nc1c(Cl)cccc1Cl",  # diclofenac
-    "CN(C)CCCN1c2ccccc2Sc2ccc(Cl)cc21",  # chlorpromazine
-    "CN1C(=O)CN=C(c2ccccc2)c2cc(Cl)ccc21",  # diazepam
-    "CNCCC(Oc1ccc(cc1)C(F)(F)F)c1ccccc1",  # fluoxetine
-    "CN(C)C(=N)N=C(N)N",  # metformin
-    "CC(C)NCC(O)COc1ccc(CC(N)=O)cc1",  # atenolol
-    "CC(C)NCC(O)COc1cccc2ccccc12",  # propranolol
-    "CCN(CC)CC(=O)Nc1c(C)cccc1C",  # lidocaine
-    "COC(=O)C1=C(C)NC(C)=C(C1c1ccccc1[N+](=O)[O-])C(=O)OC",  # nifedipine
-    "Cc1cc(NS(=O)(=O)c2ccc(N)cc2)no1",  # sulfamethoxazole
-    "OC(=O)c1cn(C2CC2)c2cc(N3CCNCC3)c(F)cc2c1=O",  # ciprofloxacin
-    "COc1ccc2[nH]c(nc2c1)S(=O)Cc1ncc(C)c(OC)c1C",  # omeprazole
-    "CC(=O)CC(c1ccccc1)c1c(O)c2ccccc2oc1=O",  # warfarin
-    "O=C1NC(=O)C(N1)(c1ccccc1)c1ccccc1",  # phenytoin
-    "NC(=O)N1c2ccccc2C=Cc2ccccc12",  # carbamazepine
-    "OC1(CCN(CCCC(=O)c2ccc(F)cc2)CC1)c1ccc(Cl)cc1",  # haloperidol
-    "CC(C)(C)NCC(O)c1ccc(O)c(CO)c1",  # salbutamol
-    "CC(C(=O)O)c1cccc(c1)C(=O)c1ccccc1",  # ketoprofen
-    "COc1ccc2n(C(=O)c3ccc(Cl)cc3)c(C)c(CC(=O)O)c2c1",  # indomethacin
-    "Cc1ccc(cc1)-c1cc(nn1-c1ccc(cc1)S(N)(=O)=O)C(F)(F)F",  # celecoxib
-    "CCCCc1nc(Cl)c(CO)n1Cc1ccc(cc1)-c1ccccc1-c1nn[nH]n1",  # losartan
-    "CCCc1nn(C)c2c1nc([nH]c2=O)-c1cc(ccc1OCC)S(=O)(=O)N1CCN(C)CC1",  # sildenafil
-    "CCC(=C(c1ccccc1)c1ccc(OCCN(C)C)cc1)c1ccccc1",  # tamoxifen
-    "COc1ccc(CCN(C)CCCC(C#N)(C(C)C)c2ccc(OC)c(OC)c2)cc1OC",  # verapamil
-    "CNC(=C[N+](=O)[O-])NCCSCc1ccc(CN(C)C)o1",  # ranitidine
-    "COc1cc(Cc2cnc(N)nc2N)cc(OC)c1OC",  # trimethoprim
-    "NS(=O)(=O)c1cc(C(=O)O)c(NCc2ccco2)cc1Cl",  # furosemide
-]
-DRUGS_HELD_OUT = [
-    "Cn1c2c(c(=O)n(C)c1=O)[nH]cn2",  # theophylline
-    "COCCc1ccc(OCC(O)CNC(C)C)cc1",  # metoprolol
-    "Clc1cccc(Cl)c1NC1=NCCN1",  # clonidine
-    "Nc1nc2n(COCCO)cnc2c(=O)[nH]1",  # acyclovir
-    "NS(=O)(=O)c1cc2c(cc1Cl)NCNS2(=O)=O",  # hydrochlorothiazide
-    "CCOC(=O)C1=C(COCCN)NC(C)=C(C1c1ccccc1Cl)C(=O)OC",  # amlodipine
-    "Cc1ccc(cc1)-c1nc2ccc(C)cn2c1CC(=O)N(C)C",  # zolpidem
-    "CN(C)CCCC1(OCc2cc(ccc12)C#N)c1ccc(F)cc1",  # citalopram
-    "CNC1CCC(c2ccc(Cl)c(Cl)c2)c2ccccc12",  # sertraline
-    "COc1ccc(cc1)C(CN(C)C)C1(O)CCCCC1",  # venlafaxine
-    "COc1cc2CC(CC3CCN(Cc4ccccc4)CC3)C(=O)c2cc1OC",  # donepezil
-    "O=C1CN(C(=O)N1)/N=C/c1ccc(o1)[N+](=O)[O-]",  # nitrofurantoin
-]
 SALT = "[Na+].[Cl-]"
 HYDROCHLORIDE = "CN(C)CCCN1c2ccccc2Sc2ccc(Cl)cc21.Cl"  # chlorpromazine as its salt
 METAL = "[Fe+2]"
 FERROCENE = "[CH-]1C=CC=C1.[CH-]1C=CC=C1.[Fe+2]"
 CHAIN = "C" * 400
-
-
-def _mols(smiles: list[str]) -> list[Chem.Mol]:
-    mols = [Chem.MolFromSmiles(s) for s in smiles]
-    assert all(m is not None for m in mols)
-    return mols
-
-
-def _max_atoms(smiles: list[str]) -> int:
-    return max(m.GetNumAtoms() for m in _mols(smiles))
 
 
 def _check(record: DomainRecord, smiles: list[str], similarity: bool = True) -> list[DomainCheck]:
@@ -107,15 +50,6 @@ def _check(record: DomainRecord, smiles: list[str], similarity: bool = True) -> 
     assert not failures and len(mols) == len(smiles)
     result = record.check(arrays, mols if similarity else None)
     return [result[k] for k in range(len(result))]
-
-
-def _reference_nearest(train: list[str], query: list[str]) -> np.ndarray:
-    """RDKit's own answer: the largest ``BulkTanimotoSimilarity`` over the training set."""
-    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=FINGERPRINT_BITS)
-    fps = [gen.GetFingerprint(m) for m in _mols(train)]
-    return np.array(
-        [max(DataStructs.BulkTanimotoSimilarity(gen.GetFingerprint(m), fps)) for m in _mols(query)]
-    )
 
 
 @pytest.fixture(scope="module")
@@ -130,9 +64,9 @@ def record() -> DomainRecord:
 
 def test_the_record_holds_what_the_training_molecules_are_made_of(record):
     assert record.molecules == len(DRUGS_TRAIN) and record.featurizer == "ogb"
-    assert record.max_atoms == _max_atoms(DRUGS_TRAIN) and record.max_fragments == 1
+    assert record.max_atoms == max_atoms(DRUGS_TRAIN) and record.max_fragments == 1
     species = {
-        (a.GetAtomicNum(), a.GetFormalCharge()) for m in _mols(DRUGS_TRAIN) for a in m.GetAtoms()
+        (a.GetAtomicNum(), a.GetFormalCharge()) for m in mols_of(DRUGS_TRAIN) for a in m.GetAtoms()
     }
     assert {tuple(p) for p in record.species.tolist()} == species
     assert record.checks == ("elements", "charges", "fragments", "atoms", "similarity")
@@ -141,7 +75,7 @@ def test_the_record_holds_what_the_training_molecules_are_made_of(record):
 
 
 def test_salts_metals_and_giants_are_out_of_domain_with_their_reasons(record):
-    top = _max_atoms(DRUGS_TRAIN)
+    top = max_atoms(DRUGS_TRAIN)
     salt, metal, ferrocene, chain, hcl = _check(
         record, [SALT, METAL, FERROCENE, CHAIN, HYDROCHLORIDE]
     )
@@ -162,7 +96,7 @@ def test_drug_like_molecules_are_in_domain(record):
     assert all(c.in_domain and c.label == "in" and c.reasons == () for c in checks)
     assert [c.fragments for c in checks] == [1] * len(checks)
     assert [c.atoms for c in checks] == [
-        m.GetNumAtoms() for m in _mols(DRUGS_TRAIN + DRUGS_HELD_OUT)
+        m.GetNumAtoms() for m in mols_of(DRUGS_TRAIN + DRUGS_HELD_OUT)
     ]
 
 
@@ -170,7 +104,7 @@ def test_nearest_similarity_is_rdkits_bulk_tanimoto(record):
     own = _check(record, DRUGS_TRAIN)
     assert [c.nearest_similarity for c in own] == [1.0] * len(DRUGS_TRAIN)
     held = [c.nearest_similarity for c in _check(record, DRUGS_HELD_OUT)]
-    np.testing.assert_allclose(held, _reference_nearest(DRUGS_TRAIN, DRUGS_HELD_OUT), atol=1e-6)
+    np.testing.assert_allclose(held, reference_nearest(DRUGS_TRAIN, DRUGS_HELD_OUT), atol=1e-6)
     assert max(held) < 1.0
     # random training sets and queries, and a query with more than 255 bits set
     rng = np.random.default_rng(7)
@@ -181,7 +115,7 @@ def test_nearest_similarity_is_rdkits_bulk_tanimoto(record):
         train += [big] if size == 17 else []  # then more than 255 shared bits
         query = [pool[k] for k in rng.choice(len(pool), 9, replace=False)] + [big, CHAIN]
         got = [c.nearest_similarity for c in _check(record_of_smiles(train), query)]
-        np.testing.assert_allclose(got, _reference_nearest(train, query), atol=1e-6)
+        np.testing.assert_allclose(got, reference_nearest(train, query), atol=1e-6)
 
 
 def test_the_similarity_can_be_left_out(record):
@@ -196,7 +130,7 @@ def test_fragment_counts_are_rdkits():
     arrays, failures, _ = featurize_chunk(smiles, np.zeros((len(smiles), 1)), 0, "ogb")
     assert not failures
     got = fragment_counts(arrays["num_nodes"], arrays["edge_index"], arrays["num_edges"])
-    assert got.tolist() == [len(Chem.GetMolFrags(m)) for m in _mols(smiles)]
+    assert got.tolist() == [len(Chem.GetMolFrags(m)) for m in mols_of(smiles)]
     assert got.tolist()[:5] == [1, 2, 2, 1, 3]
 
 
@@ -272,9 +206,7 @@ def test_a_store_without_smiles_records_all_but_the_similarity(tmp_path, featuri
     )
     back = DomainRecord.from_dict(rec.to_dict())
     (chain,) = _check(back, [CHAIN])
-    assert (
-        chain.reasons == (f"atoms 400 > {_max_atoms(kept)}",) and chain.nearest_similarity is None
-    )
+    assert chain.reasons == (f"atoms 400 > {max_atoms(kept)}",) and chain.nearest_similarity is None
 
 
 def test_zinc_molecules_against_zinc_training_molecules(tmp_path):
@@ -296,7 +228,7 @@ def test_zinc_molecules_against_zinc_training_molecules(tmp_path):
     rng = np.random.default_rng(0)
     pick = rng.choice(len(val), 100, replace=False)
     got = [checks[k].nearest_similarity for k in pick]
-    np.testing.assert_allclose(got, _reference_nearest(train, [val[k] for k in pick]), atol=1e-6)
+    np.testing.assert_allclose(got, reference_nearest(train, [val[k] for k in pick]), atol=1e-6)
     own = [c.nearest_similarity for c in _check(rec, [train[k] for k in rng.choice(2000, 50)])]
     assert own == [1.0] * 50
     salt, metal, chain = _check(rec, [SALT, METAL, CHAIN])
@@ -305,129 +237,8 @@ def test_zinc_molecules_against_zinc_training_molecules(tmp_path):
 
 
 # --------------------------------------------------------------------------------------
-# predict end to end
+# the columns predict writes (the command end to end: tests/cli/test_predict_domain.py)
 # --------------------------------------------------------------------------------------
-
-PREDICT_INPUT = [DRUGS_TRAIN[3], DRUGS_HELD_OUT[0], SALT, "not a smiles((", METAL, CHAIN]
-
-
-def _train(table: Path, root: Path, out: Path, *extra: str) -> None:
-    args = ["train", "--dataset", f"csv:{table}", "--data-root", str(root), "--out", str(out)]
-    args += ["--target-columns", "y", "--split-column", "split", *TINY_MODEL]
-    args += ["--batch-size", "8", "--epochs", "2", "--warmup-steps", "2", "--lr", "1e-3"]
-    assert cli.main([*args, "--no-progress", "--threads", "1", *extra]) == 0
-
-
-@pytest.fixture(scope="module")
-def drug_table(tmp_path_factory) -> Path:
-    """The drugs with a target, the training ones in the training split."""
-    path = tmp_path_factory.mktemp("drugs") / "drugs.csv"
-    held_out = ["valid" if k % 2 else "test" for k in range(len(DRUGS_HELD_OUT))]
-    splits = ["train"] * len(DRUGS_TRAIN) + held_out
-    pairs = zip(DRUGS_TRAIN + DRUGS_HELD_OUT, splits, strict=True)
-    rows = [[s, len(s) / 10, split] for s, split in pairs]
-    with open(path, "w", newline="") as fh:
-        csv.writer(fh).writerows([["smiles", "y", "split"], *rows])
-    return path
-
-
-@pytest.fixture(scope="module")
-def drug_run(drug_table, tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("drug-run")
-    _train(drug_table, base / "data", base / "run")
-    return base / "run"
-
-
-def _predict(ckpt: Path, tmp_path: Path, capsys, *extra: str) -> tuple[list[dict], str]:
-    table = tmp_path / "in.csv"
-    table.write_text("smiles\n" + "".join(f"{s}\n" for s in PREDICT_INPUT))
-    out = tmp_path / "out.csv"
-    args = ["predict", "--checkpoint", str(ckpt), "--input", str(table), "--output", str(out)]
-    args += ["--workers", "1", "--chunk-size", "2", "--no-progress", *extra]
-    capsys.readouterr()
-    assert cli.main(args) == 0
-    with open(out) as fh:
-        reader = csv.DictReader(fh)
-        assert reader.fieldnames is not None
-        assert reader.fieldnames[-3:] == ["domain", "nearest_similarity", "error"]
-        rows = list(reader)
-    return rows, capsys.readouterr().err
-
-
-def test_predict_flags_each_row(drug_run, tmp_path, capsys):
-    rows, err = _predict(drug_run / "best.pt", tmp_path, capsys)
-    assert [r["smiles"] for r in rows] == PREDICT_INPUT
-    top = _max_atoms(DRUGS_TRAIN)
-    assert [r["domain"] for r in rows] == [
-        "in",
-        "in",
-        "out: element Na; charge [Cl-]; fragments 2 > 1",
-        "",
-        "out: element Fe",
-        f"out: atoms 400 > {top}",
-    ]
-    sims = [r["nearest_similarity"] for r in rows]
-    assert sims[0] == "1.000" and sims[3] == ""
-    want = _reference_nearest(DRUGS_TRAIN, [PREDICT_INPUT[k] for k in (1, 2, 4, 5)])
-    np.testing.assert_allclose([float(sims[k]) for k in (1, 2, 4, 5)], want, atol=5e-4)
-    assert (
-        rows[3]["error"]
-        and rows[3]["y"] == ""
-        and all(r["y"] for i, r in enumerate(rows) if i != 3)
-    )
-    assert "5 molecules predicted, 1 could not be read, 3 out of the training domain" in err
-
-    rows_off, _ = _predict(drug_run / "best.pt", tmp_path, capsys, "--no-similarity")
-    assert [r["nearest_similarity"] for r in rows_off] == [""] * len(rows)
-    assert [r["domain"] for r in rows_off] == [r["domain"] for r in rows]
-    assert [r["y"] for r in rows_off] == [r["y"] for r in rows]
-
-
-def test_the_checkpoint_records_the_training_split(drug_run):
-    ckpt = torch.load(drug_run / "best.pt", weights_only=True)
-    rec = DomainRecord.from_dict(ckpt["domain"])
-    assert ckpt["domain"]["checks"] == list(rec.checks) and "similarity" in rec.checks
-    assert rec.molecules == len(DRUGS_TRAIN) and rec.max_atoms == _max_atoms(DRUGS_TRAIN)
-    assert rec.fingerprints is not None and len(rec.fingerprints) == len(DRUGS_TRAIN)
-    assert np.array_equal(rec.fingerprints, record_of_smiles(DRUGS_TRAIN).fingerprints)
-    loaded = load_model(drug_run / "best.pt", "cpu")
-    assert loaded.domain is not None and np.array_equal(loaded.domain.species, rec.species)
-    # for library users: each Prediction carries its molecule's facts
-    preds = list(iter_predictions(loaded, PREDICT_INPUT, workers=0))
-    assert [p.domain is None for p in preds] == [False, False, False, True, False, False]
-    assert preds[2].domain.reasons == ("element Na", "charge [Cl-]", "fragments 2 > 1")
-    assert preds[0].domain.in_domain and preds[0].domain.nearest_similarity == 1.0
-    assert preds[5].domain.atoms == 400 and preds[2].domain.fragments == 2
-
-
-def test_an_older_checkpoint_without_the_record_still_predicts(drug_run, tmp_path, capsys):
-    ckpt = torch.load(drug_run / "best.pt", weights_only=True)
-    del ckpt["domain"]
-    old = tmp_path / "old.pt"
-    torch.save(ckpt, old)
-    rows, err = _predict(old, tmp_path, capsys)
-    new, _ = _predict(drug_run / "best.pt", tmp_path, capsys)
-    assert [r["domain"] for r in rows] == ["unknown"] * 3 + [""] + ["unknown"] * 2
-    assert [r["nearest_similarity"] for r in rows] == [""] * len(rows)
-    assert [r["y"] for r in rows] == [r["y"] for r in new]  # the predictions are unchanged
-    assert "training domain unknown" in err and "out of the training domain" not in err
-    assert load_model(old, "cpu").domain is None
-
-
-def test_an_ensemble_uses_its_members_record(drug_table, tmp_path, capsys):
-    out = tmp_path / "ens"
-    _train(drug_table, tmp_path / "data", out, "--ensemble", "2")
-    records = [
-        torch.load(out / f"member-{i}" / "best.pt", weights_only=True)["domain"] for i in (0, 1)
-    ]
-    assert records[0]["species"] == records[1]["species"]
-    assert torch.equal(records[0]["fingerprints"]["packed"], records[1]["fingerprints"]["packed"])
-    rows, err = _predict(out, tmp_path, capsys)
-    member, _ = _predict(out / "member-0" / "best.pt", tmp_path, capsys)
-    assert "y_std" in rows[0]
-    assert [r["domain"] for r in rows] == [r["domain"] for r in member]
-    assert [r["nearest_similarity"] for r in rows] == [r["nearest_similarity"] for r in member]
-    assert rows[2]["domain"].startswith("out: element Na") and "3 out of the training" in err
 
 
 def test_domain_cells_of_the_csv_writer():

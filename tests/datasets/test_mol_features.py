@@ -3,19 +3,14 @@ token."""
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from rdkit import Chem
 from rdkit.Chem import AllChem, Descriptors
 
-from graphormer_urpe import cli
 from graphormer_urpe.datasets import DescriptorNormalizer, load_dataset
 from graphormer_urpe.graph import Graphormer, collate
 from graphormer_urpe.graph.batch import _flatten
@@ -25,16 +20,7 @@ from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime.train_config import TrainConfig
 from graphormer_urpe.training import init_from_checkpoint
-from tests.helpers import SMILES, graph_zoo, train_args
-
-
-def _table(path: Path) -> Path:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["smiles", "heavy_atoms"])
-        for s in SMILES:
-            w.writerow([s, Chem.MolFromSmiles(s).GetNumHeavyAtoms()])
-    return path
+from tests.helpers import graph_zoo, heavy_atoms_csv
 
 
 def _tiny(**kw) -> Graphormer:
@@ -78,7 +64,7 @@ def test_model_joins_molecule_features_before_the_head():
 
 
 def test_csv_descriptors_are_normalised_with_the_training_split(tmp_path):
-    table = _table(tmp_path / "mols.csv")
+    table = heavy_atoms_csv(tmp_path / "mols.csv")
     splits = load_dataset(
         f"csv:{table}", target_columns=["heavy_atoms"], split="scaffold", mol_features="rdkit2d"
     )
@@ -124,7 +110,7 @@ def _morgan(smiles: list[str]) -> np.ndarray:
 
 
 def test_morgan_counts_follow_the_descriptors(tmp_path):
-    table = _table(tmp_path / "mols.csv")
+    table = heavy_atoms_csv(tmp_path / "mols.csv")
     both = load_dataset(
         f"csv:{table}",
         target_columns=["heavy_atoms"],
@@ -148,29 +134,6 @@ def test_morgan_counts_follow_the_descriptors(tmp_path):
         np.testing.assert_allclose(again[:, 202:], morgan[::-1], rtol=1e-6)
     with pytest.raises(ValueError, match="csv: datasets"):
         load_dataset("nci5k", mol_features="morgan")
-
-
-@pytest.mark.parametrize("kind", ["rdkit2d", "rdkit2d+morgan"])
-def test_train_predict_and_evaluate_with_molecule_features(tmp_path, capsys, kind):
-    table = _table(tmp_path / "mols.csv")
-    out = tmp_path / "run"
-    assert cli.main(train_args(table, tmp_path / "data", out, "--mol-features", kind)) == 0
-    capsys.readouterr()
-    metrics = json.loads((out / "metrics.json").read_text())
-    config = json.loads((out / "config.json").read_text())
-    width = 202 + (2048 if "morgan" in kind else 0)
-    assert config["mol_features"] == kind and config["model"]["num_mol_features"] == width
-    # predict recomputes the descriptors of new SMILES with the run's normalisation
-    test = pd.read_csv(out / "test_predictions.csv")
-    (tmp_path / "q.csv").write_text("smiles\n" + "\n".join(test["smiles"]) + "\n")
-    args = ["predict", "--checkpoint", str(out / "best.pt"), "--input", str(tmp_path / "q.csv")]
-    assert cli.main([*args, "--output", str(tmp_path / "p.csv"), "--no-progress"]) == 0
-    pred = pd.read_csv(tmp_path / "p.csv")
-    np.testing.assert_allclose(pred["heavy_atoms"], test["pred_heavy_atoms"], atol=1e-5)
-    # evaluate reads the checkpoint's normalisation and reproduces the run's test metric
-    assert cli.main(["evaluate", "--checkpoint", str(out / "best.pt"), "--no-progress"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["mae"] == pytest.approx(metrics["test_mae"], rel=1e-5)
 
 
 def test_init_from_resets_the_head_when_molecule_features_are_added(tmp_path):

@@ -253,8 +253,8 @@ def test_a_store_s_previous_attribute_and_report_key_names(tmp_path):
         assert split.cache is split.store is store
 
 
-def test_a_config_that_names_cache_dir_still_loads_and_the_flag_s_old_name_works(tmp_path, capsys):
-    from graphormer_urpe.cli import build_parser
+def test_a_config_that_names_cache_dir_still_loads(tmp_path):
+    """(The flag's old name, ``--cache-dir``: ``tests/cli/test_store_flags.py``.)"""
     from graphormer_urpe.runtime.train_config import TrainConfig, make_config, read_config
 
     old = TrainConfig().to_dict()
@@ -266,10 +266,3 @@ def test_a_config_that_names_cache_dir_still_loads_and_the_flag_s_old_name_works
         assert make_config("small", cache_dir="/m").store_dir == "/m"
     with pytest.warns(DeprecationWarning, match="use store_dir"):
         assert TrainConfig(cache_dir="/t").store_dir == "/t"
-
-    parser = build_parser()
-    assert parser.parse_args(["train", "--store-dir", "/new"]).store_dir == "/new"
-    assert "deprecated" not in capsys.readouterr().err
-    for command in (["train"], ["preprocess", "--dataset", "nci5k"]):
-        assert parser.parse_args([*command, "--cache-dir", "/old"]).store_dir == "/old"
-        assert "--cache-dir is deprecated: use --store-dir" in capsys.readouterr().err

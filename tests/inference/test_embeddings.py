@@ -1,10 +1,9 @@
-"""Embeddings (``predict --embeddings``, :mod:`graphormer_urpe.inference.engines.embeddings_io`)
-against a plain reference: each molecule featurised alone and passed through the model's
-encoder, its graph token joined to its descriptors by hand."""
+"""Embeddings (:mod:`graphormer_urpe.inference.engines.embeddings_io`) against a plain reference:
+each molecule featurised alone and passed through the model's encoder, its graph token joined
+to its descriptors by hand (``predict --embeddings``: ``tests/cli/test_predict_embeddings.py``)."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -12,8 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe import GraphormerCollator, GraphormerFeatures, cli
-from graphormer_urpe.datasets import featurize_smiles
 from graphormer_urpe.datasets.featurizers.descriptors import (
     DescriptorNormalizer,
     compute_descriptors,
@@ -28,38 +25,16 @@ from graphormer_urpe.inference.engines.embeddings_io import (
 )
 from graphormer_urpe.inference.engines.predict_io import Prediction
 from graphormer_urpe.inference.loading import load_model
-from graphormer_urpe.io.checkpoint import save_checkpoint
-from graphormer_urpe.runtime import make_config
-from graphormer_urpe.runtime.run_inputs import build_model
-from tests.helpers import BAD, BROKEN, VALID, write_sdf
+from tests.helpers import (
+    BAD,
+    VALID,
+    embedding_checkpoint,
+    embedding_reference,
+)
 
 # invalid rows at the start, middle and end; enough rows for several chunks and windows
 MIXED = [BAD[0], *VALID[:8], BAD[2], *VALID[8:], *VALID[::-1], BAD[1]]
 HIDDEN = 16
-
-
-def _checkpoint(path: Path, mol_features: dict | None = None, seed: int = 0) -> Path:
-    """A tiny untrained OGB-featurised model (with descriptors: ``mol_features``)."""
-    torch.manual_seed(seed)
-    k = 0 if mol_features is None else len(mol_features["descriptors"]["names"])
-    config = make_config(
-        "small",
-        model_overrides=dict(num_layers=2, hidden_dim=HIDDEN, ffn_dim=16, num_heads=2),
-    )
-    model = build_model(config.model, "ogb", 2, num_mol_features=k)
-    config.model = model.config
-    state = {
-        "config": config.to_json(),
-        "model": model.state_dict(),
-        "featurizer": "ogb",
-        "target_names": ["a", "b"],
-        "metric": "mae",
-        "task_type": "regression",
-    }
-    if mol_features is not None:
-        state["mol_features"] = mol_features
-    save_checkpoint(path, state)
-    return path
 
 
 def _descriptor_record() -> dict:
@@ -70,41 +45,19 @@ def _descriptor_record() -> dict:
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
-    return _checkpoint(tmp_path_factory.mktemp("plain") / "best.pt")
+    return embedding_checkpoint(tmp_path_factory.mktemp("plain") / "best.pt")
 
 
 @pytest.fixture(scope="module")
 def desc_ckpt(tmp_path_factory) -> Path:
-    return _checkpoint(tmp_path_factory.mktemp("desc") / "best.pt", _descriptor_record(), 1)
-
-
-@torch.no_grad()
-def reference(path: Path, smiles: list[str]) -> np.ndarray:
-    """``[N, d + K]``: one molecule at a time, the graph token's final state joined by hand
-    to the normalised descriptors; NaN rows where featurising fails."""
-    loaded = load_model(path, "cpu")
-    model, cfg = loaded.model.eval(), loaded.model.config
-    transform = GraphormerFeatures(cfg.multi_hop_max_dist)
-    collate = GraphormerCollator(cfg.multi_hop_max_dist, cfg.spatial_pos_max)
-    rows = []
-    for smi in smiles:
-        try:
-            graph = transform(featurize_smiles(smi, loaded.featurizer))
-        except ValueError:
-            rows.append(np.full(cfg.hidden_dim + cfg.num_mol_features, np.nan, np.float32))
-            continue
-        h = model.encoder.forward_graphs(collate([graph]))[0]  # [d]
-        if cfg.num_mol_features:
-            norm = DescriptorNormalizer.from_dict(loaded.mol_features["descriptors"])
-            m = torch.from_numpy(norm.transform(compute_descriptors([smi]))[0]).float()
-            h = torch.cat([h, m])
-        rows.append(h.numpy())
-    return np.stack(rows)
+    return embedding_checkpoint(
+        tmp_path_factory.mktemp("desc") / "best.pt", _descriptor_record(), 1
+    )
 
 
 def test_rows_in_input_order_with_nan_for_unreadable(ckpt):
     got = embed_smiles(ckpt, MIXED, device="cpu", batch_size=4, workers=0, chunk_size=5)
-    want = reference(ckpt, MIXED)
+    want = embedding_reference(ckpt, MIXED)
     assert got.shape == (len(MIXED), HIDDEN) and got.dtype == np.float32
     bad = [i for i, s in enumerate(MIXED) if s in BAD]
     assert np.isnan(got[bad]).all()
@@ -116,9 +69,9 @@ def test_the_head_reads_the_embedding(ckpt):
     """The predictions come from the embedding: the head on it gives ``values``."""
     from graphormer_urpe.inference.engines.stream import iter_predictions
 
-    loaded = load_model(ckpt, "cpu")
-    for p in iter_predictions(loaded, VALID[:5], workers=0, embeddings=True):
-        head = loaded.model.eval().head_output(p.embedding[None])[0]
+    lm = load_model(ckpt, "cpu")
+    for p in iter_predictions(lm, VALID[:5], workers=0, embeddings=True):
+        head = lm.model.eval().head_output(p.embedding[None])[0]
         torch.testing.assert_close(head, p.values, rtol=1e-4, atol=1e-5)
 
 
@@ -126,7 +79,9 @@ def test_descriptors_are_joined(desc_ckpt):
     got = embed_smiles(desc_ckpt, MIXED[:12], device="cpu", workers=0)
     k = len(_descriptor_record()["descriptors"]["names"])
     assert got.shape == (12, HIDDEN + k)
-    np.testing.assert_allclose(got, reference(desc_ckpt, MIXED[:12]), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        got, embedding_reference(desc_ckpt, MIXED[:12]), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_chunks_and_workers_give_identical_arrays(ckpt, tmp_path):
@@ -154,9 +109,9 @@ def test_header_holds_any_row_count(tmp_path):
 
 
 def test_interrupted_writer_keeps_a_consistent_prefix(ckpt, tmp_path):
-    loaded = load_model(ckpt, "cpu")
+    lm = load_model(ckpt, "cpu")
     path = tmp_path / "part.npy"
-    with pytest.raises(KeyboardInterrupt), EmbeddingWriter(path, [loaded.model]) as writer:
+    with pytest.raises(KeyboardInterrupt), EmbeddingWriter(path, [lm.model]) as writer:
         writer.write(Prediction(0, "CCO", None, None, embedding=torch.arange(16.0)))
         writer.write(Prediction(1, "x", None, "bad"))
         raise KeyboardInterrupt
@@ -165,36 +120,13 @@ def test_interrupted_writer_keeps_a_consistent_prefix(ckpt, tmp_path):
     assert np.isnan(got[1]).all() and json.loads(side_paths(path)[0].read_text())["rows"] == 2
 
 
-def test_predict_command_writes_array_and_side_files(ckpt, tmp_path):
-    smi = tmp_path / "in.smi"
-    smi.write_text("".join(f"{s or 'C1CC'} mol{i}\n" for i, s in enumerate(MIXED)))
-    out, emb = tmp_path / "pred.csv", tmp_path / "emb.npy"
-    args = ["predict", "--checkpoint", str(ckpt), "--input", str(smi), "--output", str(out)]
-    args += ["--embeddings", str(emb), "--workers", "2", "--chunk-size", "4", "--device", "cpu"]
-    assert cli.main([*args, "--no-progress"]) == 0
-    smiles = [s or "C1CC" for s in MIXED]
-    got = np.load(emb, mmap_mode="r")
-    np.testing.assert_allclose(got, reference(ckpt, smiles), rtol=1e-4, atol=1e-5)
-    meta_path, ids_path = side_paths(emb)
-    meta = json.loads(meta_path.read_text())
-    assert meta["rows"] == len(MIXED) and meta["dim"] == HIDDEN == meta["hidden_dim"]
-    assert meta["members"] == 1 and meta["mol_features"] == 0
-    assert meta["unreadable"] == sum(s in BAD for s in MIXED)
-    with open(ids_path, newline="") as fh:
-        ids = list(csv.DictReader(fh))
-    assert [r["smiles"] for r in ids] == smiles
-    assert [r["name"] for r in ids] == [f"mol{i}" for i in range(len(MIXED))]
-    assert [bool(r["error"]) for r in ids] == np.isnan(got).any(axis=1).tolist()
-    with open(out, newline="") as fh:  # the normal output is still written, row for row
-        preds = list(csv.DictReader(fh))
-    assert [r["smiles"] for r in preds] == smiles
-
-
 def test_ensemble_members_side_by_side(ckpt, tmp_path):
-    other = _checkpoint(tmp_path / "m1.pt", seed=5)
+    other = embedding_checkpoint(tmp_path / "m1.pt", seed=5)
     lms = [load_model(ckpt, "cpu"), load_model(other, "cpu")]
     got = embed_smiles(lms, MIXED, workers=0)
-    want = np.concatenate([reference(ckpt, MIXED), reference(other, MIXED)], axis=1)
+    want = np.concatenate(
+        [embedding_reference(ckpt, MIXED), embedding_reference(other, MIXED)], axis=1
+    )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -208,7 +140,7 @@ def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     ckpt = Path("runs/nci5k-small-urpe/best.pt")
     ckpt.parent.mkdir(parents=True)
-    shutil.copy(_checkpoint(tmp_path / "tiny.pt"), ckpt)
+    shutil.copy(embedding_checkpoint(tmp_path / "tiny.pt"), ckpt)
     smiles = [*VALID, *MIXED[:5]]
     y = [len(s) for s in smiles]
     table = "smiles,y\n" + "".join(f'"{s}",{v}\n' for s, v in zip(smiles, y, strict=True))
@@ -221,16 +153,3 @@ def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
     scope: dict = {}
     exec(compile(forest.replace("n_estimators=500", "n_estimators=5"), "forest", "exec"), scope)
     assert scope["forest"].n_features_in_ == HIDDEN and scope["readable"].sum() == readable
-
-
-def test_an_unreadable_sd_record_gets_a_nan_row(ckpt, tmp_path):
-
-    sdf, emb = tmp_path / "in.sdf", tmp_path / "emb.npy"
-    titles = write_sdf(sdf, VALID[:6])
-    args = ["predict", "--checkpoint", str(ckpt), "--input", str(sdf), "--device", "cpu"]
-    args += ["--output", str(tmp_path / "p.csv"), "--embeddings", str(emb), "--no-progress"]
-    assert cli.main([*args, "--workers", "0"]) == 0
-    got = np.load(emb)
-    assert np.isnan(got).any(axis=1).tolist() == [i == BROKEN for i in range(6)]
-    with open(side_paths(emb)[1], newline="") as fh:
-        assert [r["name"] for r in csv.DictReader(fh)] == titles

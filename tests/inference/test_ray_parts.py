@@ -267,24 +267,3 @@ def test_shards_in_order_empty_ones_and_the_manifest(ckpt, tmp_path):
     }
     with pytest.raises(ValueError, match="another run"):
         Manifest(tmp_path, "other.pt", layout.header, False)
-
-
-def test_local_predict_never_imports_ray(ckpt, tmp_path):
-    """Without ``--engine ray``, ``predict`` (and the CLI it runs in) leaves Ray unimported."""
-    import subprocess
-    import sys
-
-    smi = tmp_path / "in.smi"
-    smi.write_text("\n".join(VALID[:4]) + "\n")
-    out = tmp_path / "out.csv"
-    code = (
-        "import sys\n"
-        "from graphormer_urpe.cli import main\n"
-        f"main(['predict', '--checkpoint', {str(ckpt)!r}, '--input', {str(smi)!r},"
-        f" '--output', {str(out)!r}, '--no-progress', '--workers', '0'])\n"
-        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
-    assert len(out.read_text().splitlines()) == 5

@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from graphormer_urpe import Graphormer, GraphormerEncoder, cli, collate
+from graphormer_urpe import Graphormer, GraphormerEncoder, collate
 from graphormer_urpe.graph.static_shapes import StaticShapes, round_up_geometric
 from graphormer_urpe.inference import prediction
 from graphormer_urpe.runtime.capture import (
@@ -32,7 +32,8 @@ from graphormer_urpe.runtime.capture import (
     portable_optimizer_state,
 )
 from graphormer_urpe.runtime.loaders import make_collator
-from graphormer_urpe.training import run
+from graphormer_urpe.training import run as training_run
+from graphormer_urpe.training import train
 from graphormer_urpe.training.run import (
     Precision,
     StepTotals,
@@ -45,6 +46,7 @@ from tests.helpers import (
     HOPS,
     MIXED,
     SYNCING,
+    URPE_NO_DROPOUT,
     bound_body,
     graphs_with_targets,
     same_shape_batches,
@@ -52,7 +54,7 @@ from tests.helpers import (
     step_setup,
     tiny_checkpoint,
     tiny_config,
-    train_args,
+    tiny_train_config,
 )
 from tests.reference import predict_reference
 
@@ -388,10 +390,9 @@ def test_training_with_captured_steps_matches_eager_training(backend, table, tmp
     """The whole run (static loaders, captured steps and evaluation, checkpoints) on the CPU
     with the stand-in graphs, against the same run without capture."""
     eager_out, cap_out = tmp_path / "eager", tmp_path / "captured"
-    args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
-    assert cli.main(train_args(table, tmp_path / "data", eager_out, *args)) == 0
+    train(tiny_train_config(table, tmp_path / "data", eager_out, URPE_NO_DROPOUT), progress=False)
     backends = stand_in_capture(monkeypatch, backend)
-    assert cli.main(train_args(table, tmp_path / "data", cap_out, *args)) == 0
+    train(tiny_train_config(table, tmp_path / "data", cap_out, URPE_NO_DROPOUT), progress=False)
     assert backends and backends[0].captured >= 1 and backends[0].replayed >= 1
     a = json.loads((eager_out / "metrics.json").read_text())
     b = json.loads((cap_out / "metrics.json").read_text())
@@ -431,7 +432,7 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     graphs = graphs_with_targets(23)
     model = Graphormer(tiny_config(attention="urpe", multi_hop_max_dist=HOPS)).eval()
     cpu = torch.device("cpu")
-    want, y_want = run.predict(
+    want, y_want = training_run.predict(
         model,
         DataLoader(graphs, batch_size=8, collate_fn=make_collator(model.config, cpu)),
         cpu,
@@ -440,7 +441,7 @@ def test_evaluation_through_captured_passes_equals_the_eager_one(monkeypatch):
     monkeypatch.setattr(
         prediction, "default_backend", lambda d: backends.append(EagerGraphs()) or backends[-1]
     )
-    got, y = run.predict_dataset(model, graphs, 8, cpu, Precision("fp32", cpu))
+    got, y = training_run.predict_dataset(model, graphs, 8, cpu, Precision("fp32", cpu))
     assert backends[0].captured >= 1 and got.shape == (23, 1)  # the last batch: 7 + 1 empty
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert torch.equal(y, y_want)
@@ -512,9 +513,10 @@ def test_cuda_graph_dropout_draws_new_masks_at_every_replay():
 @CUDA
 @pytest.mark.cuda
 def test_cuda_train_command_captures_its_steps(table, tmp_path, caplog):
+    """(Named as the GPU check lists it: the run the train command makes, through the library.)"""
     out = tmp_path / "run"
     with caplog.at_level("DEBUG", logger="graphormer_urpe.runtime.capture"):
-        assert cli.main(train_args(table, tmp_path / "data", out, "--device", "cuda")) == 0
+        train(tiny_train_config(table, tmp_path / "data", out, device="cuda"), progress=False)
     assert "captured batch shape" in caplog.text and "continuing eagerly" not in caplog.text
     metrics = json.loads((out / "metrics.json").read_text())
     assert math.isfinite(metrics["test_mae"])

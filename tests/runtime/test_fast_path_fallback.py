@@ -15,16 +15,17 @@ import types
 import pytest
 import torch
 
-from graphormer_urpe import Graphormer, cli
+from graphormer_urpe import Graphormer
 from graphormer_urpe.attention.fused import guard as fused_guard
 from graphormer_urpe.attention.fused import kernels as fused_kernels
 from graphormer_urpe.attention.fused import launch as fused_attention
 from graphormer_urpe.attention.kernel_choice import attention_kernel, fused_kernel_for
 from graphormer_urpe.runtime.capture import CapturedStep, EagerGraphs
-from graphormer_urpe.training import steps
+from graphormer_urpe.training import steps, train
 from graphormer_urpe.training.steps import make_optimizer
 from tests.helpers import (
     HOPS,
+    URPE_NO_DROPOUT,
     assert_same_run,
     bound_body,
     graphs_with_targets,
@@ -32,7 +33,7 @@ from tests.helpers import (
     stand_in_capture,
     step_setup,
     tiny_config,
-    train_args,
+    tiny_train_config,
 )
 
 PROBE = (2, 2, 20, 16)  # the self-check's [B, H, N, d_h]
@@ -168,9 +169,9 @@ def test_errors_are_traced_to_the_kernel_or_not():
 @pytest.fixture(scope="module")
 def eager_run(table, tmp_path_factory):
     base = tmp_path_factory.mktemp("eager")
-    args = train_args(table, base / "data", base / "run", "--attention", "urpe",
-                       "--attention-kernel", "eager")  # fmt: skip
-    assert cli.main(args) == 0
+    urpe = {"attention": "urpe"}
+    config = tiny_train_config(table, base / "data", base / "run", urpe, attention_kernel="eager")
+    train(config, progress=False)
     return base / "run"
 
 
@@ -188,10 +189,10 @@ def test_a_failing_kernel_leaves_the_run_of_the_eager_kernel(
         pytest.skip("Triton's interpreter is not available")
     _inject(monkeypatch, failure)
     out = tmp_path / "run"
-    args = train_args(table, tmp_path / "data", out, "--attention", "urpe",
-                       "--attention-kernel", "fused")  # fmt: skip
+    urpe = {"attention": "urpe"}
+    config = tiny_train_config(table, tmp_path / "data", out, urpe, attention_kernel="fused")
     with caplog.at_level("WARNING"):
-        assert cli.main(args) == 0
+        train(config, progress=False)
     assert_same_run(eager_run, out)  # the same weights, bit for bit (dropout included)
     warnings = [r.getMessage() for r in caplog.records if "fused URPE attention" in r.getMessage()]
     assert len(warnings) == 1 and "--attention-kernel eager" in warnings[0]
@@ -215,8 +216,7 @@ class _FailingWarmUp(EagerGraphs):
 def _captured_run(table, tmp_path, monkeypatch, backend_type):
     backends = stand_in_capture(monkeypatch, backend_type)
     out = tmp_path / backend_type.__name__
-    args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
-    assert cli.main(train_args(table, tmp_path / "data", out, *args)) == 0
+    train(tiny_train_config(table, tmp_path / "data", out, URPE_NO_DROPOUT), progress=False)
     assert backends
     return out
 
@@ -230,8 +230,7 @@ def test_a_failing_capture_leaves_the_run_of_eager_steps(
     caplog,
 ):
     eager = tmp_path / "eager"
-    args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0")
-    assert cli.main(train_args(table, tmp_path / "data", eager, *args)) == 0
+    train(tiny_train_config(table, tmp_path / "data", eager, URPE_NO_DROPOUT), progress=False)
     with caplog.at_level("WARNING"):
         out = _captured_run(table, tmp_path, monkeypatch, backend_type)
     a = json.loads((eager / "metrics.json").read_text())
@@ -333,17 +332,14 @@ def test_cuda_a_failing_kernel_leaves_the_run_of_eager_steps(
     caplog,
 ):
     monkeypatch.delenv("TRITON_INTERPRET")
-    args = ("--attention", "urpe", "--device", "cuda", "--dropout", "0", "--attention-dropout",
-            "0")  # fmt: skip
-    eager = tmp_path / "eager"
-    flags = ("--attention-kernel", "eager", "--no-capture")
-    assert cli.main(train_args(table, tmp_path / "data", eager, *args, *flags)) == 0
+    data, eager, out = tmp_path / "data", tmp_path / "eager", tmp_path / "fast"
+    slow = dict(device="cuda", attention_kernel="eager", capture=False)
+    train(tiny_train_config(table, data, eager, URPE_NO_DROPOUT, **slow), progress=False)
     monkeypatch.setattr(fused_guard, "_checked", {})
     _inject(monkeypatch, failure)
-    out = tmp_path / "fast"
     with caplog.at_level("WARNING"):
-        fast = (*args, "--attention-kernel", "fused")
-        assert cli.main(train_args(table, tmp_path / "data", out, *fast)) == 0
+        fast = dict(device="cuda", attention_kernel="fused")
+        train(tiny_train_config(table, data, out, URPE_NO_DROPOUT, **fast), progress=False)
     a = json.loads((eager / "metrics.json").read_text())
     b = json.loads((out / "metrics.json").read_text())
     assert a["steps"] == b["steps"]

@@ -11,15 +11,22 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe import Graphormer, cli, collate
+from graphormer_urpe import Graphormer, collate
 from graphormer_urpe.graph.batch import GraphormerCollator
 from graphormer_urpe.graph.static_shapes import StaticShapes, token_length
 from graphormer_urpe.inference.prediction import predict_split
 from graphormer_urpe.runtime.distributed import DistContext
 from graphormer_urpe.runtime.loaders import split_loader
 from graphormer_urpe.runtime.sampler import EpochBatchSampler, token_batches
+from graphormer_urpe.training import train
 from graphormer_urpe.training.steps import Precision, masked_loss
-from tests.helpers import graph_zoo, stand_in_capture, tiny_config, train_args
+from tests.helpers import (
+    URPE_NO_DROPOUT,
+    graph_zoo,
+    stand_in_capture,
+    tiny_config,
+    tiny_train_config,
+)
 
 HOPS = 4
 
@@ -193,13 +200,11 @@ def test_evaluation_in_token_batches_gives_todays_predictions_in_order():
 
 
 def test_train_with_a_token_budget_captured_or_not(table, tmp_path, monkeypatch):
-    args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0",
-            "--max-tokens", "64")  # fmt: skip
-    eager = tmp_path / "eager"
-    assert cli.main(train_args(table, tmp_path / "data", eager, *args)) == 0
+    eager, captured = tmp_path / "eager", tmp_path / "captured"
+    data = tmp_path / "data"
+    train(tiny_train_config(table, data, eager, URPE_NO_DROPOUT, max_tokens=64), progress=False)
     backends = stand_in_capture(monkeypatch)
-    captured = tmp_path / "captured"
-    assert cli.main(train_args(table, tmp_path / "data", captured, *args)) == 0
+    train(tiny_train_config(table, data, captured, URPE_NO_DROPOUT, max_tokens=64), progress=False)
     assert backends[0].replayed >= 1
     a = json.loads((eager / "metrics.json").read_text())
     b = json.loads((captured / "metrics.json").read_text())
@@ -215,14 +220,15 @@ def test_train_with_a_token_budget_captured_or_not(table, tmp_path, monkeypatch)
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_a_token_budget_gives_the_cpus_batches_with_captured_steps(table, tmp_path, caplog):
-    args = ("--attention", "urpe", "--dropout", "0", "--attention-dropout", "0",
-            "--max-tokens", "64", "--precision", "fp32")  # fmt: skip
+    fields = dict(max_tokens=64, precision="fp32")
     runs = {}
     for device in ("cpu", "cuda"):
         out = tmp_path / device
+        config = tiny_train_config(
+            table, tmp_path / "data", out, URPE_NO_DROPOUT, device=device, **fields
+        )
         with caplog.at_level("INFO"):
-            assert cli.main(train_args(table, tmp_path / "data", out, *args, "--device",
-                                        device)) == 0  # fmt: skip
+            train(config, progress=False)
         runs[device] = json.loads((out / "metrics.json").read_text())
     assert "training steps run eagerly" not in caplog.text
     assert runs["cpu"]["steps"] == runs["cuda"]["steps"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import math
@@ -16,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphormer_urpe.cli.sequence import add_lm_parser, run_lm
 from graphormer_urpe.io.checkpoint import TrainingInterrupted, load_checkpoint
 from graphormer_urpe.sequence import (
     CorpusUnavailableError,
@@ -34,7 +32,7 @@ from graphormer_urpe.sequence import lm as lm_module
 from graphormer_urpe.sequence.lm import batchify, cosine_warmup
 from graphormer_urpe.sequence.model import RelativePositionTable
 from graphormer_urpe.sequence.xl_attention import SegmentAttention
-from tests.helpers import perturb_tables, run_tiny_command, tiny_xl
+from tests.helpers import perturb_tables, tiny_xl
 
 # --------------------------------------------------------------------------- helpers
 
@@ -432,59 +430,3 @@ def test_sigterm_saves_the_update_and_resume_is_exact(tmp_path, one_thread, pydo
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
     assert resumed["valid_loss"] == full["valid_loss"] and resumed["evals"] == full["evals"]
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphormer-urpe")
-    add_lm_parser(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
-def test_cli_lm_runs_and_every_flag_has_help(tmp_path, capsys, one_thread) -> None:
-    sub = _parser()._subparsers._group_actions[0].choices["lm"]
-    flags = [a for a in sub._actions if a.option_strings and a.dest != "help"]
-    assert all(a.help for a in flags)
-    required = set("--corpus --pe --preset --resume --out --steps --mem-len --tgt-len".split())
-    pe_flag = next(a for a in flags if "--pe" in a.option_strings)
-    assert {"xl", "xl-urpe"} <= set(pe_flag.choices) and "xl-urpe" in pe_flag.help
-    assert required <= {o for a in flags for o in a.option_strings}
-    printed = run_tiny_command(
-        _parser(),
-        run_lm,
-        "lm --corpus pydoc --pe rpe --steps 3 --width 16 --layers 1 --heads 2 --ffn 32 "
-        "--tgt-len 8 --mem-len 8 --batch-size 4 --eval-batch-size 64 --seed 7 --no-progress "
-        "--max-eval-tokens 500",
-        tmp_path / "run",
-        capsys,
-    )
-    assert printed["steps"] == 3 and printed["pe"] == "rpe" and printed["valid_bpc"] > 0
-    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert cfg["seed"] == 7 and cfg["model"]["mem_len"] == 8 and cfg["model"]["width"] == 16
-
-
-def test_cli_lm_reports_errors_in_one_line(tmp_path, capsys, monkeypatch) -> None:
-    args = _parser().parse_args(["lm", "--steps", "2", "--warmup-steps", "5"])
-    assert run_lm(args) == 2
-    assert "warmup_steps" in capsys.readouterr().err
-    args = _parser().parse_args(
-        ["lm", "--corpus", "wikitext-2", "--data-root", str(tmp_path), "--out", str(tmp_path / "r")]
-    )
-
-    def offline(url, timeout=None):
-        raise urllib.error.URLError("offline")
-
-    monkeypatch.setattr(corpus_module.urllib.request, "urlopen", offline)
-    assert run_lm(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "wiki.train.tokens" in err
-    # An unreadable checkpoint is reported in one line too.
-    run = tmp_path / "broken"
-    run.mkdir()
-    (run / "last.pt").write_bytes(b"not a checkpoint")
-    args = _parser().parse_args(["lm", "--steps", "2", "--out", str(run), "--resume"])
-    assert run_lm(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "last.pt" in err

@@ -1,5 +1,6 @@
-"""Time budgets: measured costs, the pacer's stop and re-plan, the re-plannable schedule, the
-ensemble's refusal and the short-run report. Wall-clock targets are measured by
+"""Time budgets: measured costs, the pacer's stop and re-plan, the re-plannable schedule and
+the short-run report, on a clock the tests move (the command's refusals and plans are in
+``tests/cli/test_time_limit.py``). Wall-clock targets are measured by
 ``scripts/bench_time_limit.py``, not here."""
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ import logging
 
 import pytest
 
-from graphormer_urpe import cli
-from graphormer_urpe.training import run, run_budget, run_setup
+from graphormer_urpe.training import run as training_run
+from graphormer_urpe.training import run_setup
 from graphormer_urpe.training.pacing import MIN_USEFUL_EPOCHS, Pacer, Replans, RunCosts, Schedule
-from graphormer_urpe.training.run import linear_schedule
-from graphormer_urpe.training.run_costs import CostProbe
+from graphormer_urpe.training.run import linear_schedule, train
 from graphormer_urpe.training.trainer import Trainer
-from tests.helpers import train_args
+from tests.helpers import FakeClock, steady_probe, tiny_train_config
 
 
 def _costs(**kw) -> RunCosts:
@@ -106,92 +106,10 @@ def test_a_replan_is_made_for_a_change_over_10_percent_and_logged_once_a_minute(
     assert logged == [True, False, False, False, True, False, True]
 
 
-def test_an_ensemble_too_short_for_its_members_is_refused_before_training(table, tmp_path):
-    out = tmp_path / "ens"
-    args = train_args(table, tmp_path / "data", out, "--ensemble", "3")
-    i = args.index("--epochs")
-    del args[i : i + 2]
-    assert cli.main([*args, "--time-limit", "0.02"]) == 2  # 1.2 s for three members
-    assert not out.exists()  # nothing left behind
-
-
-@pytest.fixture
-def steady_clock(monkeypatch) -> list[float]:
-    """Time that machine load cannot move: ``time.perf_counter`` advances a microsecond per
-    reading, and a run's measured costs are fixed sizes (a step 0.2 s, ...) times the
-    machine's load, the list's last value (append to make the next measurement slower)."""
-    import time
-
-    clock = {"t": 1_000.0}
-
-    def tick() -> float:
-        clock["t"] += 1e-6
-        return clock["t"]
-
-    load = [1.0]
-
-    class SteadyProbe(CostProbe):
-        def measure(self) -> RunCosts:
-            x = load[-1]
-            steps, every = self.data.steps_per_epoch, self.launch.config.eval_every
-            return RunCosts(0.2 * x, 0.1 * x, 0.1 * x, 0.05 * x, steps, every, 1.0 * x, 0.5)
-
-    monkeypatch.setattr(time, "perf_counter", tick)
-    monkeypatch.setattr(run, "Trainer", functools.partial(Trainer, probe=SteadyProbe))
-    return load
-
-
-def test_the_refusal_names_a_budget_that_then_fits(
-    table,
-    tmp_path,
-    capsys,
-    monkeypatch,
-    steady_clock,
-):
-    args = train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
-    i = args.index("--epochs")
-    del args[i : i + 2]
-    assert cli.main([*args, "--time-limit", "0.02"]) == 2
-    message = capsys.readouterr().err
-    assert "--ensemble 2 --time-limit 0.02" in message and "epochs per member" in message
-    need = float(message.split("give --time-limit ")[1].split()[0])
-    assert need > 0.02
-    # given back on a machine that got busier (every cost 30% higher), it is accepted and
-    # gives each member at least MIN_USEFUL_EPOCHS epochs as planned
-    steady_clock.append(1.3)
-    planned: list[float] = []
-    steady = run.Trainer
-
-    def record(*a, **kw):
-        trainer = steady(*a, **kw)
-        planned.append(trainer.progress.total / trainer.data.steps_per_epoch)
-        return trainer
-
-    monkeypatch.setattr(run, "Trainer", record)
-    assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(tmp_path / "b")]) == 0
-    assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS
-
-
-def test_typed_epochs_win_over_the_ensembles_refusal(table, tmp_path, caplog, steady_clock):
-    """--epochs 2 with --time-limit: trained as typed, each member saying it is short (as
-    without --time-limit), not refused."""
-    out = tmp_path / "ens"
-    args = train_args(table, tmp_path / "data", out, "--ensemble", "2")
-    args[args.index("--epochs") + 1] = "2"
-    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
-        assert cli.main([*args, "--time-limit", "0.5"]) == 0
-    for k in range(2):
-        m = json.loads((out / f"member-{k}" / "metrics.json").read_text())
-        assert m["epochs_trained"] == pytest.approx(2.0) and m["short_run"] is True
-    assert "too short to trust" in caplog.text
-
-
 def test_a_short_run_says_so(table, tmp_path, caplog):
-    args = train_args(table, tmp_path / "data", tmp_path / "run")
-    i = args.index("--epochs")
-    args[i + 1] = "1"
+    config = tiny_train_config(table, tmp_path / "data", tmp_path / "run", epochs=1)
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
-        assert cli.main(args) == 0
+        train(config, progress=False)
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["short_run"] is True and m["epochs_trained"] == pytest.approx(1.0)
     final = [r.getMessage() for r in caplog.records if r.getMessage().startswith("best valid")]
@@ -199,61 +117,41 @@ def test_a_short_run_says_so(table, tmp_path, caplog):
     plan = [r.getMessage() for r in caplog.records if "expected to take about" in r.getMessage()]
     assert plan and "from its first steps" in plan[0]
     # the training loop's first line: what it expects to take (the set-up's lines after it)
-    lines = [r.getMessage() for r in caplog.records if r.name == "graphormer_urpe.training.loop"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "graphormer_urpe.training.run"]
     assert lines[0].startswith("expected to take about")
     assert {lines[1].split()[0], lines[2].split()[0]} == {"targets", "domain"}
 
 
 def test_a_long_enough_run_is_not_short(table, tmp_path):
-    args = train_args(table, tmp_path / "data", tmp_path / "run")
-    args[args.index("--epochs") + 1] = str(MIN_USEFUL_EPOCHS)
-    assert cli.main(args) == 0
+    config = tiny_train_config(table, tmp_path / "data", tmp_path / "run", epochs=MIN_USEFUL_EPOCHS)
+    train(config, progress=False)
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["short_run"] is False and m["epochs_trained"] == pytest.approx(MIN_USEFUL_EPOCHS)
 
 
 def test_a_run_whose_steps_slow_down_replans(table, tmp_path, caplog, monkeypatch):
-    """Steps made several times slower from the 10th on (a stand-in for a competing process):
-    the run sees the pace and re-plans to fewer steps than first planned."""
-    import time
-
-    real = run.step_body
-    calls = {"n": 0, "extra": 0.0}
+    """On a clock that only the steps move: steps take the measured 0.2 s up to the 10th, then
+    four times that (a stand-in for a competing process). The run sees the pace and re-plans
+    to fewer steps than first planned, and stops in time."""
+    clock = FakeClock()
+    real = run_setup.step_body
+    calls = {"n": 0}
 
     def slow(*a, **kw):
-        start = time.perf_counter()
         out = real(*a, **kw)
         calls["n"] += 1
-        if calls["n"] > 10:  # (the measurement's steps are the first 6)
-            time.sleep(0.05 + 3 * (time.perf_counter() - start))
+        clock.advance(0.2 if calls["n"] <= 10 else 0.8)
         return out
 
     monkeypatch.setattr(run_setup, "step_body", slow)
-    monkeypatch.setattr(run_budget, "PACE_WINDOW", 0.5)
-    args = train_args(table, tmp_path / "data", tmp_path / "run")
-    i = args.index("--epochs")
-    del args[i : i + 2]
+    trainer = functools.partial(Trainer, clock=clock, probe=steady_probe([1.0]))
+    monkeypatch.setattr(training_run, "Trainer", trainer)
+    out = tmp_path / "run"
+    config = tiny_train_config(table, tmp_path / "data", out, epochs=None, time_limit=0.5)
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
-        assert cli.main([*args, "--time-limit", "0.25"]) == 0
-    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    planned = json.loads((tmp_path / "run" / "config.json").read_text())["max_steps"]
+        train(config, progress=False)
+    m = json.loads((out / "metrics.json").read_text())
+    planned = json.loads((out / "config.json").read_text())["max_steps"]
     assert "re-planned" in caplog.text
     assert m["steps"] < planned and m["pace"] > 1.5 and m["steps_planned"] < planned
-
-
-def test_a_budget_spent_before_training_is_refused_and_leaves_nothing(
-    table,
-    tmp_path,
-    capsys,
-    caplog,
-):
-    out = tmp_path / "run"
-    args = train_args(table, tmp_path / "data", out)
-    i = args.index("--epochs")
-    del args[i : i + 2]
-    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
-        assert cli.main([*args, "--time-limit", "0.001"]) == 2  # 60 ms: gone on loading
-    err = capsys.readouterr().err
-    assert "leaving no time to train" in err and "store is kept" in err
-    assert not out.exists()
-    assert "min left" not in caplog.text  # no plan over a negative time
+    assert calls["n"] > 10  # the slow steps ran

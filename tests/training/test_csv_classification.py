@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from graphormer_urpe import cli
 from graphormer_urpe.datasets import load_dataset
 from graphormer_urpe.datasets.metrics import classification_metrics
-from tests.helpers import SMILES, train_args
+from graphormer_urpe.training import train
+from tests.helpers import SMILES, tiny_train_config
 
 
 def _rocauc(labels: list[float], scores: list[float]) -> float:
@@ -69,9 +69,11 @@ def _labelled_csv(path, value=lambda s: float("N" in s.upper())) -> str:
 def test_csv_classification_trains_with_bce_and_reports_rocauc(tmp_path):
     _labelled_csv(tmp_path / "labels.csv")
     out = tmp_path / "run"
-    args = train_args(tmp_path / "labels.csv", tmp_path / "data", out, "--task", "classification")
-    args[args.index("--target-columns") + 1] = "has_n"
-    assert cli.main(args) == 0
+    table = tmp_path / "labels.csv"
+    config = tiny_train_config(
+        table, tmp_path / "data", out, task="classification", target_columns=["has_n"]
+    )
+    train(config, progress=False)
     m = json.loads((out / "metrics.json").read_text())
     assert m["task_type"] == "binary" and m["loss"] == "bce" and m["higher_is_better"]
     assert {"best_valid_rocauc", "test_rocauc", "test_prcauc"} <= set(m)

@@ -1,4 +1,5 @@
-"""``graphormer-urpe pretrain``: descriptor targets, a learning run, exact resume, fine-tuning."""
+"""Pretraining (``graphormer-urpe pretrain``'s run, through the library): descriptor targets, a
+learning run, exact resume, fine-tuning."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import pytest
 import rdkit
 import torch
 
-from graphormer_urpe import cli
 from graphormer_urpe.datasets import load_dataset
 from graphormer_urpe.datasets.featurizers.descriptors import (
     DESCRIPTOR_NAMES,
@@ -22,10 +22,11 @@ from graphormer_urpe.datasets.featurizers.descriptors import (
 )
 from graphormer_urpe.datasets.sources.nci import read_nci_smiles
 from graphormer_urpe.datasets.sources.pretrain import DescriptorTargets, read_smiles_list
-from graphormer_urpe.io.checkpoint import load_checkpoint
-from graphormer_urpe.runtime.train_config import make_config
+from graphormer_urpe.io.checkpoint import TrainingInterrupted, load_checkpoint
+from graphormer_urpe.runtime.train_config import TrainConfig, build_train_config, make_config
+from graphormer_urpe.training import train
 from graphormer_urpe.training.pretrained import init_from_checkpoint
-from tests.helpers import TINY_MODEL, assert_same_run, loss_hook
+from tests.helpers import TINY_MODEL_FIELDS, assert_same_run, loss_hook
 
 # 120 NCI molecules → a 98/1/1 split of 117/1/2 → 8 batches of 16 per epoch
 STEPS = 96
@@ -39,31 +40,23 @@ def smi_file(tmp_path_factory) -> Path:
     return path
 
 
-def _pretrain_args(smi: Path, store: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "pretrain",
-        "--input",
-        str(smi),
-        "--store-dir",
-        str(store),
-        "--out",
-        str(out),
-        *TINY_MODEL,
-        "--batch-size",
-        "16",
-        "--max-steps",
-        str(STEPS),
-        "--warmup-steps",
-        "4",
-        "--lr",
-        "5e-3",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-        "--no-progress",
-        *extra,
-    ]
+def _pretrain_config(smi: Path, store: Path, out: Path, **extra) -> TrainConfig:
+    """The config ``graphormer-urpe pretrain --input SMI`` builds for a tiny model (smooth L1
+    on the descriptors, 96 steps of 16 molecules, one thread on the CPU), with ``extra``."""
+    return build_train_config(
+        model_overrides=TINY_MODEL_FIELDS,
+        dataset=f"pretrain:{smi}",
+        loss="smooth_l1",
+        store_dir=str(store),
+        out=str(out),
+        batch_size=16,
+        max_steps=STEPS,
+        warmup_steps=4,
+        lr=5e-3,
+        threads=1,
+        device="cpu",
+        **extra,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +64,7 @@ def reference(smi_file, tmp_path_factory) -> tuple[Path, Path]:
     """An uninterrupted pretraining run (dropout on, so the RNG state matters)."""
     base = tmp_path_factory.mktemp("pretrain")
     store, out = base / "store", base / "run"
-    assert cli.main(_pretrain_args(smi_file, store, out, "--checkpoint-every", "5")) == 0
+    train(_pretrain_config(smi_file, store, out, checkpoint_every=5), progress=False)
     return store, out
 
 
@@ -127,13 +120,15 @@ def test_max_nodes_keeps_the_descriptor_targets(smi_file, reference):
 def test_pretraining_resumes_exactly_after_sigterm(smi_file, reference, tmp_path, monkeypatch):
     store, ref_out = reference
     out = tmp_path / "run"
-    args = _pretrain_args(smi_file, store, out, "--checkpoint-every", "5")
+    config = _pretrain_config(smi_file, store, out, checkpoint_every=5)
     loss_hook(monkeypatch, 13, lambda: signal.raise_signal(signal.SIGTERM))
-    assert cli.main(args) == 128 + signal.SIGTERM
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(config, progress=False)
+    assert stopped.value.signum == signal.SIGTERM
     ckpt = load_checkpoint(out / "last.pt")
     assert ckpt["step"] == 13 and ckpt["position"] == {"epoch": 1, "batch": 5}
     monkeypatch.undo()
-    assert cli.main([*args, "--resume"]) == 0
+    train(config, resume=True, progress=False)
     assert_same_run(ref_out, out)
 
 
@@ -151,9 +146,17 @@ def test_fine_tuning_from_a_pretraining_checkpoint_resets_the_head(reference, tm
     smiles = list(read_nci_smiles(limit=40))
     table.write_text("smiles,y\n" + "".join(f"{s},{len(s) / 10}\n" for s in smiles))
     run = tmp_path / "fine"
-    args = ["train", "--dataset", f"csv:{table}", "--target-columns", "y", "--out", str(run)]
-    args += ["--init-from", str(out / "best.pt"), "--epochs", "1", "--batch-size", "8"]
-    assert cli.main([*args, "--threads", "1", "--device", "cpu", "--no-progress"]) == 0
+    config = build_train_config(
+        dataset=f"csv:{table}",
+        target_columns=["y"],
+        out=str(run),
+        init_from=str(out / "best.pt"),
+        epochs=1,
+        batch_size=8,
+        threads=1,
+        device="cpu",
+    )
+    train(config, progress=False)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["init_from"] == str(out / "best.pt") and "init_valid_rmse" in metrics
     assert load_checkpoint(run / "best.pt").get("pretrain") is None

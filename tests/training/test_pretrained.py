@@ -12,31 +12,31 @@ graphormer.py`` (``GraphormerEncoder``: ``graph_encoder``, ``lm_head_transform_w
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
 import logging
 
 import pytest
 import torch
 
-from graphormer_urpe import GraphormerFeatures, cli, collate, get_preset
+from graphormer_urpe import get_preset
 from graphormer_urpe.datasets import featurize_smiles
 from graphormer_urpe.datasets.sources.nci import read_nci_smiles
 from graphormer_urpe.graph.model import Graphormer, fit_tables
-from graphormer_urpe.graph.published_weights import InteropError, hf_inputs
-from graphormer_urpe.inference import evaluate_checkpoint
+from graphormer_urpe.graph.published_weights import InteropError
 from graphormer_urpe.training.pretrained import (
     convert_checkpoint,
     export_huggingface,
     init_from_checkpoint,
     read_graphormer,
 )
-from tests.helpers import PCQM_SMILES, v2_splits, write_lsc_layout
+from tests.helpers import (
+    batch_of,
+    hf_config,
+    hf_model,
+    hf_predict,
+)
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.deprecated.graphormer import (  # noqa: E402
-    configuration_graphormer,
     modeling_graphormer,
 )
 
@@ -55,51 +55,6 @@ def molecules(count: int = 24) -> list[str]:
         if len(out) == count:
             break
     return out
-
-
-def batch_of(smiles: list[str], multi_hop_max_dist: int):
-    transform = GraphormerFeatures(multi_hop_max_dist)
-    graphs = [transform(featurize_smiles(s, "ogb")) for s in smiles]
-    return collate(graphs, multi_hop_max_dist)
-
-
-def hf_config(size: str, layers: int, pre_ln: bool, hops: int, outputs: int, **kw):
-    """Hugging Face config of one of this library's preset sizes, with OGB-sized tables."""
-    c = fit_tables(get_preset(size, multi_hop_max_dist=hops), "ogb")
-    return configuration_graphormer.GraphormerConfig(
-        num_classes=outputs,
-        num_atoms=c.num_atoms - 1,
-        num_edges=c.num_edges - 1,
-        num_in_degree=c.num_degree,
-        num_out_degree=c.num_degree,
-        num_spatial=c.num_spatial,
-        num_edge_dis=c.num_edge_dis,
-        multi_hop_max_dist=hops,
-        num_hidden_layers=layers,
-        embedding_dim=c.hidden_dim,
-        ffn_embedding_dim=c.ffn_dim,
-        num_attention_heads=c.num_heads,
-        pre_layernorm=pre_ln,
-        apply_graphormer_init=True,
-        **kw,
-    )
-
-
-def hf_model(config, seed: int = 0):
-    """Random Hugging Face Graphormer in eval mode; LayerNorms and biases moved off their
-    initial values so that every tensor matters (padding rows stay zero)."""
-    torch.manual_seed(seed)
-    model = modeling_graphormer.GraphormerForGraphClassification(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "layer_norm" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    return model
-
-
-def hf_predict(model, batch) -> torch.Tensor:
-    with torch.no_grad():
-        return model(**hf_inputs(batch)).logits
 
 
 def ours_predict(model, batch) -> torch.Tensor:
@@ -204,7 +159,7 @@ def test_fairseq_checkpoints_convert_exactly(tmp_path, pre_ln, hops):
     torch.testing.assert_close(ours_predict(back.model, batch), want, atol=1e-5, rtol=0)
 
 
-def test_fairseq_pickled_args_need_the_explicit_unsafe_option(tmp_path, capsys):
+def test_fairseq_pickled_args_need_the_explicit_unsafe_option(tmp_path):
     config = hf_config("zinc-slim", 1, False, 5, 1, encoder_normalize_before=True)
     hf = hf_model(config, seed=2)
     path = tmp_path / "checkpoint_last.pt"
@@ -212,11 +167,10 @@ def test_fairseq_pickled_args_need_the_explicit_unsafe_option(tmp_path, capsys):
     with pytest.raises(InteropError, match="weights_only=True") as err:
         read_graphormer(path)
     assert "--unsafe-load" in str(err.value) and "\n" not in str(err.value)
-    assert cli.main(["convert", str(path), "--out", str(tmp_path / "m.pt")]) == 2
-    msg = capsys.readouterr().err
-    assert msg.count("\n") == 1 and "--unsafe-load" in msg
-    code = cli.main(["convert", str(path), "--out", str(tmp_path / "m.pt"), "--unsafe-load"])
-    assert code == 0 and json.loads(capsys.readouterr().out)["format"] == "fairseq"
+    with pytest.raises(InteropError, match="--unsafe-load") as err:
+        convert_checkpoint(path, tmp_path / "m.pt")
+    assert "\n" not in str(err.value) and not (tmp_path / "m.pt").exists()
+    assert convert_checkpoint(path, tmp_path / "m.pt", unsafe_load=True).format == "fairseq"
     batch = batch_of(molecules(8), 5)
     model = read_graphormer(tmp_path / "m.pt").model
     torch.testing.assert_close(ours_predict(model, batch), hf_predict(hf, batch), atol=1e-5, rtol=0)
@@ -321,51 +275,3 @@ def test_init_from_logs_a_count_and_the_names_at_debug_level(caplog):
         init_from_checkpoint("pretrained", run, "ogb", num_targets=1)
     debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert any(m.startswith("loaded: ") and report.loaded[-1] in m for m in debug)
-
-
-def test_cli_convert_evaluate_predict_and_fine_tune(tmp_path, capsys):
-    root = tmp_path / "ogb"
-    write_lsc_layout(root, PCQM_SMILES, v2_splits(len(PCQM_SMILES)))
-    prep = ["preprocess", "--dataset", "pcqm4mv2", "--data-root", str(root), "--no-progress"]
-    assert cli.main(prep) == 0
-    capsys.readouterr()
-    config = hf_config("zinc-slim", 2, False, 5, 1, encoder_normalize_before=True)
-    hf = hf_model(config, seed=6)
-    with torch.no_grad():  # near the fixture's gaps, so that the MAE is informative
-        hf.classifier.lm_output_learned_bias.fill_(4.0)
-    hf.save_pretrained(tmp_path / "hf")
-    ckpt = tmp_path / "model.pt"
-    assert (
-        cli.main(["convert", str(tmp_path / "hf"), "--out", str(ckpt), "--attention", "urpe"]) == 0
-    )
-    report = json.loads(capsys.readouterr().out)
-    assert report["format"] == "hf" and report["attention"] == "urpe"
-
-    evaluated = evaluate_checkpoint(ckpt, "valid", str(root), "cpu", progress=False)
-    out = tmp_path / "run"
-    train = [
-        *("train", "--dataset", "pcqm4mv2", "--data-root", str(root), "--out", str(out)),
-        *("--init-from", str(ckpt), "--attention", "urpe", "--max-steps", "2"),
-        *("--batch-size", "8", "--threads", "1", "--no-progress"),
-    ]
-    assert cli.main(train) == 0
-    metrics = json.loads(capsys.readouterr().out)
-    rows = list(csv.DictReader(io.StringIO((out / "history.csv").read_text())))
-    assert rows[0]["epoch"] == "-1" and rows[0]["step"] == "0"
-    assert float(rows[0]["valid_mae"]) == pytest.approx(evaluated["mae"], rel=1e-6)
-    assert metrics["init_valid_mae"] == pytest.approx(evaluated["mae"], rel=1e-6)
-    assert metrics["steps"] == 2 and metrics["best_valid_mae"] <= metrics["init_valid_mae"]
-
-    smi = PCQM_SMILES[:3]
-    assert cli.main(["predict", "--checkpoint", str(ckpt), "--smiles", *smi, "--no-progress"]) == 0
-    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    got = torch.tensor([float(r["homolumogap"]) for r in table])
-    want = hf_predict(hf, batch_of(smi, 5))[:, 0]
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
-    (tmp_path / "mols.csv").write_text("smiles\n" + "\n".join(smi) + "\n")
-    pred = ["predict", "--checkpoint", str(ckpt), "--input", str(tmp_path / "mols.csv")]
-    assert cli.main([*pred, "--output", str(tmp_path / "p.csv"), "--no-progress"]) == 0
-    table = list(csv.DictReader(io.StringIO((tmp_path / "p.csv").read_text())))
-    torch.testing.assert_close(
-        torch.tensor([float(r["homolumogap"]) for r in table]), got, atol=0, rtol=0
-    )

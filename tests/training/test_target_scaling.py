@@ -13,13 +13,12 @@ import pandas as pd
 import pytest
 import torch
 
-from graphormer_urpe import cli
 from graphormer_urpe.graph.batch import collate
 from graphormer_urpe.graph.model import Graphormer, GraphormerConfig, fit_tables
 from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import load_checkpoint
-from graphormer_urpe.training.run import masked_loss
-from tests.helpers import SMILES, graph_zoo, train_args
+from graphormer_urpe.training.run import masked_loss, train
+from tests.helpers import SMILES, graph_zoo, tiny_train_config
 
 
 def _tiny(**overrides) -> Graphormer:
@@ -108,14 +107,14 @@ def test_a_csv_run_does_not_depend_on_the_units_of_its_targets(tmp_path):
     predicts ``p``; with --no-normalize-targets the units matter."""
     runs = {}
     for name, scale, shift, extra in (
-        ("units", 1.0, 0.0, []),
-        ("milli", 1000.0, -7.0, []),
-        ("raw", 1000.0, -7.0, ["--no-normalize-targets"]),
+        ("units", 1.0, 0.0, {}),
+        ("milli", 1000.0, -7.0, {}),
+        ("raw", 1000.0, -7.0, {"normalize_targets": False}),
     ):
         table = _table(tmp_path / f"{name}.csv", scale, shift)
         out = tmp_path / name
-        args = train_args(table, tmp_path / f"data-{name}", out, "--loss", "mse", *extra)
-        assert cli.main(args) == 0
+        config = tiny_train_config(table, tmp_path / f"data-{name}", out, loss="mse", **extra)
+        train(config, progress=False)
         runs[name] = (
             json.loads((out / "metrics.json").read_text()),
             pd.read_csv(out / "test_predictions.csv")["pred_heavy_atoms"].to_numpy(),
@@ -134,7 +133,7 @@ def test_a_csv_run_does_not_depend_on_the_units_of_its_targets(tmp_path):
 def test_mse_selects_the_best_checkpoint_on_rmse(tmp_path):
     table = _table(tmp_path / "t.csv", 1.0, 0.0)
     out = tmp_path / "run"
-    assert cli.main(train_args(table, tmp_path / "data", out, "--loss", "mse")) == 0
+    train(tiny_train_config(table, tmp_path / "data", out, loss="mse"), progress=False)
     metrics = json.loads((out / "metrics.json").read_text())
     history = pd.read_csv(out / "history.csv")
     assert "valid_rmse" in history.columns and "valid_mae" not in history.columns

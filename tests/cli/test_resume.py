@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import stat
 import subprocess
 import sys
 import textwrap
@@ -15,7 +13,7 @@ import pytest
 import torch
 
 from graphormer_urpe import cli
-from graphormer_urpe.io.checkpoint import CheckpointKeeper, load_checkpoint, write_atomic
+from graphormer_urpe.io.checkpoint import CheckpointKeeper, load_checkpoint
 from tests.helpers import assert_same_run, loss_hook, train_args
 
 # 40 molecules → 32 training graphs → 4 batches of 8 per epoch, 3 epochs, 12 steps
@@ -144,20 +142,3 @@ def test_resume_from_an_incompatible_checkpoint_is_one_line(table, reference, tm
     assert cli.main([*args, "--resume"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no_such_field" in err
-
-
-def test_write_atomic_replaces_whole_files_with_a_normal_mode(tmp_path, monkeypatch):
-    path = tmp_path / "sub" / "metrics.json"
-    write_atomic(path, '{"a": 1}')  # text as UTF-8, the folder made
-    write_atomic(path, b'{"b": 2}')
-    assert path.read_bytes() == b'{"b": 2}'
-    mask = os.umask(0)
-    os.umask(mask)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask  # not mkstemp's 0600
-    # a failure while writing leaves the old file and no temporary file behind
-    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("disk full")))
-    with pytest.raises(OSError, match="disk full"):
-        write_atomic(path, "new")
-    assert path.read_bytes() == b'{"b": 2}' and sorted(p.name for p in path.parent.iterdir()) == [
-        "metrics.json"
-    ]
