@@ -116,8 +116,9 @@ def test_a_short_run_says_so(table, tmp_path, caplog):
     assert final and "too short to trust" in final[-1]
     plan = [r.getMessage() for r in caplog.records if "expected to take about" in r.getMessage()]
     assert plan and "from its first steps" in plan[0]
-    # the training loop's first line: what it expects to take (the set-up's lines after it)
-    lines = [r.getMessage() for r in caplog.records if r.name == "graphormer_urpe.training.run"]
+    # the training loop's first line: what it expects to take (the set-up's lines after it);
+    # the run's logger keeps its earlier name, for users' log filters
+    lines = [r.getMessage() for r in caplog.records if r.name == "graphormer_urpe.training.loop"]
     assert lines[0].startswith("expected to take about")
     assert {lines[1].split()[0], lines[2].split()[0]} == {"targets", "domain"}
 
