@@ -165,9 +165,10 @@ def features(split: Path, part: str, kind: str) -> np.ndarray:
 
 
 def tree_matrix(smiles: list[str], _: Path) -> np.ndarray:
+    """The gbt method's inputs: the 202 RDKit 2D descriptors and the Morgan counts."""
     from graphormer_urpe.inference.trees import tree_chunk_inputs
 
-    return tree_chunk_inputs(smiles)[0]
+    return tree_chunk_inputs(smiles, ("morgan",))[0]
 
 
 def minimol_matrix(smiles: list[str], _: Path) -> np.ndarray:
