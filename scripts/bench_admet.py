@@ -287,8 +287,8 @@ def run_urpe_trees_refit(split: Path, endpoint: str, seed: int) -> dict:
         load_embedder,
         trees_folder,
     )
-    from graphormer_urpe.runtime.inputs import dataset_targets, load_splits
     from graphormer_urpe.runtime.precision import Precision
+    from graphormer_urpe.runtime.run_inputs import dataset_targets, load_splits
 
     checkpoint = split / "urpe" / "run" / "best.pt"
     if not checkpoint.exists():

@@ -20,7 +20,7 @@ from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime.train_config import TrainConfig
 from graphormer_urpe.training import init_from_checkpoint
-from tests.helpers import graph_zoo, heavy_atoms_csv
+from tests.helpers import SMILES, graph_zoo, heavy_atoms_csv
 
 
 def _tiny(**kw) -> Graphormer:
