@@ -68,17 +68,12 @@ def needs_descriptors(kind: str) -> bool:
 def morgan_counts(smiles: Sequence[str], radius: int, bits: int) -> np.ndarray:
     """``[N, bits]`` uint8 Morgan count fingerprints of ``smiles``, counts above 255 kept at
     255 (a SMILES RDKit cannot read: a row of zeros)."""
-    from rdkit import Chem
-
-    from .featurizers.fingerprints import morgan_generator
+    from .featurizers.fingerprints import molecule_rows, morgan_generator
 
     gen = morgan_generator(radius, bits)
-    out = np.zeros((len(smiles), bits), dtype=np.uint8)
-    for i, s in enumerate(smiles):
-        mol = Chem.MolFromSmiles(s)
-        if mol is not None:
-            out[i] = np.minimum(gen.GetCountFingerprintAsNumPy(mol), 255)
-    return out
+    return molecule_rows(
+        smiles, bits, np.uint8, lambda mol: np.minimum(gen.GetCountFingerprintAsNumPy(mol), 255)
+    )
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,9 @@ class LoadedModel:
         size = batch_size or cfg.batch_size
         pred, y = predict_dataset(self.model, dataset, size, self.device, precision, progress, desc)
         if self.trees is not None:
-            x = dataset_inputs(dataset, self.embedder, size, self.device, precision)
+            x = dataset_inputs(
+                dataset, self.embedder, size, self.device, precision, self.trees.fingerprints
+            )
             pred = self.trees.blend(pred[None], self.trees.predict(x))[0]
         return pred, y
 

@@ -6,7 +6,10 @@ per target, a LightGBM model on three groups of per-molecule inputs ``[N, F]``:
 * the 202 RDKit 2D descriptors, raw
   (:mod:`~graphormer_urpe.datasets.featurizers.descriptors`; trees do not need them scaled,
   and read a missing value as missing);
-* the Morgan count fingerprint of radius 2, 2048 bits (ECFP4 counts);
+* count fingerprints (:data:`FINGERPRINTS`): Morgan counts of radius 2 (ECFP4, 2,048 bits),
+  Avalon counts (1,024 bits) and ErG's 315 pharmacophore pairs, the inputs of MapLight's
+  boosted trees (trees kept before Avalon and ErG were added read Morgan alone, and still
+  do: ``trees.json`` names the fingerprints);
 * the graph token of the run's *starting* model (its pretrained encoder, frozen: ``[d]``),
   kept as ``trees/embedder.pt``. A fine-tuned network's own vector would not do: it has
   learned the training molecules' targets, so trees fitted on it trust it too much.
@@ -48,9 +51,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..datasets.featurizers.fingerprints import COUNT_FINGERPRINTS, MORGAN_COUNTS
 from ..io.checkpoint import load_checkpoint, save_checkpoint, write_atomic
 
 __all__ = [
+    "FINGERPRINTS",
     "MORGAN",
     "TREES_DIR",
     "Trees",
@@ -60,7 +65,9 @@ __all__ = [
     "load_embedder",
     "load_trees",
     "save_embedder",
+    "fingerprints_width",
     "tree_chunk_inputs",
+    "tree_fingerprints",
     "tree_inputs",
     "trees_folder",
 ]
@@ -70,8 +77,15 @@ log = logging.getLogger(__name__)
 TREES_DIR = "trees"
 """The trees head's folder beside a run's ``best.pt``."""
 
-MORGAN = {"radius": 2, "bits": 2048}
-"""The trees' count fingerprint."""
+MORGAN = MORGAN_COUNTS
+"""The trees' Morgan count fingerprint (the first of their fingerprints)."""
+
+FINGERPRINTS = ("morgan", "avalon", "erg")
+"""The count fingerprints new trees read after the descriptors, in order (names of
+:data:`~graphormer_urpe.datasets.featurizers.fingerprints.COUNT_FINGERPRINTS`)."""
+
+OLD_FINGERPRINTS = ("morgan",)
+"""The fingerprints of trees whose ``trees.json`` names none (kept before Avalon and ErG)."""
 
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 """The network weights tried on the validation split."""
@@ -97,8 +111,8 @@ def tree_inputs(
     descriptors: np.ndarray, counts: np.ndarray, embeddings: np.ndarray | None
 ) -> np.ndarray:
     """The trees' input rows ``[N, F]`` float32: raw descriptors ``[N, 202]`` (``NaN`` =
-    missing), Morgan counts ``[N, bits]`` and, where the trees read one, the starting
-    model's graph token ``[N, d]``, side by side."""
+    missing), count fingerprints ``[N, C]`` (:func:`tree_fingerprints`) and, where the trees
+    read one, the starting model's graph token ``[N, d]``, side by side."""
     parts = [descriptors, counts] + ([] if embeddings is None else [embeddings])
     return np.hstack([np.asarray(p, dtype=np.float32) for p in parts])
 
@@ -117,6 +131,7 @@ class Trees:
         descriptor_set: the descriptor set's id (:func:`~graphormer_urpe.datasets.
             descriptors.descriptor_set_id`) the trees were fitted on.
         valid: per target, the validation metric of the network, the trees and the blend.
+        fingerprints: the count fingerprints the trees read (:data:`FINGERPRINTS`).
     """
 
     task_type: str
@@ -126,6 +141,7 @@ class Trees:
     embedding_dim: int
     descriptor_set: str
     valid: list[dict[str, float]] = field(default_factory=list)
+    fingerprints: tuple[str, ...] = FINGERPRINTS
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The trees' outputs ``[N, T]`` float32 (logits for binary tasks; ``NaN`` for a
@@ -143,8 +159,8 @@ class Trees:
 
         ``atoms``: each Morgan bit present in the molecule, its value shared equally among
         the atoms at the centre of the environments that set it; ``rest``: the descriptors,
-        the graph token and the absent bits; ``expected``: the trees' mean output over their
-        training molecules. A target without trees gets zeros.
+        the other fingerprints, the graph token and the absent bits; ``expected``: the trees'
+        mean output over their training molecules. A target without trees gets zeros.
 
         Args:
             smiles: the molecule (readable).
@@ -161,7 +177,8 @@ class Trees:
         morgan_generator(MORGAN["radius"], MORGAN["bits"]).GetCountFingerprintAsNumPy(
             mol, additionalOutput=info
         )
-        first_bit = x.shape[1] - MORGAN["bits"] - self.embedding_dim  # the descriptors' count
+        # Morgan's bits come first among the fingerprints, after the descriptors
+        first_bit = x.shape[1] - fingerprints_width(self.fingerprints) - self.embedding_dim
         share = np.zeros((mol.GetNumAtoms(), x.shape[1]))  # [n, F]: atom i's part of feature f
         for bit, places in info.GetBitInfoMap().items():
             for atom, _radius in places:
@@ -232,6 +249,7 @@ class Trees:
             "embedding_dim": self.embedding_dim,
             "descriptor_set": self.descriptor_set,
             "morgan": MORGAN,
+            "fingerprints": list(self.fingerprints),
             "valid": self.valid,
             "params": PARAMS,
         }
@@ -264,6 +282,7 @@ class Trees:
             int(d["embedding_dim"]),
             d["descriptor_set"],
             list(d.get("valid") or []),
+            tuple(d.get("fingerprints") or OLD_FINGERPRINTS),
         )
 
 
@@ -275,6 +294,7 @@ def fit_trees(
     seed: int,
     embedding_dim: int,
     threads: int = 1,
+    fingerprints: Sequence[str] = FINGERPRINTS,
 ) -> Trees:
     """One LightGBM model per target on the training rows, stopped early on the validation
     rows (network weights still 1: :meth:`Trees.choose_weights` sets them).
@@ -287,6 +307,7 @@ def fit_trees(
         seed: the trees' random seed.
         embedding_dim: ``d`` of the graph token among the inputs (0: none).
         threads: LightGBM's threads.
+        fingerprints: the count fingerprints among the inputs (:func:`tree_fingerprints`).
     """
     import lightgbm as lgb
 
@@ -312,19 +333,40 @@ def fit_trees(
         boosters.append(booster)
     weights = [1.0] * len(boosters)
     return Trees(
-        task_type, list(target_names), boosters, weights, embedding_dim, descriptor_set_id()
+        task_type,
+        list(target_names),
+        boosters,
+        weights,
+        embedding_dim,
+        descriptor_set_id(),
+        fingerprints=tuple(fingerprints),
     )
 
 
-def tree_chunk_inputs(smiles: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The descriptors and counts of the trees' inputs ``[N, 202 + bits]`` float32 for
-    readable ``smiles``, and the raw descriptors ``[N, 202]`` (which a network's own molecule
-    features are computed from)."""
+def fingerprints_width(fingerprints: Sequence[str]) -> int:
+    """``C``: the columns of the count fingerprints ``fingerprints`` side by side."""
+    return sum(COUNT_FINGERPRINTS[k][0] for k in fingerprints)
+
+
+def tree_fingerprints(smiles: Sequence[str], fingerprints: Sequence[str]) -> np.ndarray:
+    """The trees' count fingerprints ``[N, C]`` float32 of ``smiles`` (names of
+    :data:`~graphormer_urpe.datasets.featurizers.fingerprints.COUNT_FINGERPRINTS`, e.g.
+    :data:`FINGERPRINTS`)."""
+    from ..datasets.featurizers.fingerprints import count_fingerprints
+
+    return count_fingerprints(smiles, fingerprints)
+
+
+def tree_chunk_inputs(
+    smiles: Sequence[str], fingerprints: Sequence[str] = FINGERPRINTS
+) -> tuple[np.ndarray, np.ndarray]:
+    """The descriptors and count fingerprints of the trees' inputs ``[N, 202 + C]`` float32
+    for readable ``smiles``, and the raw descriptors ``[N, 202]`` (which a network's own
+    molecule features are computed from)."""
     from ..datasets.featurizers.descriptors import compute_descriptors
-    from ..datasets.mol_features import morgan_counts
 
     raw = compute_descriptors(smiles)
-    return tree_inputs(raw, morgan_counts(smiles, **MORGAN), None), raw
+    return tree_inputs(raw, tree_fingerprints(smiles, fingerprints), None), raw
 
 
 class TreesBeside:
@@ -385,13 +427,18 @@ def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 
 def dataset_inputs(
-    dataset: Any, embedder: Any, batch_size: int, device: torch.device, precision: Any
+    dataset: Any,
+    embedder: Any,
+    batch_size: int,
+    device: torch.device,
+    precision: Any,
+    fingerprints: Sequence[str] = FINGERPRINTS,
 ) -> np.ndarray:
     """The trees' input rows ``[N, F]`` of a split over a store of SMILES (``csv:`` and
     ``sdf:`` datasets): the store's raw descriptors (computed from the SMILES where the store
-    has none), the Morgan counts, and the ``embedder``'s graph tokens (``None``: none)."""
+    has none), the count ``fingerprints``, and the ``embedder``'s graph tokens (``None``:
+    none)."""
     from ..datasets.featurizers.descriptors import compute_descriptors
-    from ..datasets.mol_features import morgan_counts
     from .embeddings import WithHeadInput
     from .prediction import predict_dataset
 
@@ -408,7 +455,7 @@ def dataset_inputs(
             embedder, dataset, batch_size, device, precision, net=WithHeadInput(embedder)
         )
         tokens = graph_tokens(out, c.num_targets, c.hidden_dim).numpy()
-    return tree_inputs(descriptors, morgan_counts(smiles, **MORGAN), tokens)
+    return tree_inputs(descriptors, tree_fingerprints(smiles, fingerprints), tokens)
 
 
 def trees_folder(checkpoint: str | Path) -> Path:

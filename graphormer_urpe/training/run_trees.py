@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..datasets.metrics import classification_metrics, regression_metrics
 from ..inference.trees import (
+    FINGERPRINTS,
     TREES_DIR,
     Trees,
     dataset_inputs,
@@ -72,20 +73,22 @@ def fit_run_trees(
         save_embedder(folder, model)
         embedder = model
     training = model.training
-    parts = ("valid", "test") if (folder / "trees.json").exists() else ("train", "valid", "test")
+    kept = Trees.load(folder) if (folder / "trees.json").exists() else None  # a resumed run's
+    parts = ("valid", "test") if kept is not None else ("train", "valid", "test")
+    fingerprints = FINGERPRINTS if kept is None else kept.fingerprints
     x = {
-        p: dataset_inputs(getattr(splits, p), embedder, batch_size, device, precision)
+        p: dataset_inputs(getattr(splits, p), embedder, batch_size, device, precision, fingerprints)
         for p in parts
     }
     model.train(training)
-    if "train" in parts:
+    if kept is None:
         y = {p: dataset_targets(getattr(splits, p)) for p in ("train", "valid")}
         dim = 0 if embedder is None else embedder.config.hidden_dim
         threads = torch.get_num_threads()  # the run's (--threads)
         trees = fit_trees(x, y, splits.task_type, splits.target_names, seed, dim, threads)
         trees.save(folder)
     else:
-        trees = Trees.load(folder)
+        trees = kept
     outputs = {p: trees.predict(x[p]) for p in ("valid", "test")}
     seconds = time.perf_counter() - start
     return RunTrees(trees, folder, outputs, seconds)

@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from graphormer_urpe import cli
-from graphormer_urpe.inference.trees import WEIGHTS, tree_chunk_inputs
+from graphormer_urpe.inference.trees import (
+    FINGERPRINTS,
+    OLD_FINGERPRINTS,
+    WEIGHTS,
+    tree_chunk_inputs,
+)
 from tests.helpers import train_args
 
 pytest.importorskip("lightgbm")
@@ -22,7 +27,7 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(
 ):
     from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
     from graphormer_urpe.inference.embeddings import WithHeadInput
-    from graphormer_urpe.inference.engines.stream import predict_smiles
+    from graphormer_urpe.inference.engines.stream import StreamModel, predict_smiles
     from graphormer_urpe.inference.loading import evaluate_checkpoint, load_model
     from graphormer_urpe.inference.trees import graph_tokens, load_embedder, trees_folder
 
@@ -44,6 +49,7 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(
         smiles = tests["smiles"].tolist()
         lm = load_model(member / "best.pt")
         assert lm.trees is not None and lm.embedder is not None
+        assert lm.trees.fingerprints == FINGERPRINTS
         trees, embedder = lm.trees, load_embedder(trees_folder(member / "best.pt"), lm.device)
         lm.trees = None
         # the embedder is the starting model: the checkpoint's encoder, untouched by training
@@ -82,6 +88,10 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(
         == 0
     )
     got = pd.read_csv(pred)["heavy_atoms"]
+    members = [load_model(out / f"member-{i}" / "best.pt") for i in (0, 1)]
+    members[1].trees.fingerprints = OLD_FINGERPRINTS  # as if kept before Avalon and ErG
+    with pytest.raises(ValueError, match="different fingerprints"):
+        StreamModel(members)
     mean = (member_tables[0]["pred_heavy_atoms"] + member_tables[1]["pred_heavy_atoms"]) / 2
     np.testing.assert_allclose(got, mean, rtol=1e-4, atol=1e-4)
     evaluated = evaluate_checkpoint(out / "member-0" / "best.pt", progress=False)

@@ -20,7 +20,7 @@ from graphormer_urpe.graph.published_weights import InteropError, config_to_hf
 from graphormer_urpe.io.checkpoint import save_checkpoint
 from graphormer_urpe.runtime.train_config import TrainConfig
 from graphormer_urpe.training import init_from_checkpoint
-from tests.helpers import graph_zoo, heavy_atoms_csv
+from tests.helpers import SMILES, graph_zoo, heavy_atoms_csv
 
 
 def _tiny(**kw) -> Graphormer:
@@ -148,3 +148,32 @@ def test_init_from_resets_the_head_when_molecule_features_are_added(tmp_path):
         torch.testing.assert_close(model.encoder.state_dict()[name], tensor)
     with pytest.raises(InteropError, match="num_mol_features=7"):
         config_to_hf(replace(model.config, final_norm=False, head="transform"))
+
+
+def test_count_fingerprints_are_each_kind_side_by_side():
+    from rdkit.Avalon import pyAvalonTools
+    from rdkit.Chem import rdReducedGraphs
+
+    from graphormer_urpe.datasets.featurizers.fingerprints import count_fingerprints
+
+    smiles = [*SMILES[:6], "not a smiles", "[Na+].[Cl-]"]
+    got = count_fingerprints(smiles, ["morgan", "avalon", "erg"])
+    assert got.shape == (len(smiles), 2048 + 1024 + 315) and got.dtype == np.float32
+    # a plain reference: each kind from RDKit's own calls, one molecule at a time
+    for i, s in enumerate(smiles):
+        mol = Chem.MolFromSmiles(s)
+        want = np.zeros(2048 + 1024 + 315)
+        if mol is not None:
+            morgan = AllChem.GetHashedMorganFingerprint(mol, 2, nBits=2048)
+            for bit, count in morgan.GetNonzeroElements().items():
+                want[bit] = min(count, 255)
+            avalon = pyAvalonTools.GetAvalonCountFP(mol, nBits=1024)
+            for bit, count in avalon.GetNonzeroElements().items():
+                want[2048 + bit] = count
+            want[2048 + 1024 :] = rdReducedGraphs.GetErGFingerprint(mol)
+        np.testing.assert_allclose(got[i], want, rtol=1e-6, err_msg=s)
+    assert not got[smiles.index("not a smiles")].any()
+    alone = count_fingerprints(smiles, ["erg"])
+    np.testing.assert_array_equal(alone, got[:, 2048 + 1024 :])
+    with pytest.raises(ValueError, match="unknown fingerprints"):
+        count_fingerprints(smiles, ["maccs"])

@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.inference.trees import WEIGHTS, Trees, fit_trees, tree_chunk_inputs
+from graphormer_urpe.inference.trees import (
+    FINGERPRINTS,
+    OLD_FINGERPRINTS,
+    WEIGHTS,
+    Trees,
+    fit_trees,
+    tree_chunk_inputs,
+)
 from graphormer_urpe.training import train
 from tests.helpers import SMILES, tiny_train_config
 
@@ -90,17 +97,19 @@ def test_trees_learn_the_signal_and_read_back_the_same(task, tmp_path):
     np.testing.assert_array_equal(again.predict(xs["valid"]), trees.predict(xs["valid"]))
 
 
-def test_attribution_is_exact_and_puts_the_present_bits_on_their_atoms():
+@pytest.mark.parametrize("fingerprints", [FINGERPRINTS, OLD_FINGERPRINTS])
+def test_attribution_is_exact_and_puts_the_present_bits_on_their_atoms(fingerprints):
     from rdkit import Chem
     from rdkit.Chem import rdFingerprintGenerator
 
     smiles = SMILES * 3
-    x, _ = tree_chunk_inputs(smiles)
+    x, _ = tree_chunk_inputs(smiles, fingerprints)
     y = torch.tensor([[float(s.count("O") + 2 * s.count("N"))] for s in smiles])
     xs = {"train": x, "valid": x[:20]}
-    trees = fit_trees(xs, {"train": y, "valid": y[:20]}, "regression", ["t"], 0, 0)
+    y = {"train": y, "valid": y[:20]}
+    trees = fit_trees(xs, y, "regression", ["t"], 0, 0, fingerprints=fingerprints)
     for s in ("CC(=O)Nc1ccc(O)cc1", "NCCN", "c1ccncc1"):
-        row, _ = tree_chunk_inputs([s])
+        row, _ = tree_chunk_inputs([s], fingerprints)
         atoms, rest, expected = trees.attribution(s, row)
         assert expected[0] + atoms.sum() + rest[0] == pytest.approx(
             trees.predict(row)[0, 0], abs=1e-5
@@ -117,6 +126,27 @@ def test_attribution_is_exact_and_puts_the_present_bits_on_their_atoms():
             for atom, _ in places:
                 want[atom] += phi[202 + bit] / len(places)
         np.testing.assert_allclose(atoms[:, 0], want, atol=1e-9)
+
+
+def test_trees_kept_before_avalon_and_erg_read_morgan_alone(tmp_path):
+    smiles = SMILES * 2
+    x, _ = tree_chunk_inputs(smiles, OLD_FINGERPRINTS)  # [N, 202 + 2048]
+    assert x.shape[1] == 202 + 2048
+    y = torch.tensor([[float(s.count("C"))] for s in smiles])
+    y = {"train": y, "valid": y[:10]}
+    trees = fit_trees({"train": x, "valid": x[:10]}, y, "regression", ["t"], 0, 0, 1, ("morgan",))
+    trees.save(tmp_path / "trees")
+    kept = json.loads((tmp_path / "trees" / "trees.json").read_text())
+    assert kept["fingerprints"] == ["morgan"]
+    del kept["fingerprints"]  # as such trees were written
+    (tmp_path / "trees" / "trees.json").write_text(json.dumps(kept))
+    again = Trees.load(tmp_path / "trees")
+    assert again.fingerprints == OLD_FINGERPRINTS
+    row, _ = tree_chunk_inputs(smiles, again.fingerprints)
+    np.testing.assert_array_equal(again.predict(row), trees.predict(x))
+    new, _ = tree_chunk_inputs(smiles)
+    assert new.shape[1] == 202 + 2048 + 1024 + 315
+    np.testing.assert_array_equal(new[:, : x.shape[1]], x)
 
 
 def test_the_trees_leave_the_network_as_it_trains_without_them(table, start_checkpoint, tmp_path):

@@ -285,7 +285,8 @@ class Featurizing(NamedTuple):
     hops: int
     mol_features: dict | None = None
     domain: DomainRecord | None = None
-    trees: bool = False
+    trees: tuple[str, ...] | None = None
+    """The trees head's count fingerprints (``None``: no trees head)."""
 
     @classmethod
     def of(cls, model: LoadedModel, similarity: bool = True) -> Featurizing:
@@ -295,15 +296,16 @@ class Featurizing(NamedTuple):
         if domain is not None and not similarity:
             domain = replace(domain, fingerprints=None)
         hops = model.model.config.multi_hop_max_dist
-        return cls(model.featurizer, hops, model.mol_features, domain, model.trees is not None)
+        trees = None if model.trees is None else model.trees.fingerprints
+        return cls(model.featurizer, hops, model.mol_features, domain, trees)
 
     def __call__(self, part: list[str], first: int = 0) -> _Chunk:
         """The chunk ``part`` (rows ``first``, ``first + 1``, ...) featurised (in a worker
         process, or this one): its graphs with their Graphormer features, and their molecule
         features where the model was trained with them (``mol_features``: the checkpoint's
         record), compared with the training record ``domain`` where there is one; with
-        ``trees``, the trees head's descriptors and counts too (``tree_x``, computed with the
-        molecule features from one pass of the descriptors)."""
+        ``trees``, the trees head's descriptors and fingerprints too (``tree_x``, computed
+        with the molecule features from one pass of the descriptors)."""
         from ...datasets.mol_features import mol_features_of_smiles
         from ...datasets.store import featurize_chunk, flat_graphs, with_pointers
 
@@ -321,10 +323,10 @@ class Featurizing(NamedTuple):
             flat.y = None
             kept = [s for i, s in enumerate(part, start=first) if i not in errors]
             raw = None
-            if self.trees:
+            if self.trees is not None:
                 from ..trees import tree_chunk_inputs
 
-                flat.tree_x, raw = tree_chunk_inputs(kept)  # [valid, F], [valid, 202]
+                flat.tree_x, raw = tree_chunk_inputs(kept, self.trees)  # [valid, F], [valid, 202]
             if self.mol_features is not None:
                 flat.mol_x = mol_features_of_smiles(kept, self.mol_features, raw)  # [valid, K]
         return _Chunk(first, part, flat, errors, checked)
@@ -379,6 +381,11 @@ class StreamModel:
         if any(m.trees is not None for m in models):
             if not all(m.trees is not None for m in models):
                 raise ValueError("some of the ensemble's members have a trees head, some not")
+            if len({m.trees.fingerprints for m in models}) > 1:  # type: ignore[union-attr]
+                raise ValueError(
+                    "the ensemble's members' trees read different fingerprints (trees kept "
+                    "before and after Avalon and ErG were added): train the older members again"
+                )
             self.trees = TreesBeside(
                 [m.trees for m in models],  # type: ignore[misc]
                 [m.embedder for m in models],

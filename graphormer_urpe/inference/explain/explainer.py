@@ -273,11 +273,13 @@ class Explainer:
             return parts
         from ..trees import tree_chunk_inputs
 
-        counts, _ = tree_chunk_inputs([smiles])  # [1, 202 + bits]
+        rows = {  # [1, 202 + C] per set of fingerprints the members' trees read
+            f: tree_chunk_inputs([smiles], f)[0] for f in {t.fingerprints for t in self.trees}
+        }
         embedders = self.embedders or [None] * len(parts)
         out = []
         for a, trees, embedder in zip(parts, self.trees, embedders, strict=True):
-            x = counts
+            x = counts = rows[trees.fingerprints]
             if embedder is not None:
                 with torch.no_grad():
                     _, h = embedder.forward_with_head_input([data])
