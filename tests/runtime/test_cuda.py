@@ -4,14 +4,14 @@ The slowest tests (``torch.compile``) come last, so that a time limit cuts them 
 
 Run on a GPU machine by ``tools/device/device_check.py`` (correctness section). The references
 are the CPU ones of the other test modules: the float64 attention formula of
-``test_attention``, the CPU model itself, the CLI fixtures of ``test_cli``.
+``test_attention`` and the CPU model itself. The commands on a GPU are in
+``tests/cli/test_cuda_commands.py``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +30,7 @@ from graphormer_urpe.training.run import (
     make_optimizer,
     train_step,
 )
-from tests.helpers import attention_inputs, graph_zoo, tiny_config, train_args
+from tests.helpers import attention_inputs, graph_zoo, tiny_config
 from tests.reference import naive_attention
 
 pytestmark = [
@@ -251,44 +251,6 @@ def test_checkpoint_rng_state_restores_the_gpus_random_stream():
     assert torch.equal(torch.rand(64, device=dev), a)
 
 
-def _cli(args: list[str], cwd: Path, torchrun: bool = False) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"] if torchrun else []
-    cmd = (
-        [*launcher, "--nproc_per_node=1", "-m", "graphormer_urpe.cli", *args]
-        if torchrun
-        else [sys.executable, "-m", "graphormer_urpe.cli", *args]
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
-def test_checkpoint_trained_on_cuda_evaluates_on_the_cpu(table, tmp_path):
-    out = tmp_path / "run"
-    args = train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
-    _cli([*args, "--precision", "fp32", "--threads", "1"], tmp_path)
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["device"].startswith("cuda")
-    proc = _cli(
-        ["evaluate", "--checkpoint", str(out / "best.pt"), "--split", "test", "--device", "cpu"],
-        tmp_path,
-    )
-    result = json.loads(proc.stdout[proc.stdout.index("{") :])
-    cpu_mae = result.get("mae", result.get("test_mae"))
-    assert cpu_mae == pytest.approx(metrics["test_mae"], rel=1e-4, abs=1e-5)
-
-
-def test_one_process_nccl_torchrun(table, tmp_path):
-    out = tmp_path / "run"
-    args = train_args(table, tmp_path / "data", out, "--attention", "urpe", "--device", "cuda")
-    proc = _cli(args, tmp_path, torchrun=True)
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["processes"] == 1 and metrics["device"] == "cuda:0"
-    assert "distributed run: 1 processes (nccl)" in proc.stderr
-    assert {"best.pt", "last.pt", "metrics.json"} <= {p.name for p in out.iterdir()}
-
-
 def test_benchmark_reports_the_gpus_activity():
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_train.py"
     cmd = [sys.executable, str(script), "--smoke", "--device", "cuda", "--precision", "bf16"]
@@ -330,13 +292,3 @@ def test_compiled_model_matches_eager_and_stops_recompiling(attention):
         counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     # at most one recompilation (static -> dynamic shapes) after the first batch, then none
     assert counts[-1] == counts[2], counts
-
-
-def test_train_with_compile_on_cuda(table, tmp_path):
-    out = tmp_path / "run"
-    args = train_args(table, tmp_path / "data", out, "--device", "cuda", "--compile")
-    _cli([*args, "--precision", "bf16"], tmp_path)
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["precision"] == "bf16" and metrics["steps"] > 0
-    # a CSV regression is selected on RMSE (its baseline: the training mean)
-    assert metrics["best_valid_rmse"] < metrics["baseline_valid_rmse"] * 10

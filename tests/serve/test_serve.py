@@ -3,10 +3,8 @@ limit, every error; rows checked against ``predict``'s own CSV on the same molec
 
 from __future__ import annotations
 
-import csv
 import gc
 import importlib.util
-import io
 import json
 import threading
 import time
@@ -20,7 +18,6 @@ pytest.importorskip("httpx", reason="the test client needs httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from graphormer_urpe import cli  # noqa: E402
 from graphormer_urpe.inference.engines.stream import StreamModel  # noqa: E402
 from graphormer_urpe.serve import LimitExceeded, ModelService, ServeLimits, create_app  # noqa: E402
 from graphormer_urpe.serve.app import COOKIE  # noqa: E402
@@ -49,41 +46,6 @@ def service(tiny_run):
 def client(service):
     with TestClient(create_app(service)) as c:
         yield c
-
-
-def _predict_csv(ckpt: Path, smiles: list[str], capsys, *extra: str) -> list[list[str]]:
-    """``predict``'s CSV rows (header first) for ``smiles``: the reference."""
-    capsys.readouterr()
-    args = ["predict", "--checkpoint", str(ckpt), "--no-progress", "--workers", "0", *extra]
-    assert cli.main([*args, "--smiles", *smiles]) == 0
-    return list(csv.reader(io.StringIO(capsys.readouterr().out)))
-
-
-def test_predict_gives_predicts_rows_and_columns(client, tiny_run, capsys):
-    smiles = [*THREE, "C1CC", "CCCCCCCCN"]
-    expected = _predict_csv(tiny_run[1] / "best.pt", smiles, capsys, "--interval", "0.9")
-    r = client.post("/predict?format=csv", json={"smiles": smiles, "level": 0.9})
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
-    assert list(csv.reader(io.StringIO(r.text))) == expected
-    r = client.post("/predict", json={"smiles": smiles, "level": 0.9})
-    body = r.json()
-    assert body["columns"] == expected[0]
-    assert body["molecules"] == 5 and body["failed"] == 2 and body["level"] == 0.9
-    t = "heavy_atoms"
-    for row, want in zip(body["rows"], expected[1:], strict=True):
-        want = dict(zip(expected[0], want, strict=True))
-        assert row["smiles"] == want["smiles"]
-        if want["error"]:
-            assert row["error"] == want["error"] and row[t] is None and row["domain"] is None
-            continue
-        assert row["error"] is None
-        for col in (t, f"{t}_low", f"{t}_high"):
-            assert row[col] == pytest.approx(float(want[col]), rel=1e-5)
-        assert row["domain"] == want["domain"]
-        assert row["nearest_similarity"] == pytest.approx(
-            float(want["nearest_similarity"]), abs=5e-4
-        )
-    assert "parse" in body["rows"][2]["error"]
 
 
 def test_concurrent_requests_share_one_batch_and_keep_their_rows(service):
@@ -357,24 +319,6 @@ def test_uncalibrated_and_binary_models_refuse_intervals_with_the_reason(tmp_pat
             assert str(tmp_path) not in r.text
     finally:
         binary.close()
-
-
-def test_an_ensemble_gives_the_std_columns(tmp_path, capsys):
-    folder = tmp_path / "ens"
-    for k in range(2):
-        (folder / f"m{k}").mkdir(parents=True)
-        tiny_checkpoint(folder / f"m{k}" / "best.pt", "ogb", seed=k)
-    (folder / "ensemble.json").write_text(json.dumps({"members": ["m0", "m1"]}))
-    expected = _predict_csv(folder, THREE, capsys)
-    svc = ModelService.load(folder, workers=0)
-    try:
-        with TestClient(create_app(svc)) as c:
-            r = c.post("/predict?format=csv", json={"smiles": THREE})
-            assert list(csv.reader(io.StringIO(r.text))) == expected
-            assert "a_std" in expected[0]
-            assert c.get("/model").json()["ensemble_members"] == 2
-    finally:
-        svc.close()
 
 
 def test_a_token_is_checked_on_every_request(service):

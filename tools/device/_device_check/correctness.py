@@ -24,6 +24,7 @@ TRACEBACK_CHARS = 6000
 CUDA_TEST_PROCESSES = 4  # pytest-xdist workers sharing the GPU, where xdist is installed
 CUDA_TEST_FILES = (  # the files holding tests marked cuda
     "tests/runtime/test_cuda.py",
+    "tests/cli/test_cuda_commands.py",
     "tests/runtime/test_capture.py",
     "tests/attention/test_fused_attention.py",
     "tests/attention/test_attention_kernel.py",
