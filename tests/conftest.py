@@ -18,9 +18,23 @@ from tests.helpers import (
     SHARED_DATA,
     SMILES,
     FakeClock,
+    domain_checkpoint,
+    embedding_checkpoint,
     steady_probe,
     tiny_train_config,
 )
+
+
+@pytest.fixture(scope="module")
+def embedding_ckpt(tmp_path_factory) -> Path:
+    """A tiny untrained model, targets ``a`` and ``b`` (:func:`helpers.embedding_checkpoint`)."""
+    return embedding_checkpoint(tmp_path_factory.mktemp("plain") / "best.pt")
+
+
+@pytest.fixture(scope="module")
+def domain_ckpt(tmp_path_factory) -> Path:
+    """A tiny checkpoint with its training-domain record (:func:`helpers.domain_checkpoint`)."""
+    return domain_checkpoint(tmp_path_factory.mktemp("domain") / "best.pt")
 
 
 @pytest.fixture(scope="module")

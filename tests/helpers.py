@@ -431,14 +431,19 @@ def reference_nearest(train: list[str], query: list[str]) -> np.ndarray:
 
 
 # ---- embeddings: a tiny checkpoint and the plain reference
+EMBEDDING_HIDDEN = 16
+"""The width of :func:`embedding_checkpoint`'s model."""
+
+
 def embedding_checkpoint(path: Path, mol_features: dict | None = None, seed: int = 0) -> Path:
-    """A tiny untrained OGB-featurised model of width 16 with targets ``a`` and ``b`` (with
-    descriptors: ``mol_features``), written to ``path``."""
+    """A tiny untrained OGB-featurised model of width :data:`EMBEDDING_HIDDEN` with targets
+    ``a`` and ``b`` (with descriptors: ``mol_features``), written to ``path``."""
     torch.manual_seed(seed)
     k = 0 if mol_features is None else len(mol_features["descriptors"]["names"])
+    width = EMBEDDING_HIDDEN
     config = make_config(
         "small",
-        model_overrides=dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2),
+        model_overrides=dict(num_layers=2, hidden_dim=width, ffn_dim=width, num_heads=2),
     )
     model = build_model(config.model, "ogb", 2, num_mol_features=k)
     config.model = model.config
@@ -590,6 +595,10 @@ def mixed_rows() -> list[str]:
 
 
 MIXED = mixed_rows()
+
+EMBEDDING_ROWS = [BAD[0], *VALID[:8], BAD[2], *VALID[8:], *VALID[::-1], BAD[1]]
+"""Rows for the embedding tests: invalid ones at the start, middle and end, and enough rows
+for several chunks and windows."""
 
 
 def tiny_checkpoint(path: Path, featurizer: str, task_type: str = "regression", seed: int = 0):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import MIXED, VALID, domain_checkpoint, input_files
+from tests.helpers import MIXED, VALID, input_files
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
@@ -50,15 +50,10 @@ def cluster():
         signal.signal(sig, handler)
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    return domain_checkpoint(tmp_path_factory.mktemp("ray") / "best.pt")
-
-
-def _local(ckpt: Path, path: Path, folder: Path) -> list[list[str]]:
+def _local(domain_ckpt: Path, path: Path, folder: Path) -> list[list[str]]:
     """Local ``predict``'s CSV rows for one input file."""
     out = folder / f"local-{path.name}.csv"
-    args = ["predict", "--checkpoint", str(ckpt), "--input", str(path), "--output", str(out)]
+    args = ["predict", "--checkpoint", str(domain_ckpt), "--input", str(path), "--output", str(out)]
     assert cli.main([*args, "--workers", "0", "--no-progress", "--device", "cpu"]) == 0
     return list(csv.reader(io.StringIO(out.read_text())))
 
@@ -72,18 +67,18 @@ def _same_rows(got: list[list[str]], want: list[list[str]], values: slice) -> No
             assert (a == b == "") or abs(float(a) - float(b)) <= 1e-5 * (1 + abs(float(b)))
 
 
-def test_every_format_gives_local_predicts_rows(cluster, ckpt, tmp_path, capsys):
+def test_every_format_gives_local_predicts_rows(cluster, domain_ckpt, tmp_path, capsys):
     inputs = input_files(tmp_path / "in", MIXED)
     inputs["smi"].unlink()  # a run's shards are all CSV / Parquet, or all one-SMILES-a-line
     (tmp_path / "in" / "e.csv").write_text("id,smiles\n")  # an empty shard
     out = tmp_path / "out"
-    args = ["predict", "--engine", "ray", "--checkpoint", str(ckpt), "--no-progress"]
+    args = ["predict", "--engine", "ray", "--checkpoint", str(domain_ckpt), "--no-progress"]
     args += ["--input", str(tmp_path / "in"), "--output", str(out)]
     assert cli.main([*args, "--rows-per-block", "5", "--batch-size", "4"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     shards = sorted(p for p in (tmp_path / "in").iterdir())
     assert [s["input"] for s in manifest["shards"]] == [str(p) for p in shards]
-    want = _local(ckpt, inputs["csv"], tmp_path)  # every format holds the same rows
+    want = _local(domain_ckpt, inputs["csv"], tmp_path)  # every format holds the same rows
     for shard, path in zip(manifest["shards"], shards, strict=True):
         got = list(csv.reader(io.StringIO((out / shard["output"]).read_text())))
         if path.name == "e.csv":
@@ -114,7 +109,7 @@ def _actors() -> list[psutil.Process]:
     return found
 
 
-def test_a_killed_actor_is_retried_and_rows_are_written_once(cluster, ckpt, tmp_path):
+def test_a_killed_actor_is_retried_and_rows_are_written_once(cluster, domain_ckpt, tmp_path):
     smiles = [*MIXED, *VALID, *MIXED]
     folder = tmp_path / "in"
     folder.mkdir()
@@ -132,7 +127,7 @@ def test_a_killed_actor_is_retried_and_rows_are_written_once(cluster, ckpt, tmp_
 
     out = tmp_path / "out"
     summary = predict_on_ray(
-        ckpt, folder, out, rows_per_block=4, batch_size=4, embeddings=True, progress=kill_one
+        domain_ckpt, folder, out, rows_per_block=4, batch_size=4, embeddings=True, progress=kill_one
     )
     assert killed and summary["rows"] == 2 * len(smiles)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -140,7 +135,7 @@ def test_a_killed_actor_is_retried_and_rows_are_written_once(cluster, ckpt, tmp_
         got = list(csv.reader(io.StringIO((out / shard["output"]).read_text())))
         assert [r[1] for r in got[1:]] == [f"m{k}-{i}" if s else "" for i, s in enumerate(smiles)]
         assert [r[0] for r in got[1:]] == smiles  # each row once, in order
-        want = _local(ckpt, folder / f"s{k}.smi", tmp_path)
+        want = _local(domain_ckpt, folder / f"s{k}.smi", tmp_path)
         _same_rows(got, want, slice(2, 4))
         emb = np.load(out / shard["embeddings"])
         readable = np.array([r[-1] == "" for r in got[1:]])
@@ -149,17 +144,21 @@ def test_a_killed_actor_is_retried_and_rows_are_written_once(cluster, ckpt, tmp_
     # a shard whose part is gone is written again, the other one is left as it was
     (out / "part-00001.csv").unlink()
     before = (out / "part-00000.csv").stat().st_mtime_ns
-    again = predict_on_ray(ckpt, folder, out, rows_per_block=8, batch_size=4, embeddings=True)
+    again = predict_on_ray(
+        domain_ckpt, folder, out, rows_per_block=8, batch_size=4, embeddings=True
+    )
     assert again["skipped_shards"] == 1 and again["rows"] == len(smiles)
     assert (out / "part-00000.csv").stat().st_mtime_ns == before
     assert (out / "part-00001.csv").read_text().count("\n") == len(smiles) + 1
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:9", "ray://127.0.0.1:9"])
-def test_an_unreachable_cluster_is_one_line_and_writes_nothing(ckpt, tmp_path, capsys, address):
+def test_an_unreachable_cluster_is_one_line_and_writes_nothing(
+    domain_ckpt, tmp_path, capsys, address
+):
     (tmp_path / "in.smi").write_text("CCO\n")
     out = tmp_path / "out"
-    args = ["predict", "--engine", "ray", "--checkpoint", str(ckpt), "--address", address]
+    args = ["predict", "--engine", "ray", "--checkpoint", str(domain_ckpt), "--address", address]
     assert cli.main([*args, "--input", str(tmp_path / "in.smi"), "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("graphormer-urpe: error: ")

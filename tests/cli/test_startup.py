@@ -24,7 +24,7 @@ import torch
 
 import graphormer_urpe
 from graphormer_urpe.utils.compiler import compiler_disable
-from tests.helpers import VALID, domain_checkpoint, tiny_checkpoint
+from tests.helpers import VALID, tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = [
@@ -276,11 +276,6 @@ def test_predict_ends_at_once_with_all_its_output(tmp_path):
     )
     failed = _predict_process(tmp_path / "missing.pt", smiles[:1])
     assert failed.returncode == 2 and "missing.pt" in failed.stderr
-
-
-@pytest.fixture(scope="module")
-def domain_ckpt(tmp_path_factory) -> Path:
-    return domain_checkpoint(tmp_path_factory.mktemp("ray-free") / "best.pt")
 
 
 def test_local_predict_never_imports_ray(domain_ckpt, tmp_path):

@@ -27,14 +27,12 @@ from graphormer_urpe.inference.engines.predict_io import Prediction
 from graphormer_urpe.inference.loading import load_model
 from tests.helpers import (
     BAD,
+    EMBEDDING_HIDDEN,
+    EMBEDDING_ROWS,
     VALID,
     embedding_checkpoint,
     embedding_reference,
 )
-
-# invalid rows at the start, middle and end; enough rows for several chunks and windows
-MIXED = [BAD[0], *VALID[:8], BAD[2], *VALID[8:], *VALID[::-1], BAD[1]]
-HIDDEN = 16
 
 
 def _descriptor_record() -> dict:
@@ -44,52 +42,55 @@ def _descriptor_record() -> dict:
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    return embedding_checkpoint(tmp_path_factory.mktemp("plain") / "best.pt")
-
-
-@pytest.fixture(scope="module")
 def desc_ckpt(tmp_path_factory) -> Path:
     return embedding_checkpoint(
         tmp_path_factory.mktemp("desc") / "best.pt", _descriptor_record(), 1
     )
 
 
-def test_rows_in_input_order_with_nan_for_unreadable(ckpt):
-    got = embed_smiles(ckpt, MIXED, device="cpu", batch_size=4, workers=0, chunk_size=5)
-    want = embedding_reference(ckpt, MIXED)
-    assert got.shape == (len(MIXED), HIDDEN) and got.dtype == np.float32
-    bad = [i for i, s in enumerate(MIXED) if s in BAD]
+def test_rows_in_input_order_with_nan_for_unreadable(embedding_ckpt):
+    got = embed_smiles(
+        embedding_ckpt, EMBEDDING_ROWS, device="cpu", batch_size=4, workers=0, chunk_size=5
+    )
+    want = embedding_reference(embedding_ckpt, EMBEDDING_ROWS)
+    assert got.shape == (len(EMBEDDING_ROWS), EMBEDDING_HIDDEN) and got.dtype == np.float32
+    bad = [i for i, s in enumerate(EMBEDDING_ROWS) if s in BAD]
     assert np.isnan(got[bad]).all()
     assert not np.isnan(np.delete(got, bad, axis=0)).any()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # NaN rows compare equal
 
 
-def test_the_head_reads_the_embedding(ckpt):
+def test_the_head_reads_the_embedding(embedding_ckpt):
     """The predictions come from the embedding: the head on it gives ``values``."""
     from graphormer_urpe.inference.engines.stream import iter_predictions
 
-    lm = load_model(ckpt, "cpu")
+    lm = load_model(embedding_ckpt, "cpu")
     for p in iter_predictions(lm, VALID[:5], workers=0, embeddings=True):
         head = lm.model.eval().head_output(p.embedding[None])[0]
         torch.testing.assert_close(head, p.values, rtol=1e-4, atol=1e-5)
 
 
 def test_descriptors_are_joined(desc_ckpt):
-    got = embed_smiles(desc_ckpt, MIXED[:12], device="cpu", workers=0)
+    got = embed_smiles(desc_ckpt, EMBEDDING_ROWS[:12], device="cpu", workers=0)
     k = len(_descriptor_record()["descriptors"]["names"])
-    assert got.shape == (12, HIDDEN + k)
+    assert got.shape == (12, EMBEDDING_HIDDEN + k)
     np.testing.assert_allclose(
-        got, embedding_reference(desc_ckpt, MIXED[:12]), rtol=1e-4, atol=1e-4
+        got, embedding_reference(desc_ckpt, EMBEDDING_ROWS[:12]), rtol=1e-4, atol=1e-4
     )
 
 
-def test_chunks_and_workers_give_identical_arrays(ckpt, tmp_path):
-    plain = write_embeddings(ckpt, MIXED, tmp_path / "a.npy", device="cpu", workers=0)
+def test_chunks_and_workers_give_identical_arrays(embedding_ckpt, tmp_path):
+    plain = write_embeddings(
+        embedding_ckpt, EMBEDDING_ROWS, tmp_path / "a.npy", device="cpu", workers=0
+    )
     options = dict(device="cpu", batch_size=3, chunk_size=4)
-    chunked = write_embeddings(ckpt, MIXED, tmp_path / "b.npy", workers=0, **options)
-    pooled = write_embeddings(ckpt, iter(MIXED), tmp_path / "c.npy", workers=2, **options)
-    assert isinstance(pooled, np.memmap) and pooled.shape == (len(MIXED), HIDDEN)
+    chunked = write_embeddings(
+        embedding_ckpt, EMBEDDING_ROWS, tmp_path / "b.npy", workers=0, **options
+    )
+    pooled = write_embeddings(
+        embedding_ckpt, iter(EMBEDDING_ROWS), tmp_path / "c.npy", workers=2, **options
+    )
+    assert isinstance(pooled, np.memmap) and pooled.shape == (len(EMBEDDING_ROWS), EMBEDDING_HIDDEN)
     # the model's batches differ in size (padding), so equal to float rounding
     np.testing.assert_allclose(chunked, plain, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(pooled, chunked)  # the same batches, whatever the workers
@@ -108,24 +109,28 @@ def test_header_holds_any_row_count(tmp_path):
         assert (shape, fortran, dtype) == ((rows, 3), False, np.dtype("<f4"))
 
 
-def test_interrupted_writer_keeps_a_consistent_prefix(ckpt, tmp_path):
-    lm = load_model(ckpt, "cpu")
+def test_interrupted_writer_keeps_a_consistent_prefix(embedding_ckpt, tmp_path):
+    lm = load_model(embedding_ckpt, "cpu")
     path = tmp_path / "part.npy"
     with pytest.raises(KeyboardInterrupt), EmbeddingWriter(path, [lm.model]) as writer:
         writer.write(Prediction(0, "CCO", None, None, embedding=torch.arange(16.0)))
         writer.write(Prediction(1, "x", None, "bad"))
         raise KeyboardInterrupt
     got = np.load(path)
-    assert got.shape == (2, HIDDEN) and got[0].tolist() == list(range(16))
+    assert got.shape == (2, EMBEDDING_HIDDEN) and got[0].tolist() == list(range(16))
     assert np.isnan(got[1]).all() and json.loads(side_paths(path)[0].read_text())["rows"] == 2
 
 
-def test_ensemble_members_side_by_side(ckpt, tmp_path):
+def test_ensemble_members_side_by_side(embedding_ckpt, tmp_path):
     other = embedding_checkpoint(tmp_path / "m1.pt", seed=5)
-    lms = [load_model(ckpt, "cpu"), load_model(other, "cpu")]
-    got = embed_smiles(lms, MIXED, workers=0)
+    lms = [load_model(embedding_ckpt, "cpu"), load_model(other, "cpu")]
+    got = embed_smiles(lms, EMBEDDING_ROWS, workers=0)
     want = np.concatenate(
-        [embedding_reference(ckpt, MIXED), embedding_reference(other, MIXED)], axis=1
+        [
+            embedding_reference(embedding_ckpt, EMBEDDING_ROWS),
+            embedding_reference(other, EMBEDDING_ROWS),
+        ],
+        axis=1,
     )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
@@ -138,10 +143,10 @@ def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
     guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "embeddings.md"
     ridge, forest = re.findall(r"```\{\.python notest\}\n(.*?)```", guide.read_text(), re.S)
     monkeypatch.chdir(tmp_path)
-    ckpt = Path("runs/nci5k-small-urpe/best.pt")
-    ckpt.parent.mkdir(parents=True)
-    shutil.copy(embedding_checkpoint(tmp_path / "tiny.pt"), ckpt)
-    smiles = [*VALID, *MIXED[:5]]
+    embedding_ckpt = Path("runs/nci5k-small-urpe/best.pt")
+    embedding_ckpt.parent.mkdir(parents=True)
+    shutil.copy(embedding_checkpoint(tmp_path / "tiny.pt"), embedding_ckpt)
+    smiles = [*VALID, *EMBEDDING_ROWS[:5]]
     y = [len(s) for s in smiles]
     table = "smiles,y\n" + "".join(f'"{s}",{v}\n' for s, v in zip(smiles, y, strict=True))
     Path("new_target.csv").write_text(table)
@@ -149,7 +154,9 @@ def test_the_guide_recipes_run_as_written(tmp_path, monkeypatch, capsys):
     exec(compile(ridge, "ridge", "exec"), {})
     assert f"over {readable} molecules" in capsys.readouterr().out
     Path("measured.csv").write_text(table)
-    write_embeddings(ckpt, smiles, "emb.npy", device="cpu", workers=0)
+    write_embeddings(embedding_ckpt, smiles, "emb.npy", device="cpu", workers=0)
     scope: dict = {}
     exec(compile(forest.replace("n_estimators=500", "n_estimators=5"), "forest", "exec"), scope)
-    assert scope["forest"].n_features_in_ == HIDDEN and scope["readable"].sum() == readable
+    assert (
+        scope["forest"].n_features_in_ == EMBEDDING_HIDDEN and scope["readable"].sum() == readable
+    )

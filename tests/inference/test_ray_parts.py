@@ -30,11 +30,6 @@ from tests.helpers import MIXED, VALID, domain_checkpoint, input_files
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    return domain_checkpoint(tmp_path_factory.mktemp("ray-parts") / "best.pt")
-
-
-@pytest.fixture(scope="module")
 def binary_ckpt(tmp_path_factory) -> Path:
     return domain_checkpoint(tmp_path_factory.mktemp("ray-bin") / "best.pt", "binary")
 
@@ -84,15 +79,19 @@ def test_shards_are_read_as_local_predict_reads_them(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def _local_csv(ckpt: Path, smiles: list[str], names: list[str] | None = None, **options) -> str:
+def _local_csv(
+    domain_ckpt: Path, smiles: list[str], names: list[str] | None = None, **options
+) -> str:
     """What local ``predict`` writes for ``smiles`` (one window: the same batches)."""
     from graphormer_urpe.inference.intervals.calibration import load_calibration
 
     binary = options.pop("binary", False)
     logits = options.pop("logits", False)
-    calibration = options.pop("calibration", load_calibration(ckpt))
+    calibration = options.pop("calibration", load_calibration(domain_ckpt))
     level = options.pop("level", None)
-    predictions = iter_predictions(ckpt, smiles, batch_size=4, workers=0, device="cpu", **options)
+    predictions = iter_predictions(
+        domain_ckpt, smiles, batch_size=4, workers=0, device="cpu", **options
+    )
     if names is not None:
         predictions = (p._replace(name=n) for p, n in zip(predictions, names, strict=True))
     out = io.StringIO()
@@ -125,18 +124,18 @@ def _written(tmp_path: Path, predictor: Predictor, smiles: list[str], names=None
         from dataclasses import replace
 
         layout = replace(layout, names=True)
-    manifest = Manifest(tmp_path / "out", "ckpt", layout.header, False)
+    manifest = Manifest(tmp_path / "out", "domain_ckpt", layout.header, False)
     writer = PartWriter(manifest, ["in.smi"], layout)
     writer.write(columns)
     writer.finish()
     return (tmp_path / "out" / "part-00000.csv").read_text()
 
 
-def test_predictor_columns_write_the_csv_of_local_predict(ckpt, tmp_path):
-    predictor = Predictor(str(ckpt), batch_size=4, device="cpu")
+def test_predictor_columns_write_the_csv_of_local_predict(domain_ckpt, tmp_path):
+    predictor = Predictor(str(domain_ckpt), batch_size=4, device="cpu")
     columns = predictor({"smiles": np.array(MIXED, dtype=object), "id": np.arange(len(MIXED))})
     assert columns["id"].tolist() == list(range(len(MIXED)))  # the batch's own columns stay
-    ref = list(iter_predictions(ckpt, MIXED, batch_size=4, workers=0, device="cpu"))
+    ref = list(iter_predictions(domain_ckpt, MIXED, batch_size=4, workers=0, device="cpu"))
     for p, a, b, err in zip(ref, columns["a"], columns["b"], columns["error"], strict=True):
         if p.values is None:
             assert np.isnan(a) and np.isnan(b) and err == p.error
@@ -145,7 +144,7 @@ def test_predictor_columns_write_the_csv_of_local_predict(ckpt, tmp_path):
     domains = set(columns["domain"].tolist())
     assert "in" in domains and any(d.startswith("out: ") for d in domains)
     names = [f"m{i}" for i in range(len(MIXED))]
-    assert _written(tmp_path, predictor, MIXED, names) == _local_csv(ckpt, MIXED, names)
+    assert _written(tmp_path, predictor, MIXED, names) == _local_csv(domain_ckpt, MIXED, names)
 
 
 def test_binary_probabilities_logits_and_no_similarity(binary_ckpt, tmp_path):
@@ -158,14 +157,14 @@ def test_binary_probabilities_logits_and_no_similarity(binary_ckpt, tmp_path):
     assert text == _local_csv(binary_ckpt, MIXED, binary=True, logits=True)
 
 
-def test_intervals_and_embeddings(ckpt):
+def test_intervals_and_embeddings(domain_ckpt):
     torch.manual_seed(0)
     members, y = torch.randn(1, 40, 2), torch.randn(40, 2)
     cal = fit_calibration(members, y, "regression", ["a", "b"])
     with pytest.raises(ValueError, match="calibrator"):
-        Predictor(load_checkpoint_model(ckpt), interval=0.9)
+        Predictor(load_checkpoint_model(domain_ckpt), interval=0.9)
     predictor = Predictor(
-        str(ckpt), batch_size=4, device="cpu", interval=0.9, calibration=cal, embeddings=True
+        str(domain_ckpt), batch_size=4, device="cpu", interval=0.9, calibration=cal, embeddings=True
     )
     columns = predictor({"smiles": np.array(MIXED, dtype=object)})
     low, high = cal.interval(np.stack([columns["a"], columns["b"]], 1), None, 0.9)
@@ -180,10 +179,10 @@ def test_intervals_and_embeddings(ckpt):
     assert np.isfinite(emb[readable]).all() and np.isnan(emb[~readable]).all()
 
 
-def test_blocks_featurised_in_tasks_give_the_same_columns(ckpt):
-    predictor = Predictor(str(ckpt), batch_size=4, device="cpu", embeddings=True)
-    gpu_side = FeaturizedPredictor(str(ckpt), batch_size=4, device="cpu", embeddings=True)
-    featurizing = Featurizing.of(load_checkpoint_model(ckpt))
+def test_blocks_featurised_in_tasks_give_the_same_columns(domain_ckpt):
+    predictor = Predictor(str(domain_ckpt), batch_size=4, device="cpu", embeddings=True)
+    gpu_side = FeaturizedPredictor(str(domain_ckpt), batch_size=4, device="cpu", embeddings=True)
+    featurizing = Featurizing.of(load_checkpoint_model(domain_ckpt))
     blocks = [MIXED[:9], MIXED[9:]]
     packed = [featurize_block({"smiles": np.array(b, dtype=object)}, featurizing) for b in blocks]
     got = gpu_side({FEATURIZED: np.concatenate([p[FEATURIZED] for p in packed])})
@@ -203,8 +202,8 @@ def load_checkpoint_model(path: Path):
     return load_model(path, "cpu")
 
 
-def test_rows_lost_or_repeated_are_refused(ckpt, tmp_path):
-    predictor = Predictor(str(ckpt), batch_size=4, device="cpu")
+def test_rows_lost_or_repeated_are_refused(domain_ckpt, tmp_path):
+    predictor = Predictor(str(domain_ckpt), batch_size=4, device="cpu")
     smiles = VALID[:6]
     batch = {
         "shard": np.zeros(6, dtype=np.int32),
@@ -213,7 +212,7 @@ def test_rows_lost_or_repeated_are_refused(ckpt, tmp_path):
         "name": np.array([""] * 6, dtype=object),
     }
     columns = predictor(batch)
-    manifest = Manifest(tmp_path, "ckpt", predictor.layout.header, False)
+    manifest = Manifest(tmp_path, "domain_ckpt", predictor.layout.header, False)
     for rows in ([0, 1, 2, 4, 5, 6], [0, 1, 1, 2, 3, 4], [1, 2, 3, 4, 5, 6]):
         writer = PartWriter(manifest, ["in.csv"], predictor.layout)
         with pytest.raises(RuntimeError, match="was due"):
@@ -222,8 +221,8 @@ def test_rows_lost_or_repeated_are_refused(ckpt, tmp_path):
     assert list(tmp_path.iterdir()) == []  # no part, no temporary file
 
 
-def test_shards_in_order_empty_ones_and_the_manifest(ckpt, tmp_path):
-    predictor = Predictor(str(ckpt), batch_size=4, device="cpu")
+def test_shards_in_order_empty_ones_and_the_manifest(domain_ckpt, tmp_path):
+    predictor = Predictor(str(domain_ckpt), batch_size=4, device="cpu")
     layout = predictor.layout
 
     def rows(shard: int, first: int, n: int) -> dict:
@@ -237,7 +236,7 @@ def test_shards_in_order_empty_ones_and_the_manifest(ckpt, tmp_path):
         return predictor(batch)
 
     sources = ["s0.csv", "s1.csv", "s2.csv", "s3.csv"]
-    manifest = Manifest(tmp_path, "ckpt", layout.header, False)
+    manifest = Manifest(tmp_path, "domain_ckpt", layout.header, False)
     writer = PartWriter(manifest, sources, layout)
     writer.write(rows(0, 0, 3))
     both = {
@@ -256,7 +255,7 @@ def test_shards_in_order_empty_ones_and_the_manifest(ckpt, tmp_path):
     assert (tmp_path / "part-00001.csv").read_text() == ",".join(layout.header) + "\n"
     assert len((tmp_path / "part-00002.csv").read_text().splitlines()) == 5
     # a re-run: complete shards are recognised, a part of the wrong size is not
-    again = Manifest(tmp_path, "ckpt", layout.header, False)
+    again = Manifest(tmp_path, "domain_ckpt", layout.header, False)
     assert all(again.complete(s) for s in sources)
     with open(tmp_path / "part-00002.csv", "a") as fh:
         fh.write("x\n")
