@@ -1,6 +1,6 @@
 """A checkpoint written as several part files of bounded size, and read back whole.
 
-Some places move files of limited size only (a machine that returns at most 16 MiB per file):
+Some transfers and stores take files of limited size only (for example at most 16 MiB a file):
 :func:`save_in_parts` writes ``torch.save(state)`` (zlib-compressed, so that runs of zeros such
 as the optimizer moments of embedding rows never used take little room) as ``<name>.part000``,
 ``<name>.part001``, ... of at most ``part_bytes`` each, then ``<name>.parts.json``, the
