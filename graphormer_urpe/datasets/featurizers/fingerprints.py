@@ -83,12 +83,17 @@ def _morgan_counts(mol: Chem.Mol) -> np.ndarray:
     return np.minimum(gen.GetCountFingerprintAsNumPy(mol), 255)
 
 
+AVALON_BITS = 1024
+"""The width of the Avalon count fingerprint of :data:`COUNT_FINGERPRINTS`."""
+
+
 def _avalon_counts(mol: Chem.Mol) -> np.ndarray:
     from rdkit import DataStructs
     from rdkit.Avalon import pyAvalonTools
 
-    out = np.zeros(1024)
-    DataStructs.ConvertToNumpyArray(pyAvalonTools.GetAvalonCountFP(mol, nBits=1024), out)
+    out = np.zeros(AVALON_BITS)
+    fp = pyAvalonTools.GetAvalonCountFP(mol, nBits=AVALON_BITS)
+    DataStructs.ConvertToNumpyArray(fp, out)
     return out
 
 
@@ -100,7 +105,7 @@ def _erg(mol: Chem.Mol) -> np.ndarray:
 
 COUNT_FINGERPRINTS: dict[str, tuple[int, Callable[[Chem.Mol], np.ndarray]]] = {
     "morgan": (MORGAN_COUNTS["bits"], _morgan_counts),
-    "avalon": (1024, _avalon_counts),
+    "avalon": (AVALON_BITS, _avalon_counts),
     "erg": (315, _erg),
 }
 """The count fingerprints :func:`count_fingerprints` makes, by name: their width and how one
