@@ -252,7 +252,8 @@ def add_data_flags(p: argparse.ArgumentParser) -> None:
         "--trees",
         choices=["auto", "on", "off"],
         help="CSV / SDF: on fits gradient-boosted trees (LightGBM) on each molecule's RDKit "
-        "descriptors, Morgan counts and the starting model's graph token beside the network, "
+        "descriptors, Morgan and Avalon counts, ErG and the starting model's graph token beside "
+        "the network (an ensemble's members share one fit), "
         "and blends the two with a weight chosen on the validation split (predict, serve, "
         "evaluate and the intervals give the blend); default auto: on with --init-from",
     )

@@ -58,6 +58,7 @@ __all__ = [
     "FINGERPRINTS",
     "MORGAN",
     "TREES_DIR",
+    "TREES_FILE",
     "Trees",
     "TreesBeside",
     "dataset_inputs",
@@ -76,6 +77,9 @@ log = logging.getLogger(__name__)
 
 TREES_DIR = "trees"
 """The trees head's folder beside a run's ``best.pt``."""
+
+TREES_FILE = "trees.json"
+"""The trees head's description in its folder (its inputs, weights and validation figures)."""
 
 MORGAN = MORGAN_COUNTS
 """The trees' Morgan count fingerprint (the first of their fingerprints)."""
@@ -261,7 +265,7 @@ class Trees:
         for t, booster in enumerate(self.boosters):
             if booster is not None:
                 write_atomic(folder / f"target_{t}.txt", booster.model_to_string())
-        write_atomic(folder / "trees.json", json.dumps(self.to_dict(), indent=2))
+        write_atomic(folder / TREES_FILE, json.dumps(self.to_dict(), indent=2))
 
     @classmethod
     def load(cls, folder: str | Path) -> Trees:
@@ -269,7 +273,7 @@ class Trees:
         import lightgbm as lgb
 
         folder = Path(folder)
-        d = json.loads((folder / "trees.json").read_text())
+        d = json.loads((folder / TREES_FILE).read_text())
         boosters = [
             lgb.Booster(model_str=(folder / f"target_{t}.txt").read_text()) if has else None
             for t, has in enumerate(d["has_trees"])
@@ -466,7 +470,7 @@ def trees_folder(checkpoint: str | Path) -> Path:
 def load_trees(checkpoint: str | Path) -> Trees | None:
     """The trees head kept beside ``checkpoint``, or ``None`` where it has none."""
     folder = trees_folder(checkpoint)
-    if not (folder / "trees.json").exists():
+    if not (folder / TREES_FILE).exists():
         return None
     trees = Trees.load(folder)
     from ..datasets.featurizers.descriptors import descriptor_set_id

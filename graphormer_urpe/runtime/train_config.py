@@ -150,10 +150,10 @@ class TrainConfig:
     kind used)."""
     trees: Literal["auto", "on", "off"] = "auto"
     """Tables of SMILES: ``on`` fits the trees head beside the network (LightGBM on the
-    descriptors, Morgan counts and the starting model's graph token) and blends the two with
-    weights chosen on the validation split (:mod:`~graphormer_urpe.inference.trees`).
-    ``auto``: on with ``init_from`` on a ``csv:`` or ``sdf:`` table, else off
-    (:func:`resolve_trees`; ``config.json`` records the choice)."""
+    descriptors, Morgan and Avalon counts, ErG and the starting model's graph token) and
+    blends the two with weights chosen on the validation split
+    (:mod:`~graphormer_urpe.inference.trees`). ``auto``: on with ``init_from`` on a ``csv:``
+    or ``sdf:`` table, else off (:func:`resolve_trees`; ``config.json`` records the choice)."""
     split: Literal["random", "scaffold"] = "random"
     split_seed: int = 0
     """Seed of the random split (kept apart from ``seed`` so the split stays fixed)."""

@@ -15,7 +15,12 @@ deviation (population, ``ddof = 0``) as an uncertainty, both taken on what the C
 A ``time_limit`` is the budget of the whole ensemble: each member gets an equal share of
 what is left when it starts, so time a member leaves unused goes to the ones after it. The
 first member measures what steps, evaluations and checkpoints cost here; the others reuse
-that measurement. An ensemble whose members would train fewer than
+that measurement. The members share one trees head (``--trees on``), fitted by the first: its
+inputs (the split, the descriptors, the fingerprints and the starting model's graph token) are
+the same for every member, so each of the others copies it and only chooses its own weight in
+the blend, and the time a fit would take goes to its network's steps.
+
+An ensemble whose members would train fewer than
 :data:`~graphormer_urpe.training.pacing.MIN_USEFUL_EPOCHS` epochs is refused before any
 training (when the steps are planned to fill the budget: typed ``--epochs`` or
 ``--max-steps`` are kept, and a short run says so), with the budget that would give each of
@@ -37,6 +42,7 @@ import numpy as np
 import torch
 
 from ..inference.loading import ENSEMBLE_FILE
+from ..inference.trees import TREES_DIR, TREES_FILE
 from ..io.checkpoint import write_atomic
 from ..runtime.train_config import TrainConfig
 from .pacing import MIN_USEFUL_EPOCHS, RESERVE_FRACTION, RESERVE_SECONDS, RunCosts
@@ -98,6 +104,7 @@ def train_ensemble(
             if i == 0 and not resume and config.fill_time_limit:  # typed --epochs: kept
                 check = _refuse_short_members(config, members, start, out)
         log.info("ensemble member %d of %d: seed %d", i + 1, members, member.seed)
+        _share_trees(out, i)
         runs.append(train(member, resume, progress, member_start, costs, check))
         if costs is None and runs[-1].get("measured_costs"):  # measured once, by the first
             costs = RunCosts(**runs[-1]["measured_costs"])
@@ -119,6 +126,16 @@ def train_ensemble(
         ", ".join(_fmt(r.get(f"test_{metric}")) for r in runs),
     )
     return metrics
+
+
+def _share_trees(out: Path, i: int) -> None:
+    """Give member ``i`` (``i >= 1``) the trees head that the first member fitted, unless it
+    already has its own (a resumed member's) or the first has none (``--trees off``)."""
+    first, own = out / "member-0" / TREES_DIR, out / f"member-{i}" / TREES_DIR
+    if i == 0 or own.exists() or not (first / TREES_FILE).exists():
+        return
+    shutil.copytree(first, own)
+    log.info("ensemble member %d: the trees head of member 1 (same inputs), its own weight", i + 1)
 
 
 def _refuse_short_members(config: TrainConfig, members: int, start: float, out: Path):

@@ -212,7 +212,8 @@ def fit_trees(
         )
     graph_token = f", the starting model's graph token [{trees.trees.embedding_dim}]"
     notes.append(
-        f"trees head ({trees.seconds:.1f} s): LightGBM on descriptors, Morgan counts"
+        f"trees head ({trees.seconds:.1f} s): LightGBM on descriptors, "
+        f"{', '.join(trees.trees.fingerprints)} fingerprints"
         f"{graph_token if trees.trees.embedding_dim else ''}; blended on the validation split"
     )
     return trees

@@ -18,6 +18,7 @@ from ..datasets.metrics import classification_metrics, regression_metrics
 from ..inference.trees import (
     FINGERPRINTS,
     TREES_DIR,
+    TREES_FILE,
     Trees,
     dataset_inputs,
     fit_trees,
@@ -68,12 +69,12 @@ def fit_run_trees(
     folder = out / TREES_DIR
     device = next(model.parameters()).device
     embedder = load_embedder(folder, device)  # a resumed run's
-    if embedder is None and starting_model and not (folder / "trees.json").exists():
+    if embedder is None and starting_model and not (folder / TREES_FILE).exists():
         folder.mkdir(parents=True, exist_ok=True)
         save_embedder(folder, model)
         embedder = model
     training = model.training
-    kept = Trees.load(folder) if (folder / "trees.json").exists() else None  # a resumed run's
+    kept = Trees.load(folder) if (folder / TREES_FILE).exists() else None  # a resumed run's
     parts = ("valid", "test") if kept is not None else ("train", "valid", "test")
     fingerprints = FINGERPRINTS if kept is None else kept.fingerprints
     x = {

@@ -23,19 +23,33 @@ pytest.importorskip("lightgbm")
 
 
 def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(
-    table, start_checkpoint, tmp_path
+    table, start_checkpoint, tmp_path, monkeypatch
 ):
     from graphormer_urpe.datasets.featurizers.molecule_graphs import featurize_smiles
     from graphormer_urpe.inference.embeddings import WithHeadInput
     from graphormer_urpe.inference.engines.stream import StreamModel, predict_smiles
     from graphormer_urpe.inference.loading import evaluate_checkpoint, load_model
     from graphormer_urpe.inference.trees import graph_tokens, load_embedder, trees_folder
+    from graphormer_urpe.training import run_trees
 
+    fits = []
+    fit = run_trees.fit_trees
+    monkeypatch.setattr(run_trees, "fit_trees", lambda *a, **k: fits.append(1) or fit(*a, **k))
     out = tmp_path / "ens"
     args = train_args(
         table, tmp_path / "data", out, "--ensemble", "2", "--init-from", str(start_checkpoint)
     )
     assert cli.main(args) == 0  # trees auto: on with --init-from on a table
+    # the members share one fit (the same inputs), each with its own weight in the blend
+    assert len(fits) == 1
+    kept = [out / f"member-{i}" / "trees" for i in (0, 1)]
+    for name in ("target_0.txt", "embedder.pt"):
+        assert (kept[0] / name).read_bytes() == (kept[1] / name).read_bytes()
+    described = [json.loads((k / "trees.json").read_text()) for k in kept]
+    weights = [d.pop("net_weight") for d in described]
+    assert all(w[0] in WEIGHTS for w in weights)
+    assert described[0].pop("valid") != described[1].pop("valid")  # each its own network's
+    assert described[0] == described[1]
     ensemble = json.loads((out / "metrics.json").read_text())
     member_tables = []
     for i in (0, 1):
