@@ -40,6 +40,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -136,6 +137,9 @@ class Trees:
             descriptors.descriptor_set_id`) the trees were fitted on.
         valid: per target, the validation metric of the network, the trees and the blend.
         fingerprints: the count fingerprints the trees read (:data:`FINGERPRINTS`).
+        digest: SHA-256 of the boosters' text models as :meth:`load` read them (``None``:
+            fitted in this process); an ensemble's members that share their trees (and their
+            embedder) predict them once (:class:`TreesBeside`).
     """
 
     task_type: str
@@ -146,6 +150,7 @@ class Trees:
     descriptor_set: str
     valid: list[dict[str, float]] = field(default_factory=list)
     fingerprints: tuple[str, ...] = FINGERPRINTS
+    digest: str | None = field(default=None, compare=False)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The trees' outputs ``[N, T]`` float32 (logits for binary tasks; ``NaN`` for a
@@ -274,19 +279,21 @@ class Trees:
 
         folder = Path(folder)
         d = json.loads((folder / TREES_FILE).read_text())
-        boosters = [
-            lgb.Booster(model_str=(folder / f"target_{t}.txt").read_text()) if has else None
+        texts = [
+            (folder / f"target_{t}.txt").read_text() if has else None
             for t, has in enumerate(d["has_trees"])
         ]
+        digest = hashlib.sha256(repr(texts).encode()).hexdigest()
         return cls(
             d["task_type"],
             list(d["target_names"]),
-            boosters,
+            [None if text is None else lgb.Booster(model_str=text) for text in texts],
             [float(w) for w in d["net_weight"]],
             int(d["embedding_dim"]),
             d["descriptor_set"],
             list(d.get("valid") or []),
             tuple(d.get("fingerprints") or OLD_FINGERPRINTS),
+            digest,
         )
 
 
@@ -376,7 +383,9 @@ def tree_chunk_inputs(
 class TreesBeside:
     """The trees heads of a model or of an ensemble's members, applied batch by batch.
 
-    Members that share an embedder (an ensemble started from one checkpoint) share its pass.
+    Members that share an embedder (an ensemble started from one checkpoint) share its pass,
+    and members that also share their trees (read from identical files, as an ensemble's
+    members keep them) share the trees' prediction.
 
     Args:
         members: each member's trees.
@@ -406,6 +415,9 @@ class TreesBeside:
             self.which.append(found)
         self.forwards = [forward(WithHeadInput(e)) for e in unique]
         self.shapes = [(e.config.num_targets, e.config.hidden_dim) for e in unique]
+        # per member: the first member whose trees and embedder are its own (it predicts)
+        keys = [(k if t.digest is None else t.digest, self.which[k]) for k, t in enumerate(members)]
+        self.predicts = [keys.index(key) for key in keys]
 
     def __call__(self, batch: Any, tree_x: np.ndarray, outputs: Tensor) -> Tensor:
         """``outputs`` ``[K, B, T (+ D)]`` (the members' on ``batch``; ``D``: embeddings after
@@ -416,11 +428,15 @@ class TreesBeside:
             for f, shape in zip(self.forwards, self.shapes, strict=True)
         ]
         out = outputs.clone()
+        predicted: dict[int, np.ndarray] = {}
         for k, trees in enumerate(self.members):
-            w = self.which[k]
-            x = tree_x if w is None else np.hstack([tree_x, tokens[w]])
+            first, w = self.predicts[k], self.which[k]
+            if first not in predicted:
+                predicted[first] = trees.predict(
+                    tree_x if w is None else np.hstack([tree_x, tokens[w]])
+                )
             t = len(trees.target_names)
-            out[k, :, :t] = trees.blend(outputs[k : k + 1, :, :t], trees.predict(x))[0]
+            out[k, :, :t] = trees.blend(outputs[k : k + 1, :, :t], predicted[first])[0]
         return out
 
 

@@ -86,6 +86,11 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(
     smiles = member_tables[0]["smiles"].tolist()
     pred = tmp_path / "pred.csv"
     common = ["--workers", "0", "--no-progress"]
+    from graphormer_urpe.inference.trees import Trees
+
+    calls = []
+    predict = Trees.predict
+    monkeypatch.setattr(Trees, "predict", lambda t, x: calls.append(len(x)) or predict(t, x))
     assert (
         cli.main(
             [
@@ -102,6 +107,8 @@ def test_a_run_started_from_a_checkpoint_blends_its_trees_everywhere(
         == 0
     )
     got = pd.read_csv(pred)["heavy_atoms"]
+    assert sum(calls) == len(smiles)  # the members' shared trees predict each molecule once
+    monkeypatch.undo()
     members = [load_model(out / f"member-{i}" / "best.pt") for i in (0, 1)]
     members[1].trees.fingerprints = OLD_FINGERPRINTS  # as if kept before Avalon and ErG
     with pytest.raises(ValueError, match="different fingerprints"):
