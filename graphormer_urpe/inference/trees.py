@@ -415,7 +415,7 @@ class TreesBeside:
             self.which.append(found)
         self.forwards = [forward(WithHeadInput(e)) for e in unique]
         self.shapes = [(e.config.num_targets, e.config.hidden_dim) for e in unique]
-        # per member: the first member whose trees and embedder are its own (it predicts)
+        # per member: the first member with the same trees and embedder (its prediction is reused)
         keys = [(k if t.digest is None else t.digest, self.which[k]) for k, t in enumerate(members)]
         self.predicts = [keys.index(key) for key in keys]
 
