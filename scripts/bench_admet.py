@@ -33,6 +33,7 @@ JSON report (mean ± std over seeds) and prints a Markdown table with the publis
 
     python scripts/bench_admet.py --chemprop ENV/bin/chemprop --seeds 0 1 2 3 4 --parallel 2
     python scripts/bench_admet.py --collect --out docs/results/admet.json
+    python scripts/bench_admet.py --merge part1.json part2.json --out all.json  # other seeds
     python scripts/bench_admet.py --smoke   # a few molecules, gbt and a short urpe run
 """
 
@@ -400,6 +401,18 @@ def passed(a: argparse.Namespace) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
+METRICS = ("pearson", "spearman", "mae", "r2")
+
+
+def spread(values: list[float]) -> dict:
+    """``values`` (one per seed, rounded to 4 places) with their mean and sample std."""
+    return {
+        "values": [round(v, 4) for v in values],
+        "mean": round(statistics.fmean(values), 4),
+        "std": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
+    }
+
+
 def collect(work: Path, endpoints: list[str]) -> dict:
     """Mean ± std over seeds of each test metric per (endpoint, method), with the published
     figures; read from the kept ``result.json`` files."""
@@ -410,13 +423,8 @@ def collect(work: Path, endpoints: list[str]) -> dict:
         for method, rs in sorted(runs.get(endpoint, {}).items()):
             rs = sorted(rs, key=lambda r: r["seed"])
             entry: dict = {"seeds": [r["seed"] for r in rs]}
-            for name in ("pearson", "spearman", "mae", "r2"):
-                values = [r["test"][name] for r in rs]
-                entry[name] = {
-                    "values": [round(v, 4) for v in values],
-                    "mean": round(statistics.fmean(values), 4),
-                    "std": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
-                }
+            for name in METRICS:
+                entry[name] = spread([r["test"][name] for r in rs])
             entry["wall_s_mean"] = round(statistics.fmean(r["wall_s"] for r in rs), 1)
             if "net_weight" in rs[0]:
                 entry["net_weights"] = [r["net_weight"] for r in rs]
@@ -430,6 +438,50 @@ def collect(work: Path, endpoints: list[str]) -> dict:
             "methods": methods,
         }
     return report
+
+
+def merge(paths: list[str]) -> dict:
+    """One report of earlier ``--collect`` reports of the same recipe on other seeds (a
+    benchmark run in pieces, e.g. on different days): per endpoint and method, their seeds
+    and per-seed values joined, the means and stds over all of them. Refused when the reports
+    ran different recipes or share a seed."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    recipe = ("methods", "train_args", "ensemble", "limit")
+    first = reports[0]
+    for path, r in zip(paths[1:], reports[1:], strict=True):
+        differ = [k for k in recipe if r["args"].get(k) != first["args"].get(k)]
+        if differ:
+            raise SystemExit(f"{path}: not the recipe of {paths[0]} (differs in {differ})")
+    seeds = [s for r in reports for s in r["args"]["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"the reports share seeds: {sorted(seeds)}")
+    endpoints: dict = {}
+    for r in reports:
+        for endpoint, e in r["endpoints"].items():
+            into = endpoints.setdefault(endpoint, {k: v for k, v in e.items() if k != "methods"})
+            for method, entry in e["methods"].items():
+                into.setdefault("methods", {}).setdefault(method, []).append(entry)
+    for e in endpoints.values():
+        e["methods"] = {m: merged_entry(entries) for m, entries in e["methods"].items()}
+    args = {**first["args"], "seeds": sorted(seeds)}
+    dates = sorted({r["date"] for r in reports})
+    return {**first, "date": dates[-1], "dates": dates, "args": args, "endpoints": endpoints}
+
+
+def merged_entry(entries: list[dict]) -> dict:
+    """The seeds of several reports' entries for one (endpoint, method), in seed order."""
+    seeds = [s for e in entries for s in e["seeds"]]
+    order = sorted(range(len(seeds)), key=seeds.__getitem__)
+    merged: dict = {"seeds": [seeds[i] for i in order]}
+    for name in METRICS:
+        values = [v for e in entries for v in e[name]["values"]]
+        merged[name] = spread([values[i] for i in order])
+    walls = [e["wall_s_mean"] for e in entries for _ in e["seeds"]]
+    merged["wall_s_mean"] = round(statistics.fmean(walls), 1)
+    if all("net_weights" in e for e in entries):
+        weights = [w for e in entries for w in e["net_weights"]]
+        merged["net_weights"] = [weights[i] for i in order]
+    return merged
 
 
 def markdown(report: dict) -> str:
@@ -460,6 +512,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--endpoints", nargs="+", choices=list(ENDPOINTS), default=list(ENDPOINTS))
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS))
     chemprop_flags(p, SHARED)
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: one report of these --collect reports of the same recipe on "
+        "other seeds (written to --out)",
+    )
     p.add_argument("--ensemble", type=int, default=5, help="urpe's members (the README's 5)")
     return p.parse_args(argv)
 
@@ -468,6 +527,15 @@ def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     if one_run(a, lambda e, seed, m: result_of(write_splits(e, int(seed), a), m, e, int(seed), a)):
         return
+    payload = merge(a.merge) if a.merge else run_and_collect(a)
+    print(markdown(payload["endpoints"]), file=sys.stderr)
+    print(json.dumps(payload, indent=1))
+    if a.out:
+        Path(a.out).write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def run_and_collect(a: argparse.Namespace) -> dict:
+    """Run what is not kept yet (unless ``--collect``), then the report of the kept runs."""
     if a.smoke:
         a.endpoints, a.seeds, a.limit = ["rPPB"], [0], 60
         a.methods = ["gbt", "urpe"]
@@ -477,16 +545,10 @@ def main(argv: list[str] | None = None) -> None:
             for seed in a.seeds:
                 write_splits(endpoint, seed, a)
         run_all(a)
-    report = collect(Path(a.work), a.endpoints)
-    text = markdown(report)
-    paths = ("work", "data_dir", "chemprop", "out")  # where things are on this machine
+    paths = ("work", "data_dir", "chemprop", "out", "merge")  # this machine's, or unused
     args = {k: v for k, v in vars(a).items() if k not in paths}
     payload = {"benchmark": "admet", "date": time.strftime("%Y-%m-%d"), "args": args}
-    payload["endpoints"] = report
-    print(text, file=sys.stderr)
-    print(json.dumps(payload, indent=1))
-    if a.out:
-        Path(a.out).write_text(json.dumps(payload, indent=1) + "\n")
+    return payload | {"endpoints": collect(Path(a.work), a.endpoints)}
 
 
 if __name__ == "__main__":

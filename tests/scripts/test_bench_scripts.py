@@ -338,6 +338,57 @@ def test_admet_metrics_match_their_definitions():
     assert got["r2"] == pytest.approx(1 - ((y - pred) ** 2).sum() / (yc @ yc))
 
 
+def _kept_admet_runs(work: Path, seeds: list[int], rng: np.random.Generator) -> None:
+    """``result.json`` files as the benchmark keeps them, random figures, two endpoints."""
+    for endpoint in ("HLM", "Sol"):
+        for seed in seeds:
+            out = work / endpoint / f"seed{seed}" / "urpe-ensemble"
+            out.mkdir(parents=True)
+            test = {k: float(rng.uniform()) for k in ("pearson", "spearman", "mae", "r2")}
+            run = {"endpoint": endpoint, "seed": seed, "method": "urpe-ensemble", "test": test}
+            run |= {"wall_s": float(rng.uniform(800, 900)), "net_weight": [float(seed)]}
+            (out / "result.json").write_text(json.dumps(run))
+
+
+def test_admet_merge_of_reports_on_other_seeds_equals_one_report_of_all(tmp_path):
+    import bench_admet
+
+    rng = np.random.default_rng(5)
+    flags = ["--methods", "urpe-ensemble", "--train-arg=--time-limit", "--train-arg=15"]
+    parts = []
+    for name, seeds in (("a", [3, 0]), ("b", [4, 1, 2])):
+        _kept_admet_runs(tmp_path / name, seeds, rng)
+        out = tmp_path / f"{name}.json"
+        seed_flags = ["--seeds", *map(str, seeds), "--endpoints", "HLM", "Sol"]
+        where = ["--work", str(tmp_path / name), "--out", str(out)]
+        bench_admet.main(["--collect", *where, *seed_flags, *flags])
+        parts.append(str(out))
+    merged = bench_admet.merge(parts)
+    assert merged["args"]["seeds"] == [0, 1, 2, 3, 4]
+    for endpoint in ("HLM", "Sol"):
+        runs = sorted(
+            (json.loads(p.read_text()) for p in tmp_path.glob(f"*/{endpoint}/seed*/*/result.json")),
+            key=lambda r: r["seed"],
+        )
+        entry = merged["endpoints"][endpoint]["methods"]["urpe-ensemble"]
+        assert entry["seeds"] == [r["seed"] for r in runs]
+        for name in ("pearson", "mae"):
+            values = [r["test"][name] for r in runs]
+            assert entry[name]["values"] == pytest.approx(values, abs=1e-4)
+            assert entry[name]["mean"] == pytest.approx(np.mean(values), abs=1e-4)
+            assert entry[name]["std"] == pytest.approx(np.std(values, ddof=1), abs=1e-4)
+        assert entry["net_weights"] == [r["net_weight"] for r in runs]
+        walls = [r["wall_s"] for r in runs]
+        assert entry["wall_s_mean"] == pytest.approx(np.mean(walls), abs=0.2)
+    with pytest.raises(SystemExit, match="share seeds"):
+        bench_admet.merge([parts[0], parts[0]])
+    other = json.loads(Path(parts[1]).read_text())
+    other["args"]["train_args"] = []
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="train_args"):
+        bench_admet.merge([parts[0], str(tmp_path / "other.json")])
+
+
 def test_admet_benchmark_smoke_mode_runs_the_recipe_with_its_trees(tmp_path):
     pytest.importorskip("lightgbm")
 
