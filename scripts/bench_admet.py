@@ -23,6 +23,13 @@ Methods (``--methods``):
   network on the validation split), ``--ensemble`` members (5), one thread;
   ``urpe``: the same recipe with one model; ``urpe-network``: one model without the trees
   head (``--trees off``);
+* ``urpe-ensemble-pair`` (by name, on HLM, RLM, hPPB and rPPB): the same ensemble trained on
+  two targets, the endpoint and its related endpoint (HLM with RLM, hPPB with rPPB), as a lab
+  that measures both assays trains one model on its table of both (``--target-columns A B``,
+  missing values masked). The related endpoint's labels come from its training file only:
+  on this endpoint's own training and validation molecules where measured, and as rows of
+  their own for its training molecules that are not in this endpoint's split files; none of
+  this endpoint's test molecules is trained on, and its test file is unchanged;
 * ``urpe-trees-refit`` (by name, once the ``urpe`` runs are there): each ``urpe`` run's own
   network blended with a trees head fitted anew by this version of the library, the way
   ``train`` fits it: a change to the trees head measured paired on the same networks.
@@ -91,10 +98,15 @@ METHODS = (
     "urpe-network",
     "urpe",
     "urpe-ensemble",
+    "urpe-ensemble-pair",
     "urpe-trees-refit",
 )
-DEFAULT_METHODS = METHODS[:-1]
-"""``urpe-trees-refit`` reads the ``urpe`` runs' folders: asked for by name, after them."""
+DEFAULT_METHODS = METHODS[:-2]
+"""``urpe-ensemble-pair`` runs on four endpoints only, and ``urpe-trees-refit`` reads the
+``urpe`` runs' folders: both are asked for by name."""
+PARTNERS = {"HLM": "RLM", "RLM": "HLM", "hPPB": "rPPB", "rPPB": "hPPB"}
+"""The related endpoint trained beside each for ``urpe-ensemble-pair``: one assay in two
+species."""
 
 
 # --------------------------------------------------------------------------------------
@@ -122,6 +134,35 @@ def write_splits(endpoint: str, seed: int, a: argparse.Namespace) -> Path:
     test.to_csv(folder / "test.csv", index=False)
     sizes = {"train": len(train) - n_valid, "valid": n_valid, "test": len(test)}
     (folder / "split.json").write_text(json.dumps({"endpoint": endpoint, "sizes": sizes}))
+    return folder
+
+
+def write_pair_splits(split: Path, endpoint: str, a: argparse.Namespace) -> Path:
+    """``split/pair/{train,valid,test}.csv``: the endpoint's split files with the related
+    endpoint's column beside (see ``urpe-ensemble-pair``), written once."""
+    folder = split / "pair"
+    if (folder / "split.json").exists():
+        return folder
+    column, other = ENDPOINTS[endpoint], ENDPOINTS[PARTNERS[endpoint]]
+    related = pd.read_csv(Path(a.data_dir) / f"{PARTNERS[endpoint]}_train.csv")
+    if a.limit is not None:
+        related = related.head(a.limit)
+    related = related[["smiles", other]].drop_duplicates("smiles")
+    parts = {p: pd.read_csv(split / f"{p}.csv") for p in ("train", "valid", "test")}
+    measured = related.set_index("smiles")[other]
+    for part in ("train", "valid"):
+        parts[part][other] = parts[part]["smiles"].map(measured)
+    parts["test"][other] = np.nan
+    seen = pd.concat([f["smiles"] for f in parts.values()])
+    own_rows = related[~related["smiles"].isin(seen)].assign(**{column: np.nan})
+    parts["train"] = pd.concat([parts["train"], own_rows[["smiles", column, other]]])
+    folder.mkdir(exist_ok=True)
+    for part, frame in parts.items():
+        frame.to_csv(folder / f"{part}.csv", index=False)
+    sizes = {p: len(f) for p, f in parts.items()}
+    labels = {p: int(f[other].notna().sum()) for p, f in parts.items()}
+    facts = {"endpoint": endpoint, "related": PARTNERS[endpoint], "sizes": sizes}
+    (folder / "split.json").write_text(json.dumps(facts | {"related_labels": labels}))
     return folder
 
 
@@ -244,14 +285,22 @@ def run_minimol(split: Path, endpoint: str, seed: int) -> dict:
 
 
 def run_urpe(
-    split: Path, endpoint: str, seed: int, out: Path, members: int, a, extra: list[str]
+    split: Path,
+    endpoint: str,
+    seed: int,
+    out: Path,
+    members: int,
+    a,
+    extra: list[str],
+    related: tuple[str, ...] = (),
 ) -> dict:
-    """``graphormer-urpe train`` as the README's first recipe (with ``extra`` flags), then
-    ``predict`` on the validation and test files (one process); ``{"valid": [N], "test": [N]}``
-    and what the run's ``metrics.json`` says of its trees head."""
+    """``graphormer-urpe train`` as the README's first recipe (with ``extra`` flags; the
+    ``related`` columns as more targets), then ``predict`` on the validation and test files
+    (one process); ``{"valid": [N], "test": [N]}`` of the endpoint and what the run's
+    ``metrics.json`` says of its trees head."""
     files = ",".join(str(split / f"{p}.csv") for p in ("train", "valid", "test"))
     cmd = [sys.executable, "-m", "graphormer_urpe.cli", "train", "--dataset", f"csv:{files}"]
-    cmd += ["--target-columns", ENDPOINTS[endpoint], "--init-from", "pretrained"]
+    cmd += ["--target-columns", ENDPOINTS[endpoint], *related, "--init-from", "pretrained"]
     cmd += ["--seed", str(seed), "--threads", "1", *extra]
     cmd += ["--out", str(out / "run"), "--no-progress", "--store-dir", str(out / "store")]
     if members > 1:
@@ -352,6 +401,10 @@ def result_of(split: Path, method: str, endpoint: str, seed: int, a: argparse.Na
             pred = run_minimol(split, endpoint, seed)
         elif method == "urpe-trees-refit":
             pred = run_urpe_trees_refit(split, endpoint, seed)
+        elif method == "urpe-ensemble-pair":
+            pair = write_pair_splits(split, endpoint, a)
+            related = (ENDPOINTS[PARTNERS[endpoint]],)
+            pred = run_urpe(pair, endpoint, seed, out, a.ensemble, a, [], related)
         elif method.startswith("urpe"):
             members = a.ensemble if method == "urpe-ensemble" else 1
             extra = ["--trees", "off"] if method == "urpe-network" else []
@@ -376,6 +429,7 @@ def result_of(split: Path, method: str, endpoint: str, seed: int, a: argparse.Na
 def run_all(a: argparse.Namespace) -> None:
     """Every (endpoint, seed) in its own process per method, ``--parallel`` at a time."""
     runs = [(e, s, m) for s in a.seeds for e in a.endpoints for m in a.methods]
+    runs = [(e, s, m) for e, s, m in runs if m != "urpe-ensemble-pair" or e in PARTNERS]
     with ThreadPoolExecutor(a.parallel) as pool:
         for r in pool.map(lambda r: worker(a, *r), runs):
             summary = {k: r[k] for k in ("endpoint", "seed", "method") if k in r}

@@ -389,6 +389,43 @@ def test_admet_merge_of_reports_on_other_seeds_equals_one_report_of_all(tmp_path
         bench_admet.merge([parts[0], str(tmp_path / "other.json")])
 
 
+def test_admet_pair_splits_train_on_the_related_assay_but_never_on_test_molecules(tmp_path):
+    import argparse
+
+    import bench_admet
+    import pandas as pd
+
+    data, rng = tmp_path / "data", np.random.default_rng(2)
+    data.mkdir()
+    files = {"rPPB_train": SMILES[:20], "rPPB_test": SMILES[20:28], "hPPB_train": SMILES[10:40]}
+    for name, smiles in files.items():
+        column = bench_admet.ENDPOINTS[name.split("_")[0]]
+        values = rng.normal(size=len(smiles)).round(3)
+        pd.DataFrame({"smiles": smiles, column: values}).to_csv(data / f"{name}.csv", index=False)
+    a = argparse.Namespace(work=str(tmp_path / "work"), data_dir=str(data), limit=None)
+    split = bench_admet.write_splits("rPPB", 0, a)
+    pair = bench_admet.write_pair_splits(split, "rPPB", a)
+    own, other = "log_rppb_unbound", "log_hppb_unbound"
+    related = pd.read_csv(data / "hPPB_train.csv").set_index("smiles")[other]
+    test = pd.read_csv(pair / "test.csv")
+    pd.testing.assert_frame_equal(test[["smiles", own]], pd.read_csv(split / "test.csv"))
+    assert test[other].isna().all()
+    train, valid = pd.read_csv(pair / "train.csv"), pd.read_csv(pair / "valid.csv")
+    assert not set(train.smiles) & set(test.smiles)  # test molecules are never trained on
+    assert not set(train.smiles) & set(valid.smiles)
+    pd.testing.assert_frame_equal(valid[["smiles", own]], pd.read_csv(split / "valid.csv"))
+    for frame in (train, valid):  # the related labels, where measured, are its file's
+        has = frame.smiles.isin(related.index)
+        assert frame.loc[has, other].tolist() == related[frame.smiles[has]].tolist()
+        assert frame.loc[~has, other].isna().all()
+    first = pd.read_csv(split / "train.csv")
+    pd.testing.assert_frame_equal(train.head(len(first))[["smiles", own]], first)
+    added = train.iloc[len(first) :]  # the related assay's own molecules, this one missing
+    assert added[own].isna().all()
+    expected = set(related.index) - set(first.smiles) - set(valid.smiles) - set(test.smiles)
+    assert set(added.smiles) == expected and len(added) == len(expected) > 0
+
+
 def test_admet_benchmark_smoke_mode_runs_the_recipe_with_its_trees(tmp_path):
     pytest.importorskip("lightgbm")
 
