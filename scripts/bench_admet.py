@@ -468,8 +468,8 @@ def spread(values: list[float]) -> dict:
 
 
 def collect(work: Path, endpoints: list[str]) -> dict:
-    """Mean ± std over seeds of each test metric per (endpoint, method), with the published
-    figures; read from the kept ``result.json`` files."""
+    """Mean ± std over seeds of each test metric and of the validation RMSE per (endpoint,
+    method), with the published figures; read from the kept ``result.json`` files."""
     runs = kept_results(work, "endpoint", "method", endpoints)
     report: dict = {}
     for endpoint in endpoints:
@@ -479,6 +479,8 @@ def collect(work: Path, endpoints: list[str]) -> dict:
             entry: dict = {"seeds": [r["seed"] for r in rs]}
             for name in METRICS:
                 entry[name] = spread([r["test"][name] for r in rs])
+            if all("pred_valid" in r for r in rs):  # what the choices between methods read
+                entry["valid_rmse"] = spread([valid_rmse(work, r) for r in rs])
             entry["wall_s_mean"] = round(statistics.fmean(r["wall_s"] for r in rs), 1)
             if "net_weight" in rs[0]:
                 entry["net_weights"] = [r["net_weight"] for r in rs]
@@ -492,6 +494,12 @@ def collect(work: Path, endpoints: list[str]) -> dict:
             "methods": methods,
         }
     return report
+
+
+def valid_rmse(work: Path, run: dict) -> float:
+    """The RMSE of one kept run's predictions on its validation split."""
+    y = targets(work / run["endpoint"] / f"seed{run['seed']}", "valid", run["endpoint"])
+    return float(np.sqrt(np.mean((np.asarray(run["pred_valid"]) - y) ** 2)))
 
 
 def merge(paths: list[str]) -> dict:
@@ -527,9 +535,10 @@ def merged_entry(entries: list[dict]) -> dict:
     seeds = [s for e in entries for s in e["seeds"]]
     order = sorted(range(len(seeds)), key=seeds.__getitem__)
     merged: dict = {"seeds": [seeds[i] for i in order]}
-    for name in METRICS:
-        values = [v for e in entries for v in e[name]["values"]]
-        merged[name] = spread([values[i] for i in order])
+    for name in (*METRICS, "valid_rmse"):
+        if all(name in e for e in entries):
+            values = [v for e in entries for v in e[name]["values"]]
+            merged[name] = spread([values[i] for i in order])
     walls = [e["wall_s_mean"] for e in entries for _ in e["seeds"]]
     merged["wall_s_mean"] = round(statistics.fmean(walls), 1)
     if all("net_weights" in e for e in entries):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -344,9 +345,14 @@ def _kept_admet_runs(work: Path, seeds: list[int], rng: np.random.Generator) -> 
         for seed in seeds:
             out = work / endpoint / f"seed{seed}" / "urpe-ensemble"
             out.mkdir(parents=True)
+            valid = rng.normal(size=(2, 6)).round(3)  # the split's targets, predictions
+            column = {"HLM": "log_hlm_clint", "Sol": "log_solubility"}[endpoint]
+            (out.parent / "valid.csv").write_text(pd.DataFrame({column: valid[0]}).to_csv())
             test = {k: float(rng.uniform()) for k in ("pearson", "spearman", "mae", "r2")}
             run = {"endpoint": endpoint, "seed": seed, "method": "urpe-ensemble", "test": test}
             run |= {"wall_s": float(rng.uniform(800, 900)), "net_weight": [float(seed)]}
+            rmse = float(np.sqrt(np.mean((valid[0] - valid[1]) ** 2)))
+            run |= {"pred_valid": valid[1].tolist(), "valid_rmse": rmse}
             (out / "result.json").write_text(json.dumps(run))
 
 
@@ -378,6 +384,8 @@ def test_admet_merge_of_reports_on_other_seeds_equals_one_report_of_all(tmp_path
             assert entry[name]["mean"] == pytest.approx(np.mean(values), abs=1e-4)
             assert entry[name]["std"] == pytest.approx(np.std(values, ddof=1), abs=1e-4)
         assert entry["net_weights"] == [r["net_weight"] for r in runs]
+        rmse = [r["valid_rmse"] for r in runs]  # as the test wrote it beside the predictions
+        assert entry["valid_rmse"]["values"] == pytest.approx(rmse, abs=1e-4)
         walls = [r["wall_s"] for r in runs]
         assert entry["wall_s_mean"] == pytest.approx(np.mean(walls), abs=0.2)
     with pytest.raises(SystemExit, match="share seeds"):
@@ -393,7 +401,6 @@ def test_admet_pair_splits_train_on_the_related_assay_but_never_on_test_molecule
     import argparse
 
     import bench_admet
-    import pandas as pd
 
     data, rng = tmp_path / "data", np.random.default_rng(2)
     data.mkdir()
