@@ -514,9 +514,6 @@ def merge(paths: list[str]) -> dict:
         differ = [k for k in recipe if r["args"].get(k) != first["args"].get(k)]
         if differ:
             raise SystemExit(f"{path}: not the recipe of {paths[0]} (differs in {differ})")
-    seeds = [s for r in reports for s in r["args"]["seeds"]]
-    if len(set(seeds)) != len(seeds):
-        raise SystemExit(f"the reports share seeds: {sorted(seeds)}")
     endpoints: dict = {}
     for r in reports:
         for endpoint, e in r["endpoints"].items():
@@ -525,6 +522,7 @@ def merge(paths: list[str]) -> dict:
                 into.setdefault("methods", {}).setdefault(method, []).append(entry)
     for e in endpoints.values():
         e["methods"] = {m: merged_entry(entries) for m, entries in e["methods"].items()}
+    seeds = {s for e in endpoints.values() for m in e["methods"].values() for s in m["seeds"]}
     args = {**first["args"], "seeds": sorted(seeds)}
     dates = sorted({r["date"] for r in reports})
     return {**first, "date": dates[-1], "dates": dates, "args": args, "endpoints": endpoints}
@@ -533,6 +531,8 @@ def merge(paths: list[str]) -> dict:
 def merged_entry(entries: list[dict]) -> dict:
     """The seeds of several reports' entries for one (endpoint, method), in seed order."""
     seeds = [s for e in entries for s in e["seeds"]]
+    if len(set(seeds)) != len(seeds):  # the runs themselves, whatever the reports' flags said
+        raise SystemExit(f"the reports share seeds: {sorted(seeds)}")
     order = sorted(range(len(seeds)), key=seeds.__getitem__)
     merged: dict = {"seeds": [seeds[i] for i in order]}
     for name in (*METRICS, "valid_rmse"):
