@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from .flags import add_command, add_shared_flags, flag_values, print_json
@@ -150,8 +149,7 @@ def run_export(args: argparse.Namespace) -> int:
     from ..training.pretrained import export_huggingface
 
     folder = export_huggingface(args.checkpoint, args.out, graphormer_only=args.graphormer_only)
-    print(json.dumps({"out": str(folder), "files": ["config.json", "model.safetensors"]}))
-    return 0
+    return print_json({"out": str(folder), "files": ["config.json", "model.safetensors"]})
 
 
 def add_export_command(sub: argparse._SubParsersAction) -> None:

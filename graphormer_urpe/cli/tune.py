@@ -7,7 +7,14 @@ import argparse
 import os
 from dataclasses import replace
 
-from .flags import add_command, add_data_flags, add_shared_flags, flag_values, print_json
+from .flags import (
+    add_command,
+    add_data_flags,
+    add_shared_flags,
+    flag_values,
+    positive_int,
+    print_json,
+)
 
 __all__ = ["run_tune", "tune_config"]
 
@@ -125,7 +132,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument(
         "--epochs",
-        type=int,
+        type=positive_int,
         help="epochs per trial (default: each trial plans its steps to fill its share)",
     )
     s.add_argument(
@@ -151,5 +158,5 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     r = p.add_argument_group("run")
     r.add_argument("--out", help="output folder (default runs/tune-DATASET)")
     add_shared_flags(r, "--device", "--no-progress")
-    r.add_argument("--threads", type=int, help="CPU threads for torch")
+    r.add_argument("--threads", type=positive_int, help="CPU threads for torch")
     add_shared_flags(r, "--num-workers", "--precision")

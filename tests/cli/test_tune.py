@@ -269,6 +269,19 @@ def test_a_set_too_small_for_a_validation_split_is_refused(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flag", ["--epochs", "--threads"])
+def test_zero_epochs_or_threads_are_refused_by_the_parser_as_train_refuses_them(
+    tmp_path, capsys, flag
+):
+    args = _tune(tmp_path / "never-read.csv", tmp_path / "search")
+    args[args.index(flag) + 1] = "0"
+    with pytest.raises(SystemExit) as exc:
+        cli.main(args)
+    assert exc.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err
+    assert not (tmp_path / "search").exists()
+
+
 @pytest.mark.parametrize(
     "storage", ["postgresql://nobody@127.0.0.1:1/x", "{tmp}/no-such-folder/study.log"]
 )

@@ -12,6 +12,7 @@ graphormer.py`` (``GraphormerEncoder``: ``graph_encoder``, ``lm_head_transform_w
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 
 import pytest
@@ -231,6 +232,17 @@ def test_export_loads_in_transformers_and_round_trips(tmp_path):
     # a preset model has a final LayerNorm and a linear head: no Hugging Face equivalent
     with pytest.raises(InteropError, match="final_norm"):
         export_huggingface(Graphormer(fit_tables(get_preset("small"), "ogb")), tmp_path / "x")
+
+
+def test_export_command_writes_the_folder_and_prints_its_files_as_json(tmp_path, capsys):
+    from graphormer_urpe import cli
+
+    path = tmp_path / "model.pt"
+    convert_checkpoint(hf_model(hf_config("zinc-slim", 2, True, 5, 2), seed=3), path)
+    assert cli.main(["export", str(path), "--out", str(tmp_path / "hf")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["out"] == str(tmp_path / "hf")
+    assert sorted(report["files"]) == sorted(p.name for p in (tmp_path / "hf").iterdir())
 
 
 def test_init_from_reports_loaded_new_and_ignored_tensors(tmp_path):
