@@ -346,7 +346,9 @@ def main() -> None:
     p.add_argument("--smiles-file", help="molecules from this file (one SMILES a line)")
     p.add_argument("--out", help="also write the JSON here")
     p.add_argument("--screenshot", help="a PNG of the page (headless Chromium)")
-    p.add_argument("--threads", type=int, default=None, help="(unused: each command's own)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="serve's model threads (default: serve's own)"
+    )
     p.add_argument("--smoke", action="store_true", help="a tiny run that checks the script")
     p.add_argument(
         "--merge",
@@ -378,10 +380,11 @@ def main() -> None:
             domain = record_of_smiles(distinct[: a.domain_molecules]).to_dict()
         ckpt = work / "best.pt"
         untrained_checkpoint(ckpt, a.preset, domain)
+        serve_flags = [] if a.threads is None else ["--threads", str(a.threads)]
         runs = []
         for _ in range(a.repeats):
             base = run_predict(ckpt, smi, work)
-            server = Server(ckpt, a.workers, [])
+            server = Server(ckpt, a.workers, serve_flags)
             try:
                 warm = load(
                     server, smiles[: a.clients * a.per_request * 5], a.clients, 5, a.per_request
@@ -406,7 +409,7 @@ def main() -> None:
             )
         picture = None
         if a.screenshot:
-            server = Server(ckpt, a.workers, [])
+            server = Server(ckpt, a.workers, serve_flags)
             try:
                 picture = screenshot(
                     server, Path(a.screenshot), ["CCO", "not_a_smiles((", distinct[0], "C[Se]C"]
@@ -428,6 +431,7 @@ def main() -> None:
             **selection,
             "preset": a.preset,
             "serve_workers": a.workers,
+            "serve_threads": a.threads,
             "domain_molecules": a.domain_molecules,
             "repeats": a.repeats,
             "screenshot": a.screenshot if a.screenshot and picture is None else picture,
