@@ -30,7 +30,7 @@ so an interrupted benchmark resumes. ``--collect`` writes the JSON report, a Mar
 and a figure. Run::
 
     python scripts/bench_small_data.py --chemprop ENV/bin/chemprop --parallel 2
-    python scripts/bench_small_data.py --collect --out docs/small_data.json
+    python scripts/bench_small_data.py --collect --out docs/results/small_data.json
     python scripts/bench_small_data.py --smoke   # a few molecules, rf and a short scratch run
 """
 

@@ -20,7 +20,7 @@ the same ``--out-dir``; a last call with ``--resume`` then reuses them all and w
 table. Example (the set-up of ``docs/lm.md``)::
 
     python scripts/reproduce_lm.py --threads 1 --figure docs/figures/lm.png \
-        --table-md docs/lm_results.md --table-json docs/lm_results.json
+        --table-md docs/results/lm_results.md --table-json docs/results/lm_results.json
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ MODELS = ("default", "tuned", "tuned-as-searched")
 
 def chemprop_minutes(name: str) -> float:
     """Chemprop's mean wall time on set ``name`` in the small-data benchmark, in minutes."""
-    report = json.loads((REPO / "docs" / "small_data.json").read_text())
+    report = json.loads((REPO / "docs" / "results" / "small_data.json").read_text())
     return round(report["sets"][name]["models"]["chemprop"]["wall_s_mean"] / 60, 2)
 
 
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=None,
         help="each scoring run's budget (default: Chemprop's mean wall time on the set in "
-        "docs/small_data.json)",
+        "docs/results/small_data.json)",
     )
     p.add_argument("--tune-args", default="", help="more tune flags: '--init-from pretrained'")
     p.add_argument("--out", required=True, help="the JSON report")

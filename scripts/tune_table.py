@@ -3,7 +3,7 @@ its own wall time, from the JSON reports already in ``docs/``.
 
 Sources (nothing is run):
 
-* ``docs/small_data.json``: the random forest, Chemprop 2.3 defaults, Chemprop with
+* ``docs/results/small_data.json``: the random forest, Chemprop 2.3 defaults, Chemprop with
   ``v1_rdkit_2d_normalized`` descriptors and the default fine-tuning recipe
   (``urpe-pretrained-rdkit2d``: ``--init-from pretrained``, whose ``--mol-features auto``
   is ``rdkit2d``), per seed;
@@ -83,7 +83,7 @@ def _morgan(report: dict, name: str) -> dict | None:
 
 def table() -> dict:
     """Every (set, column) cell that has figures: ``{set: {column: cell}}``."""
-    bench = json.loads((REPO / "docs" / "small_data.json").read_text())
+    bench = json.loads((REPO / "docs" / "results" / "small_data.json").read_text())
     morgan = json.loads((RESULTS / "mol_features_morgan.json").read_text())
     out: dict = {}
     for name in SETS:

@@ -306,7 +306,8 @@ def test_tune_table_takes_seeds_1_and_2_of_every_source_and_bolds_the_best(tmp_p
         check=True,
     )
     rows = json.loads((tmp_path / "t.json").read_text())["sets"]
-    bench = json.loads((SCRIPTS.parent / "docs" / "small_data.json").read_text())["sets"]
+    bench_json = SCRIPTS.parent / "docs" / "results" / "small_data.json"
+    bench = json.loads(bench_json.read_text())["sets"]
     for name, row in rows.items():
         runs = bench[name]["models"]["chemprop"]
         by_seed = dict(zip(runs["seeds"], runs["values"], strict=True))
