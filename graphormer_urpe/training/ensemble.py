@@ -20,11 +20,15 @@ inputs (the split, the descriptors, the fingerprints and the starting model's gr
 the same for every member, so each of the others copies it and only chooses its own weight in
 the blend, and the time a fit would take goes to its network's steps.
 
-An ensemble whose members would train fewer than
-:data:`~graphormer_urpe.training.pacing.MIN_USEFUL_EPOCHS` epochs is refused before any
-training (when the steps are planned to fill the budget: typed ``--epochs`` or
-``--max-steps`` are kept, and a short run says so), with the budget that would give each of
-them that many, and a margin (:data:`SUGGESTION_MARGIN`) so that it fits when given back.
+When the steps are planned to fill the budget (typed ``--epochs`` or ``--max-steps`` are
+kept, and a short run says so), the first member checks before its first step that each
+member gets at least :data:`~graphormer_urpe.training.pacing.MIN_USEFUL_EPOCHS` epochs. Where
+they would not, the ensemble trains as many members as the budget gives that many (at least
+two; the trees head fitted once), with a warning, and records the number asked for in
+``metrics.json`` (``ensemble_asked``): the first member is set up again, its trees head kept
+and its costs not measured twice. Where not even two fit, the ensemble is refused before any
+training, with the budget that would give each of them that many and a margin
+(:data:`SUGGESTION_MARGIN`) so that it fits when given back.
 """
 
 from __future__ import annotations
@@ -60,7 +64,16 @@ a machine whose load changes, and the budget it names must be accepted when give
 
 
 class EnsembleBudgetError(ValueError):
-    """``--time-limit`` is too short for every member of an ensemble to train a few epochs."""
+    """``--time-limit`` is too short for two members of an ensemble to train a few epochs."""
+
+
+class _FewerMembers(Exception):
+    """The first member's check: only ``members`` members fit; set it up again for them,
+    with the ``costs`` it measured."""
+
+    def __init__(self, members: int, costs: RunCosts) -> None:
+        super().__init__(members)
+        self.members, self.costs = members, costs
 
 
 def train_ensemble(
@@ -84,28 +97,30 @@ def train_ensemble(
         The ensemble's ``metrics.json`` contents.
     """
     from .run import load_splits, selection_metric, train
+    from .run_setup import first_missing
 
     if members < 2:
         raise ValueError(f"an ensemble needs at least 2 members, got {members}")
     out = Path(config.out)
     start = time.perf_counter() if started is None else started
+    asked, made = members, None if out.exists() else first_missing(out)
     runs: list[dict[str, Any]] = []
     costs: RunCosts | None = None
-    for i in range(members):
+    while len(runs) < members:
+        i = len(runs)
         member = replace(config, seed=config.seed + i, out=str(out / f"member-{i}"))
         member_start, check = time.perf_counter(), None
         if config.time_limit is not None:
-            tail = (TAIL_SECONDS + 0.6 * config.time_limit) / 60  # minutes: 1% of the budget
-            left = config.time_limit - tail - (member_start - start) / 60
-            member = replace(member, time_limit=max(left, 0.0) / (members - i))
-            log.info(
-                "ensemble member %d: %.2f of the %.2f minutes left", i + 1, member.time_limit, left
-            )
+            member = replace(member, time_limit=_share(config, start, member_start, members - i))
             if i == 0 and not resume and config.fill_time_limit:  # typed --epochs: kept
-                check = _refuse_short_members(config, members, start, out)
+                check = _check_members(config, members, start, made)
         log.info("ensemble member %d of %d: seed %d", i + 1, members, member.seed)
         _share_trees(out, i)
-        runs.append(train(member, resume, progress, member_start, costs, check))
+        try:
+            runs.append(train(member, resume, progress, member_start, costs, check))
+        except _FewerMembers as fewer:  # the first member again, for fewer members
+            members, costs = fewer.members, fewer.costs
+            continue
         if costs is None and runs[-1].get("measured_costs"):  # measured once, by the first
             costs = RunCosts(**runs[-1]["measured_costs"])
     seeds = [config.seed + i for i in range(members)]
@@ -116,7 +131,7 @@ def train_ensemble(
     splits = load_splits(config)
     # what the members selected on (RMSE for a regression trained with MSE)
     metric = selection_metric(splits, str(runs[0].get("loss")))
-    metrics = _ensemble_metrics(out, runs, splits, metric)
+    metrics = _ensemble_metrics(out, runs, splits, metric) | {"ensemble_asked": asked}
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     log.info(
         "ensemble of %d: test %s %s (members %s)",
@@ -138,13 +153,20 @@ def _share_trees(out: Path, i: int) -> None:
     log.info("ensemble member %d: the trees head of member 1 (same inputs), its own weight", i + 1)
 
 
-def _refuse_short_members(config: TrainConfig, members: int, start: float, out: Path):
-    """The first member's check: refuse (before any step) an ensemble whose members would
-    train fewer than :data:`MIN_USEFUL_EPOCHS` epochs, naming the budget that gives each
-    that many; the folders made for it are removed (``runs/`` too when it made it)."""
-    from .run_setup import first_missing
+def _share(config: TrainConfig, start: float, now: float, members: int) -> float:
+    """Minutes for the next of ``members`` members still to train, starting at ``now``: an
+    equal share of what is left of ``config.time_limit``, less the ensemble's own tail."""
+    tail = (TAIL_SECONDS + 0.6 * config.time_limit) / 60  # minutes: 1% of the budget
+    left = config.time_limit - tail - (now - start) / 60
+    log.info("ensemble: %.2f of the %.2f minutes left per member", max(left, 0.0) / members, left)
+    return max(left, 0.0) / members
 
-    made = None if out.exists() else first_missing(out)
+
+def _check_members(config: TrainConfig, members: int, start: float, made: Path | None):
+    """The first member's check, before its first step: where its plan gives fewer than
+    :data:`MIN_USEFUL_EPOCHS` epochs, ask for as many members (two or more) as the budget
+    left gives that many each, or refuse naming the budget that would give all ``members``
+    that many; ``made``: the folder the ensemble created (removed on a refusal)."""
 
     def check(run: Any) -> None:  # run: the set-up Trainer
         per_epoch, total = run.data.steps_per_epoch, run.progress.total
@@ -152,20 +174,30 @@ def _refuse_short_members(config: TrainConfig, members: int, start: float, out: 
         if epochs >= MIN_USEFUL_EPOCHS or run.costs is None:
             return
         c = run.costs
-        steps = MIN_USEFUL_EPOCHS * per_epoch
+        once = run.trees.seconds if run.trees is not None else 0.0  # fitted once, kept
         # each member: its set-up, its steps and finish, and its pacer's reserve
-        member = (c.setup + c.seconds_for(steps) + RESERVE_SECONDS) / (1 - RESERVE_FRACTION)
-        need = (members * member + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
+        steps = c.seconds_for(MIN_USEFUL_EPOCHS * per_epoch)
+        member = (c.setup - once + steps + RESERVE_SECONDS) / (1 - RESERVE_FRACTION)
+        left = 0.99 * 60 * config.time_limit - TAIL_SECONDS - (run.launch.clock() - start)
+        fit = min(members - 1, int(left // member))
+        run.discard()  # (its trees head stays for the next set-up)
+        if fit >= 2:
+            log.warning(
+                "--ensemble %d --time-limit %g: each member would train %.2g epochs; training "
+                "%d members instead, so that each trains %d or more",
+                members, config.time_limit, epochs, fit, MIN_USEFUL_EPOCHS,
+            )  # fmt: skip
+            raise _FewerMembers(fit, c)
+        need = (members * member + once + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
         need *= SUGGESTION_MARGIN
-        run.discard()
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
         raise EnsembleBudgetError(
             f"--ensemble {members} --time-limit {config.time_limit:g}: each member would "
             f"train {epochs:.2g} epochs ({total} steps of {per_epoch} per epoch; "
-            f"{c.step:.3g} s per step measured here); a useful schedule needs at least "
-            f"{MIN_USEFUL_EPOCHS} epochs per member: give --time-limit "
-            f"{math.ceil(10 * need) / 10:g} or more, or fewer members"
+            f"{c.step:.3g} s per step measured here) and two that train "
+            f"{MIN_USEFUL_EPOCHS} or more do not fit: give --time-limit "
+            f"{math.ceil(10 * need) / 10:g} or more for {members} members"
         )
 
     return check

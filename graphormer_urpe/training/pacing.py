@@ -20,8 +20,9 @@ pieces do it:
   at the new last step, without a jump.
 
 A run shorter than :data:`MIN_USEFUL_EPOCHS` epochs says so (``metrics.json``
-``short_run``); an ensemble whose members would get fewer is refused with the budget that
-would give each of them that many.
+``short_run``); an ensemble whose members would get fewer trains as many members as get that
+many, and is refused, with the budget that would give each of them that many, where not even
+two do.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""``train --time-limit`` on the command line: an ensemble too short for its members is refused
-before training and the refusal names a budget that fits, typed epochs win over the refusal,
+"""``train --time-limit`` on the command line: an ensemble too short for its members trains as
+many as fit, or, where not even two fit, is refused before training with a budget that fits;
+typed epochs win over the refusal,
 and a budget spent on loading is refused; measured costs come from a steady clock where the
 outcome depends on them (``steady_clock``)."""
 
@@ -39,7 +40,7 @@ def test_the_refusal_names_a_budget_that_then_fits(
     del args[i : i + 2]
     assert cli.main([*args, "--time-limit", "0.02"]) == 2
     message = capsys.readouterr().err
-    assert "--ensemble 2 --time-limit 0.02" in message and "epochs per member" in message
+    assert "--ensemble 2 --time-limit 0.02" in message and "do not fit" in message
     need = float(message.split("give --time-limit ")[1].split()[0])
     assert need > 0.02
     # given back on a machine that got busier (every cost 30% higher), it is accepted and
@@ -56,6 +57,47 @@ def test_the_refusal_names_a_budget_that_then_fits(
     monkeypatch.setattr(training_run, "Trainer", record)
     assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(tmp_path / "b")]) == 0
     assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS
+
+
+def test_an_ensemble_too_short_for_its_members_trains_as_many_as_fit(
+    table, tmp_path, capsys, caplog, monkeypatch, steady_clock
+):
+    """A budget that fits two or three members of five: as many train as get five epochs
+    each, the first member set up again for them with the costs it measured; metrics.json
+    and ensemble.json say how many, and how many were asked for."""
+    args = train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
+    i = args.index("--epochs")
+    del args[i : i + 2]
+    assert cli.main([*args, "--time-limit", "0.02"]) == 2
+    need = float(capsys.readouterr().err.split("give --time-limit ")[1].split()[0])
+    planned: list[float] = []
+    steady = training_run.Trainer
+
+    def record(*a, **kw):
+        trainer = steady(*a, **kw)
+        planned.append(trainer.progress.total / trainer.data.steps_per_epoch)
+        return trainer
+
+    monkeypatch.setattr(training_run, "Trainer", record)
+    probe, measured = steady.keywords["probe"], []
+    measure = probe.measure
+    monkeypatch.setattr(probe, "measure", lambda self: measured.append(1) or measure(self))
+    out = tmp_path / "five"
+    args[args.index("--ensemble") + 1] = "5"
+    with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
+        assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    trained = metrics["ensemble"]
+    assert 2 <= trained < 5 and metrics["ensemble_asked"] == 5
+    assert json.loads((out / "ensemble.json").read_text())["members"] == [
+        f"member-{k}" for k in range(trained)
+    ]
+    assert sorted(p.name for p in out.glob("member-*")) == [f"member-{k}" for k in range(trained)]
+    # the first set-up planned too few epochs; then every member at least MIN_USEFUL_EPOCHS
+    assert len(planned) == trained + 1 and planned[0] < MIN_USEFUL_EPOCHS
+    assert min(planned[1:]) >= MIN_USEFUL_EPOCHS
+    assert f"training {trained} members instead" in caplog.text
+    assert measured == [1]  # the costs measured once, by the first set-up
 
 
 def test_typed_epochs_win_over_the_ensembles_refusal(table, tmp_path, caplog, steady_clock):
