@@ -77,6 +77,15 @@ def run_train(args: argparse.Namespace) -> int:
 
     for line in coverage_lines(metrics):  # how the intervals held on the test molecules
         print(f"graphormer-urpe: {line}", file=sys.stderr)
+    if "time_limit_for_asked" in metrics:  # fewer members than asked fitted
+        from ..training.pacing import MIN_USEFUL_EPOCHS
+
+        print(
+            f"graphormer-urpe: trained {metrics['ensemble']} of the {metrics['ensemble_asked']} "
+            f"members asked for, each {MIN_USEFUL_EPOCHS} epochs or more; --time-limit "
+            f"{metrics['time_limit_for_asked']:g} or more trains all of them",
+            file=sys.stderr,
+        )
     print(f"graphormer-urpe: {where_written(cfg, args.ensemble > 1)}", file=sys.stderr)
     return 0
 

@@ -24,9 +24,10 @@ When the steps are planned to fill the budget (typed ``--epochs`` or ``--max-ste
 kept, and a short run says so), the first member checks before its first step that each
 member gets at least :data:`~graphormer_urpe.training.pacing.MIN_USEFUL_EPOCHS` epochs. Where
 they would not, the ensemble trains as many members as the budget gives that many (at least
-two; the trees head fitted once), with a warning, and records the number asked for in
-``metrics.json`` (``ensemble_asked``): the first member is set up again, its trees head kept
-and its costs not measured twice. Where not even two fit, the ensemble is refused before any
+two; the trees head fitted once), with a warning, and records in ``metrics.json`` the number
+asked for (``ensemble_asked``) and the ``--time-limit`` that would train them all
+(``time_limit_for_asked``): the first member is set up again, its trees head kept and its
+costs not measured twice. Where not even two fit, the ensemble is refused before any
 training, with the budget that would give each of them that many and a margin
 (:data:`SUGGESTION_MARGIN`) so that it fits when given back.
 """
@@ -69,11 +70,11 @@ class EnsembleBudgetError(ValueError):
 
 class _FewerMembers(Exception):
     """The first member's check: only ``members`` members fit; set it up again for them,
-    with the ``costs`` it measured."""
+    with the ``costs`` it measured (``need``: the minutes that would train all)."""
 
-    def __init__(self, members: int, costs: RunCosts) -> None:
+    def __init__(self, members: int, costs: RunCosts, need: float) -> None:
         super().__init__(members)
-        self.members, self.costs = members, costs
+        self.members, self.costs, self.need = members, costs, need
 
 
 def train_ensemble(
@@ -103,7 +104,8 @@ def train_ensemble(
         raise ValueError(f"an ensemble needs at least 2 members, got {members}")
     out = Path(config.out)
     start = time.perf_counter() if started is None else started
-    asked, made = members, None if out.exists() else first_missing(out)
+    made = None if out.exists() else first_missing(out)
+    asked: dict[str, Any] = {"ensemble_asked": members}
     runs: list[dict[str, Any]] = []
     costs: RunCosts | None = None
     while len(runs) < members:
@@ -120,6 +122,7 @@ def train_ensemble(
             runs.append(train(member, resume, progress, member_start, costs, check))
         except _FewerMembers as fewer:  # the first member again, for fewer members
             members, costs = fewer.members, fewer.costs
+            asked["time_limit_for_asked"] = fewer.need
             continue
         if costs is None and runs[-1].get("measured_costs"):  # measured once, by the first
             costs = RunCosts(**runs[-1]["measured_costs"])
@@ -131,7 +134,7 @@ def train_ensemble(
     splits = load_splits(config)
     # what the members selected on (RMSE for a regression trained with MSE)
     metric = selection_metric(splits, str(runs[0].get("loss")))
-    metrics = _ensemble_metrics(out, runs, splits, metric) | {"ensemble_asked": asked}
+    metrics = _ensemble_metrics(out, runs, splits, metric) | asked
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2).encode())
     log.info(
         "ensemble of %d: test %s %s (members %s)",
@@ -180,24 +183,25 @@ def _check_members(config: TrainConfig, members: int, start: float, made: Path |
         member = (c.setup - once + steps + RESERVE_SECONDS) / (1 - RESERVE_FRACTION)
         left = 0.99 * 60 * config.time_limit - TAIL_SECONDS - (run.launch.clock() - start)
         fit = min(members - 1, int(left // member))
+        need = (members * member + once + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
+        need = math.ceil(10 * need * SUGGESTION_MARGIN) / 10
         run.discard()  # (its trees head stays for the next set-up)
         if fit >= 2:
             log.warning(
                 "--ensemble %d --time-limit %g: each member would train %.2g epochs; training "
-                "%d members instead, so that each trains %d or more",
-                members, config.time_limit, epochs, fit, MIN_USEFUL_EPOCHS,
+                "%d members instead, so that each trains %d or more (--time-limit %g or more "
+                "trains %d)",
+                members, config.time_limit, epochs, fit, MIN_USEFUL_EPOCHS, need, members,
             )  # fmt: skip
-            raise _FewerMembers(fit, c)
-        need = (members * member + once + c.measure + TAIL_SECONDS) / 0.99 / 60  # minutes
-        need *= SUGGESTION_MARGIN
+            raise _FewerMembers(fit, c, need)
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
         raise EnsembleBudgetError(
             f"--ensemble {members} --time-limit {config.time_limit:g}: each member would "
             f"train {epochs:.2g} epochs ({total} steps of {per_epoch} per epoch; "
             f"{c.step:.3g} s per step measured here) and two that train "
-            f"{MIN_USEFUL_EPOCHS} or more do not fit: give --time-limit "
-            f"{math.ceil(10 * need) / 10:g} or more for {members} members"
+            f"{MIN_USEFUL_EPOCHS} or more do not fit: give --time-limit {need:g} or more "
+            f"for {members} members"
         )
 
     return check

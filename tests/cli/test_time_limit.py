@@ -28,24 +28,19 @@ def test_an_ensemble_too_short_for_its_members_is_refused_before_training(
     assert not out.exists()  # nothing left behind
 
 
-def test_the_refusal_names_a_budget_that_then_fits(
-    table,
-    tmp_path,
-    capsys,
-    monkeypatch,
-    steady_clock,
-):
+def _refused_budget(table, tmp_path, capsys) -> tuple[list[str], str, float]:
+    """``train --ensemble 2 --time-limit 0.02`` planned to fill it: its arguments without the
+    limit, the refusal and the budget it names."""
     args = train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
     i = args.index("--epochs")
     del args[i : i + 2]
     assert cli.main([*args, "--time-limit", "0.02"]) == 2
     message = capsys.readouterr().err
-    assert "--ensemble 2 --time-limit 0.02" in message and "do not fit" in message
-    need = float(message.split("give --time-limit ")[1].split()[0])
-    assert need > 0.02
-    # given back on a machine that got busier (every cost 30% higher), it is accepted and
-    # gives each member at least MIN_USEFUL_EPOCHS epochs as planned
-    steady_clock.append(1.3)
+    return args, message, float(message.split("give --time-limit ")[1].split()[0])
+
+
+def _planned_epochs(monkeypatch) -> list[float]:
+    """The epochs each trainer set up from now on plans (appended as they are set up)."""
     planned: list[float] = []
     steady = training_run.Trainer
 
@@ -55,6 +50,23 @@ def test_the_refusal_names_a_budget_that_then_fits(
         return trainer
 
     monkeypatch.setattr(training_run, "Trainer", record)
+    return planned
+
+
+def test_the_refusal_names_a_budget_that_then_fits(
+    table,
+    tmp_path,
+    capsys,
+    monkeypatch,
+    steady_clock,
+):
+    args, message, need = _refused_budget(table, tmp_path, capsys)
+    assert "--ensemble 2 --time-limit 0.02" in message and "do not fit" in message
+    assert need > 0.02
+    # given back on a machine that got busier (every cost 30% higher), it is accepted and
+    # gives each member at least MIN_USEFUL_EPOCHS epochs as planned
+    steady_clock.append(1.3)
+    planned = _planned_epochs(monkeypatch)
     assert cli.main([*args, "--time-limit", f"{need:g}", "--out", str(tmp_path / "b")]) == 0
     assert len(planned) == 2 and min(planned) >= MIN_USEFUL_EPOCHS
 
@@ -65,23 +77,11 @@ def test_an_ensemble_too_short_for_its_members_trains_as_many_as_fit(
     """A budget that fits two or three members of five: as many train as get five epochs
     each, the first member set up again for them with the costs it measured; metrics.json
     and ensemble.json say how many, and how many were asked for."""
-    args = train_args(table, tmp_path / "data", tmp_path / "ens", "--ensemble", "2")
-    i = args.index("--epochs")
-    del args[i : i + 2]
-    assert cli.main([*args, "--time-limit", "0.02"]) == 2
-    need = float(capsys.readouterr().err.split("give --time-limit ")[1].split()[0])
-    planned: list[float] = []
-    steady = training_run.Trainer
-
-    def record(*a, **kw):
-        trainer = steady(*a, **kw)
-        planned.append(trainer.progress.total / trainer.data.steps_per_epoch)
-        return trainer
-
-    monkeypatch.setattr(training_run, "Trainer", record)
-    probe, measured = steady.keywords["probe"], []
+    args, _, need = _refused_budget(table, tmp_path, capsys)
+    probe, measured = training_run.Trainer.keywords["probe"], []
     measure = probe.measure
     monkeypatch.setattr(probe, "measure", lambda self: measured.append(1) or measure(self))
+    planned = _planned_epochs(monkeypatch)
     out = tmp_path / "five"
     args[args.index("--ensemble") + 1] = "5"
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
@@ -97,6 +97,9 @@ def test_an_ensemble_too_short_for_its_members_trains_as_many_as_fit(
     assert len(planned) == trained + 1 and planned[0] < MIN_USEFUL_EPOCHS
     assert min(planned[1:]) >= MIN_USEFUL_EPOCHS
     assert f"training {trained} members instead" in caplog.text
+    # the closing lines say so, with the budget that trains all five (as the refusal names)
+    asked = metrics["time_limit_for_asked"]
+    assert asked > need and f"trained {trained} of the 5 members" in capsys.readouterr().err
     assert measured == [1]  # the costs measured once, by the first set-up
 
 
