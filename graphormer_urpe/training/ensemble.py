@@ -27,7 +27,8 @@ they would not, the ensemble trains as many members as the budget gives that man
 two; the trees head fitted once), with a warning, and records in ``metrics.json`` the number
 asked for (``ensemble_asked``) and the ``--time-limit`` that would train them all
 (``time_limit_for_asked``): the first member is set up again, its trees head kept and its
-costs not measured twice. Where not even two fit, the ensemble is refused before any
+costs not measured twice (``members.json`` keeps their number for ``--resume``). Where not
+even two fit, the ensemble is refused before any
 training, with the budget that would give each of them that many and a margin
 (:data:`SUGGESTION_MARGIN`) so that it fits when given back.
 """
@@ -62,6 +63,11 @@ TAIL_SECONDS = 2.0
 SUGGESTION_MARGIN = 1.5
 """The refusal's suggested budget over its estimate: the measurement it rests on is taken on
 a machine whose load changes, and the budget it names must be accepted when given back."""
+
+
+PLAN_FILE = "members.json"
+"""Written where fewer members than asked fitted: how many did, so that ``--resume`` continues
+those, with what ``metrics.json`` records of the number asked for."""
 
 
 class EnsembleBudgetError(ValueError):
@@ -106,6 +112,12 @@ def train_ensemble(
     start = time.perf_counter() if started is None else started
     made = None if out.exists() else first_missing(out)
     asked: dict[str, Any] = {"ensemble_asked": members}
+    if resume and (out / PLAN_FILE).exists():  # fewer fitted when it started
+        asked = json.loads((out / PLAN_FILE).read_text())
+        members = asked.pop("members")
+        log.info(
+            "resuming the %d members that fitted, of %d asked for", members, asked["ensemble_asked"]
+        )
     runs: list[dict[str, Any]] = []
     costs: RunCosts | None = None
     while len(runs) < members:
@@ -123,6 +135,7 @@ def train_ensemble(
         except _FewerMembers as fewer:  # the first member again, for fewer members
             members, costs = fewer.members, fewer.costs
             asked["time_limit_for_asked"] = fewer.need
+            write_atomic(out / PLAN_FILE, json.dumps({"members": members, **asked}).encode())
             continue
         if costs is None and runs[-1].get("measured_costs"):  # measured once, by the first
             costs = RunCosts(**runs[-1]["measured_costs"])
