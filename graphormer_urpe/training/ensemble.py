@@ -28,9 +28,9 @@ two; the trees head fitted once), with a warning, and records in ``metrics.json`
 asked for (``ensemble_asked``) and the ``--time-limit`` that would train them all
 (``time_limit_for_asked``): the first member is set up again, its trees head kept and its
 costs not measured twice (``members.json`` keeps their number for ``--resume``). Where not
-even two fit, the ensemble is refused before any
-training, with the budget that would give each of them that many and a margin
-(:data:`SUGGESTION_MARGIN`) so that it fits when given back.
+even two fit, the ensemble is refused before any training, with the budget that would give
+each of them that many and a margin (:data:`SUGGESTION_MARGIN`) so that it fits when given
+back.
 """
 
 from __future__ import annotations
