@@ -481,7 +481,8 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(a.out)
         out.write_text(text + "\n")
         out.with_suffix(".md").write_text(markdown(report))
-        figure(report, out.parent / "figures" / f"{out.stem}.png")
+        figures = Path(__file__).resolve().parents[1] / "docs" / "figures"  # the docs' own
+        figure(report, figures / f"{out.stem}.png")
 
 
 if __name__ == "__main__":
