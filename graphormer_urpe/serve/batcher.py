@@ -1,11 +1,12 @@
-r"""Requests that arrive together, predicted together: one forward pass for many small requests.
+r"""Requests that arrive together, predicted together: a few forward passes for many small requests.
 
 ::
 
     request ─submit─▶ queue ──gatherer thread, one batch ahead of the model: every request
       waiting (while the model is busy: and those that come within WAIT), up to max_molecules──▶
-      featurised (worker processes, one part per worker; a few molecules: in this thread)
-      ──predictor thread: StreamModel.predict, one window──▶ each request's own rows
+      featurised (worker processes, parts of at most PART; a few molecules: in this thread)
+      ──predictor thread: StreamModel.predict, part by part as each comes──▶ each request's
+      own rows, as soon as its part is done
 
 The gatherer keeps one batch ahead of the model: while the model predicts a batch, the next
 one is gathered and featurised, and every request that comes in meanwhile waits for the batch
@@ -51,6 +52,12 @@ WAIT = 0.005
 start sooner anyway); a lone request never waits. Measured with 16 clients sending 10 SMILES
 each: batches of 57 molecules on average without the wait, 73 with it."""
 
+PART = 48
+"""The most molecules a worker process featurises at a time. The model predicts each part as
+it comes, so featurising the rest of a batch overlaps the model's pass over its first parts,
+and a request is answered as soon as its own part is done (its caller sends the next one
+sooner). Measured against 32, 64 and whole batches: docs/results/serve.md."""
+
 _FEATURIZING: Featurizing | None = None  # a worker process's featuriser (set by _install)
 
 
@@ -93,6 +100,7 @@ class Batcher:
             this is a batch of its own).
         start: start the threads now (else: :meth:`start`).
         wait: seconds to wait for more requests while the model is busy (:data:`WAIT`).
+        part: the most molecules a worker featurises at a time (:data:`PART`).
     """
 
     def __init__(
@@ -102,8 +110,10 @@ class Batcher:
         max_molecules: int = 1024,
         start: bool = True,
         wait: float = WAIT,
+        part: int = PART,
     ) -> None:
         self.stream = stream
+        self.part = part
         self.workers = workers
         self.max_molecules = max_molecules
         self.wait = wait
@@ -199,11 +209,12 @@ class Batcher:
 
     def _featurize(self, smiles: list[str]) -> list:
         """The batch's chunks (consecutive rows from 0): featurised here (no workers, or a
-        few molecules for an idle model), or parts of it in flight in the worker processes
-        (their ``AsyncResult``\\ s)."""
+        few molecules for an idle model), or parts of at most ``part`` molecules in flight in
+        the worker processes (their ``AsyncResult``\\ s), which the model takes one by one
+        as they come."""
         if self._pool is None or (len(smiles) < POOL_FROM and not self._busy.is_set()):
             return [self.stream.featurize(smiles, 0)]
-        size = -(-len(smiles) // self.workers)
+        size = min(-(-len(smiles) // self.workers), self.part)
         return [
             self._pool.apply_async(_featurize, (smiles[i : i + size], i))
             for i in range(0, len(smiles), size)
@@ -215,18 +226,27 @@ class Batcher:
             self._ahead.release()  # the gatherer may gather the next batch meanwhile
             batch, chunks = item
             try:
-                chunks = [c.get() if isinstance(c, AsyncResult) else c for c in chunks]
-                rows: list[Prediction] = list(self.stream.predict(chunks))
-            except Exception as exc:
-                log.exception("predicting a batch of %d requests failed", len(batch))
-                for r in batch:
-                    _settle(r.future, error=exc)
-                continue
+                self._predict_batch(batch, chunks)
             finally:
                 self._busy.clear()
             self.batches += 1
-            start = 0
-            for r in batch:
-                mine = rows[start : start + len(r.smiles)]
-                _settle(r.future, [p._replace(index=p.index - start) for p in mine])
-                start += len(r.smiles)
+
+    def _predict_batch(self, batch: list[_Request], chunks: list) -> None:
+        """Predict ``batch`` chunk by chunk, as each is featurised; every request is answered
+        once its last row is predicted (its caller sends the next one while the rest of the
+        batch is predicted)."""
+        rows: list[Prediction] = []
+        waiting, start = list(batch), 0  # requests not yet answered; the first one's row
+        try:
+            for chunk in chunks:
+                chunk = chunk.get() if isinstance(chunk, AsyncResult) else chunk
+                rows.extend(self.stream.predict([chunk]))
+                while waiting and start + len(waiting[0].smiles) <= len(rows):
+                    r = waiting.pop(0)
+                    mine = rows[start : start + len(r.smiles)]
+                    _settle(r.future, [p._replace(index=p.index - start) for p in mine])
+                    start += len(r.smiles)
+        except Exception as exc:
+            log.exception("predicting a batch of %d requests failed", len(batch))
+            for r in waiting:
+                _settle(r.future, error=exc)

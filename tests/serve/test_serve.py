@@ -63,12 +63,48 @@ def test_concurrent_requests_share_one_batch_and_keep_their_rows(service):
     shared = [f.result(timeout=60) for f in futures]
     assert together.batches == 1
     together.close()
+    _assert_same_rows(single, shared, requests)
+
+
+def _assert_same_rows(single: list, shared: list, requests: list[list[str]]) -> None:
+    """Each request's rows from a shared batch are the rows it got alone."""
     for one, both, req in zip(single, shared, requests, strict=True):
         assert [p.smiles for p in both] == req and [p.index for p in both] == list(range(len(req)))
         for a, b in zip(one, both, strict=True):
             assert a.error == b.error
             if a.values is not None:
                 assert torch.allclose(a.values, b.values, atol=1e-5)
+
+
+def test_a_batch_in_parts_answers_each_request_once_its_part_is_predicted(service):
+    """The worker featurises a batch in parts of ``part`` molecules and the model predicts
+    each part as it comes: the first request is answered while a later part still waits for
+    the model, and every request gets the rows it gets alone."""
+    stream = StreamModel(service.models, batch_size=64)
+    alone = Batcher(stream, workers=0)
+    requests = [MIXED[i : i + 6] for i in range(0, 18, 6)]
+    single = [alone.submit(r).result(timeout=60) for r in requests]
+    alone.close()
+    gate, passes, inner = threading.Event(), [], stream.predict
+
+    def predict(chunks, done=None):
+        chunks = list(chunks)
+        passes.append(sum(len(c.smiles) for c in chunks))
+        if len(passes) == 2:  # the second part waits until the first request is checked
+            assert gate.wait(60)
+        return inner(chunks, done)
+
+    stream.predict = predict
+    batcher = Batcher(stream, workers=1, part=6, start=False)
+    futures = [batcher.submit(r) for r in requests]
+    batcher.start()
+    first = futures[0].result(timeout=60)
+    assert not futures[1].done() and not futures[2].done()
+    gate.set()
+    shared = [first, *(f.result(timeout=60) for f in futures[1:])]
+    batcher.close()
+    assert passes == [6, 6, 6] and batcher.batches == 1
+    _assert_same_rows(single, shared, requests)
 
 
 class _Counted:
