@@ -49,8 +49,8 @@ go to the workers too, which leave the model's process to the model."""
 
 WAIT = 0.005
 """Seconds the gatherer waits for more requests while the model is busy (its batch could not
-start sooner anyway); a lone request never waits. Measured with 16 clients sending 10 SMILES
-each: batches of 57 molecules on average without the wait, 73 with it."""
+start sooner anyway); a lone request never waits. Its effect on batch sizes is measured in
+docs/results/serve.md."""
 
 PART = 48
 """The most molecules a worker process featurises at a time. The model predicts each part as

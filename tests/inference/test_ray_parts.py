@@ -28,12 +28,6 @@ from graphormer_urpe.inference.engines.stream import Featurizing, iter_predictio
 from graphormer_urpe.inference.intervals.calibration import fit_calibration
 from tests.helpers import MIXED, VALID, domain_checkpoint, input_files
 
-
-@pytest.fixture(scope="module")
-def binary_ckpt(tmp_path_factory) -> Path:
-    return domain_checkpoint(tmp_path_factory.mktemp("ray-bin") / "best.pt", "binary")
-
-
 # --------------------------------------------------------------------------------------
 # Shards
 # --------------------------------------------------------------------------------------
@@ -147,7 +141,8 @@ def test_predictor_columns_write_the_csv_of_local_predict(domain_ckpt, tmp_path)
     assert _written(tmp_path, predictor, MIXED, names) == _local_csv(domain_ckpt, MIXED, names)
 
 
-def test_binary_probabilities_logits_and_no_similarity(binary_ckpt, tmp_path):
+def test_binary_probabilities_logits_and_no_similarity(tmp_path):
+    binary_ckpt = domain_checkpoint(tmp_path / "best.pt", "binary")
     predictor = Predictor(binary_ckpt, batch_size=4, device="cpu", similarity=False)
     text = _written(tmp_path / "p", predictor, MIXED)
     assert text.startswith("smiles,prob_a,prob_b,domain,nearest_similarity,error\n")
