@@ -27,9 +27,9 @@ def dropout_mask(
     r"""A dropout keep-mask: entries 0 with probability ``p``, else :math:`1 / (1 - p)`.
 
     On the CPU the mask is drawn from 16-bit uniform integers (four per 64-bit draw of the
-    generator, several times faster than ``bernoulli_``); ``p`` is then rounded to a multiple
-    of :math:`2^{-16}` and the kept entries are scaled by the exact inverse keep rate, so the
-    mask is unbiased. Elsewhere it is ``bernoulli_``.
+    generator, faster than ``bernoulli_``: docs/results/code-notes.md); ``p`` is then rounded
+    to a multiple of :math:`2^{-16}` and the kept entries are scaled by the exact inverse keep
+    rate, so the mask is unbiased. Elsewhere it is ``bernoulli_``.
 
     Args:
         shape: the mask's shape.

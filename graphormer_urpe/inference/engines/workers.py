@@ -104,9 +104,9 @@ def lower_priority() -> None:
     The process that runs the model is the pipeline's one consumer. Where the cores are all
     taken (2 cores: the model's thread and 2 workers), an equal share lets the workers run
     ahead of it until every submitted chunk is done; then they wait, and a core idles while
-    the model catches up: 15-17% of the machine idle over 40,000 MOSES molecules. At a lower
-    priority the workers take the time the model leaves (3-5% idle), and where there are
-    cores to spare priority changes nothing.
+    the model catches up. At a lower priority the workers take the time the model leaves
+    (measured: docs/results/predict.md), and where there are cores to spare priority changes
+    nothing.
     """
     nice = getattr(os, "nice", None)
     if nice is not None:
