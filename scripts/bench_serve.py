@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import http.client
+import importlib.util
 import json
 import os
 import platform
@@ -435,6 +436,9 @@ def main() -> None:
             "domain_molecules": a.domain_molecules,
             "repeats": a.repeats,
             "screenshot": a.screenshot if a.screenshot and picture is None else picture,
+            # what uvicorn picks up where installed (the serve extra installs both)
+            "httptools": importlib.util.find_spec("httptools") is not None,
+            "uvloop": importlib.util.find_spec("uvloop") is not None,
         },
         "summary": summary,
         "runs": runs,

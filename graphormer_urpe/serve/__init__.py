@@ -4,7 +4,8 @@
 It sits above every other layer but the command line, and nothing else in the package
 imports it, so the rest needs none of its dependencies (FastAPI, uvicorn). Prediction,
 intervals, domain checks and explanations are those of :mod:`graphormer_urpe.inference`;
-this package adds the batching of concurrent requests (:mod:`.batcher`), the limits of a
+this package adds the batching of concurrent requests (:mod:`.batcher`) with its featurising
+processes (:mod:`.worker`), the limits of a
 request (:mod:`.limits`), uploads (:mod:`.uploads`), the routes (:mod:`.app`), the page
 (:mod:`.page`) and the server (:mod:`.server`).
 

@@ -2,26 +2,25 @@ r"""Requests that arrive together, predicted together: a few forward passes for 
 
 ::
 
-    request ─submit─▶ queue ──gatherer thread, one batch ahead of the model: every request
-      waiting (while the model is busy: and those that come within WAIT), up to max_molecules──▶
-      featurised (worker processes, parts of at most PART; a few molecules: in this thread)
-      ──predictor thread: StreamModel.predict, part by part as each comes──▶ each request's
-      own rows, as soon as its part is done
+    request ─submit─▶ queue ──gatherer thread: every request waiting, up to max_molecules, as
+      soon as a featurising worker is free──▶ parts of at most PART molecules, featurised by the
+      worker processes (:class:`~.worker.FeaturizingWorker`; a few molecules for an idle
+      server: in this thread)
+      ──predictor thread: the next part, with the parts behind it that are ready (up to PART
+      molecules more), in one StreamModel.predict──▶ each request's own rows, as soon as its
+      last part is predicted
 
-The gatherer keeps one batch ahead of the model: while the model predicts a batch, the next
-one is gathered and featurised, and every request that comes in meanwhile waits for the batch
-after it. Under load the batches grow by themselves: many clients keep about two batches in
-turn, larger than those of a gatherer that took every request as soon as it came (a forward
-pass has a fixed cost, so larger batches cost less CPU per molecule; measured:
-docs/results/serve.md).
-While the model is busy the gatherer also waits up to :data:`WAIT` for company (the clients
-whose answers just went out send their next requests), up to ``max_molecules``; a lone request
-goes through at once (no waiting for company). Featurising the next batch overlaps the
-model's pass over the current one, as in streaming ``predict``
-(:mod:`~graphormer_urpe.inference.engines.stream`), whose code does both.
+The two stages run side by side and never wait for each other while there is work: a worker
+takes the next part as soon as it is done with one, however far behind the model is, and the
+model takes every part that is ready as soon as it is done with a pass. Under load the parts
+grow by themselves: the requests that come while a worker featurises a part wait for the next
+one, and larger parts and passes cost less CPU per molecule (a call and a forward pass have a
+fixed cost; docs/results/serve.md). A lone request goes through at once. At most
+:data:`DEPTH` parts are gathered and not yet taken by the model, which bounds the memory of
+featurised molecules when requests come faster than the model predicts them.
 
 A request whose caller gave up (a timeout, a client that went away) is cancelled: it is
-skipped if not yet featurised, and its result is dropped otherwise.
+skipped if not yet gathered, and its result is dropped otherwise.
 """
 
 from __future__ import annotations
@@ -29,54 +28,45 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
+from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from multiprocessing.pool import AsyncResult
+from typing import NamedTuple
 
-from ..inference.engines.predict_io import Prediction
-from ..inference.engines.stream import Featurizing, StreamModel
-from ..inference.engines.workers import featurising_pool
+from ..inference.engines.stream import StreamModel
+from .worker import FeaturizingWorker
 
 __all__ = ["Batcher"]
 
 log = logging.getLogger(__name__)
 
 POOL_FROM = 16
-"""Batches of fewer molecules are featurised in the gatherer's thread while the model is idle:
-sending them to a worker process costs more time than it saves. While the model is busy they
-go to the workers too, which leave the model's process to the model."""
-
-WAIT = 0.005
-"""Seconds the gatherer waits for more requests while the model is busy (its batch could not
-start sooner anyway); a lone request never waits. Its effect on batch sizes is measured in
-docs/results/serve.md."""
+"""Requests of fewer molecules, gathered while the model and the workers are idle, are
+featurised in the gatherer's thread: sending them to a worker process costs more time than it
+saves. Otherwise they go to the workers, which leave the model's process to the model."""
 
 PART = 48
-"""The most molecules a worker process featurises at a time. The model predicts each part as
-it comes, so featurising the rest of a batch overlaps the model's pass over its first parts,
-and a request is answered as soon as its own part is done (its caller sends the next one
-sooner). Measured against 32, 64 and whole batches: docs/results/serve.md."""
+"""The most molecules a worker featurises at a time, and the most the model takes into one pass
+beyond its first part: a request is answered as soon as its own part is predicted (its caller
+sends the next one sooner), while larger parts cost less per molecule. Measured against other
+sizes: docs/results/serve.md."""
 
-_FEATURIZING: Featurizing | None = None  # a worker process's featuriser (set by _install)
-
-
-def _install(featurizing: Featurizing) -> None:
-    """Pool initializer: the featuriser every task of this worker uses."""
-    global _FEATURIZING
-    _FEATURIZING = featurizing
-
-
-def _featurize(part: list[str], first: int):
-    """One part of a batch, featurised in a worker process."""
-    assert _FEATURIZING is not None
-    return _FEATURIZING(part, first)
+DEPTH = 8
+"""The most parts gathered and not yet taken by the model (featurised or being featurised)."""
 
 
 @dataclass
 class _Request:
     smiles: list[str]
     future: Future = field(default_factory=Future)
+
+
+class _Part(NamedTuple):
+    """Consecutive SMILES of the gathered requests, in the order gathered."""
+
+    requests: list[_Request]  # the requests whose first row is in this part
+    size: int  # its SMILES
+    chunk: object  # its featurised chunk, a Future of it, or why featurising failed
 
 
 def _settle(future: Future, result=None, error: BaseException | None = None) -> None:
@@ -91,15 +81,14 @@ def _settle(future: Future, result=None, error: BaseException | None = None) -> 
 
 
 class Batcher:
-    """Predicts the SMILES of concurrent requests in shared batches (see the module's text).
+    """Predicts the SMILES of concurrent requests in shared parts (see the module's text).
 
     Args:
         stream: the model(s) and what feeds them.
         workers: featurising processes (0: in the gatherer's thread).
-        max_molecules: the most molecules gathered into one batch (a request larger than
-            this is a batch of its own).
+        max_molecules: the most molecules gathered at a time (a request larger than this is
+            gathered alone).
         start: start the threads now (else: :meth:`start`).
-        wait: seconds to wait for more requests while the model is busy (:data:`WAIT`).
         part: the most molecules a worker featurises at a time (:data:`PART`).
     """
 
@@ -109,23 +98,21 @@ class Batcher:
         workers: int = 1,
         max_molecules: int = 1024,
         start: bool = True,
-        wait: float = WAIT,
         part: int = PART,
     ) -> None:
         self.stream = stream
         self.part = part
         self.workers = workers
         self.max_molecules = max_molecules
-        self.wait = wait
-        self._ahead = threading.Semaphore(1)  # batches gathered and not yet taken by the model
-        self._busy = threading.Event()  # the model is predicting a batch
+        self._free = threading.Semaphore(max(workers, 1))  # workers without a part
+        self._room = threading.Semaphore(DEPTH)  # parts the model has not taken yet
+        self._busy = threading.Event()  # the model is predicting
         self._requests: queue.Queue[_Request | None] = queue.Queue()
-        self._featurized: queue.Queue = queue.Queue()
-        self._pool = None
-        if workers > 0:
-            self._pool = featurising_pool(workers, _install, (stream.featurizing,))
-        self.batches = 0
-        """Batches predicted so far."""
+        self._parts: queue.Queue[_Part | None] = queue.Queue()
+        free = self._free.release
+        self._workers = [FeaturizingWorker(stream.featurizing, free) for _ in range(workers)]
+        self.passes = 0
+        """Forward passes so far."""
         self._threads = [
             threading.Thread(target=self._gather, name="serve-gather", daemon=True),
             threading.Thread(target=self._predict, name="serve-predict", daemon=True),
@@ -154,32 +141,26 @@ class Batcher:
         for t in self._threads:
             if t.is_alive():
                 t.join(timeout=10)
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool = None
+        for w in self._workers:
+            w.close()
+        self._workers = []
 
     # ----------------------------------------------------------------------------------
+    # Gathering and featurising
 
     def _take(self) -> list[_Request] | None:
-        """The next batch: the first waiting request and those behind it, up to
-        ``max_molecules``; ``None`` once closed."""
+        """The first waiting request and those behind it, up to ``max_molecules``; ``None``
+        once closed."""
         first = self._requests.get()
         if first is None:
             return None
         batch, count = [first], len(first.smiles)
-        deadline = time.monotonic() + self.wait
         while count < self.max_molecules:
             try:
                 nxt = self._requests.get_nowait()
             except queue.Empty:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._busy.is_set():
-                    break
-                try:  # the model is busy: wait a little for company
-                    nxt = self._requests.get(timeout=min(left, 0.001))
-                except queue.Empty:
-                    continue
-            if nxt is None:  # closing: this batch first
+                break
+            if nxt is None:  # closing: these requests first
                 self._requests.put(None)
                 break
             batch.append(nxt)
@@ -188,65 +169,112 @@ class Batcher:
 
     def _gather(self) -> None:
         while True:
-            self._ahead.acquire()  # one batch ahead of the model at most
+            self._free.acquire()  # a worker is free: whatever waits now is its next part
             batch = self._take()
             if batch is None:
                 break
-            if not batch:
-                self._ahead.release()
-                continue
             smiles = [s for r in batch for s in r.smiles]
-            try:
-                chunks = self._featurize(smiles)
-            except Exception as exc:  # a broken featuriser: each caller hears of it
-                log.exception("featurising a batch of %d molecules failed", len(smiles))
-                for r in batch:
-                    _settle(r.future, error=exc)
-                self._ahead.release()
+            if not smiles:
+                self._free.release()
                 continue
-            self._featurized.put((batch, chunks))
-        self._featurized.put(None)
+            here = not self._workers or (len(smiles) < POOL_FROM and not self._busy.is_set())
+            size = len(smiles) if not self._workers else min(len(smiles), self.part)
+            for i in range(0, len(smiles), size):
+                if i:
+                    self._free.acquire()
+                self._room.acquire()
+                piece = smiles[i : i + size]
+                chunk = self._featurize_here(piece, i) if here else self._send(piece, i)
+                self._parts.put(_Part(batch if i == 0 else [], len(piece), chunk))
+        self._parts.put(None)
 
-    def _featurize(self, smiles: list[str]) -> list:
-        """The batch's chunks (consecutive rows from 0): featurised here (no workers, or a
-        few molecules for an idle model), or parts of at most ``part`` molecules in flight in
-        the worker processes (their ``AsyncResult``\\ s), which the model takes one by one
-        as they come."""
-        if self._pool is None or (len(smiles) < POOL_FROM and not self._busy.is_set()):
-            return [self.stream.featurize(smiles, 0)]
-        size = min(-(-len(smiles) // self.workers), self.part)
-        return [
-            self._pool.apply_async(_featurize, (smiles[i : i + size], i))
-            for i in range(0, len(smiles), size)
-        ]
+    def _featurize_here(self, piece: list[str], first: int) -> object:
+        try:
+            return self.stream.featurize(piece, first)
+        except Exception as exc:  # a broken featuriser: each caller hears of it
+            log.exception("featurising %d molecules failed", len(piece))
+            return exc
+        finally:
+            self._free.release()
+
+    def _send(self, piece: list[str], first: int) -> Future:
+        """``piece`` to a free worker (one is: its place was taken from ``_free``)."""
+        worker = next((w for w in self._workers if not w.busy), self._workers[0])
+        return worker.submit(piece, first)
+
+    # ----------------------------------------------------------------------------------
+    # Predicting
 
     def _predict(self) -> None:
-        while (item := self._featurized.get()) is not None:
+        waiting: deque[_Request] = deque()  # gathered requests not yet answered, in order
+        rows: list = []  # predicted rows of waiting[0] on (or why they could not be)
+        held: _Part | None = None  # a part taken from the queue before it was ready
+        while True:
+            first = held if held is not None else self._parts.get()
+            if first is None:
+                break
+            parts, held = [first], None
+            count = first.size
+            while count < first.size + self.part:  # the parts behind it that are ready
+                try:
+                    nxt = self._parts.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:  # closing: after this pass
+                    self._parts.put(None)
+                    break
+                if not _ready(nxt.chunk):
+                    held = nxt
+                    break
+                parts.append(nxt)
+                count += nxt.size
+            for p in parts:
+                self._room.release()
+                waiting.extend(p.requests)
             self._busy.set()
-            self._ahead.release()  # the gatherer may gather the next batch meanwhile
-            batch, chunks = item
             try:
-                self._predict_batch(batch, chunks)
+                rows.extend(self._pass(parts))
             finally:
                 self._busy.clear()
-            self.batches += 1
+            self.passes += 1
+            _answer(waiting, rows)
 
-    def _predict_batch(self, batch: list[_Request], chunks: list) -> None:
-        """Predict ``batch`` chunk by chunk, as each is featurised; every request is answered
-        once its last row is predicted (its caller sends the next one while the rest of the
-        batch is predicted)."""
-        rows: list[Prediction] = []
-        waiting, start = list(batch), 0  # requests not yet answered; the first one's row
+    def _pass(self, parts: list[_Part]) -> list:
+        """One forward pass over ``parts``: a row per SMILES, in order (the exception for
+        those of a part that could not be featurised, or of a pass that failed)."""
+        chunks = []
+        for p in parts:
+            try:
+                chunk = p.chunk.result() if isinstance(p.chunk, Future) else p.chunk
+            except Exception as exc:
+                log.exception("featurising %d molecules failed", p.size)
+                chunk = exc
+            chunks.append(chunk)
+        featurized = [c for c in chunks if not isinstance(c, BaseException)]
         try:
-            for chunk in chunks:
-                chunk = chunk.get() if isinstance(chunk, AsyncResult) else chunk
-                rows.extend(self.stream.predict([chunk]))
-                while waiting and start + len(waiting[0].smiles) <= len(rows):
-                    r = waiting.pop(0)
-                    mine = rows[start : start + len(r.smiles)]
-                    _settle(r.future, [p._replace(index=p.index - start) for p in mine])
-                    start += len(r.smiles)
+            predicted = iter(self.stream.predict(featurized)) if featurized else iter(())
+            out = []
+            for p, c in zip(parts, chunks, strict=True):
+                failed = isinstance(c, BaseException)
+                out.extend([c] * p.size if failed else [next(predicted) for _ in range(p.size)])
+            return out
         except Exception as exc:
-            log.exception("predicting a batch of %d requests failed", len(batch))
-            for r in waiting:
-                _settle(r.future, error=exc)
+            log.exception("predicting %d molecules failed", sum(p.size for p in parts))
+            return [exc] * sum(p.size for p in parts)
+
+
+def _ready(chunk: object) -> bool:
+    return not isinstance(chunk, Future) or chunk.done()
+
+
+def _answer(waiting: deque[_Request], rows: list) -> None:
+    """Answer the waiting requests whose rows are all in ``rows`` (taking them out of both)."""
+    while waiting and len(waiting[0].smiles) <= len(rows):
+        r = waiting.popleft()
+        n = len(r.smiles)
+        mine, rows[:n] = rows[:n], []
+        error = next((x for x in mine if isinstance(x, BaseException)), None)
+        if error is not None:
+            _settle(r.future, error=error)
+        else:
+            _settle(r.future, [p._replace(index=k) for k, p in enumerate(mine)])

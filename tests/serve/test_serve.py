@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from graphormer_urpe.serve.batcher import Batcher  # noqa: E402
 from graphormer_urpe.serve.limits import too_many_atoms  # noqa: E402
 from graphormer_urpe.serve.server import check_host, freeze_start_up  # noqa: E402
 from graphormer_urpe.serve.uploads import read_upload  # noqa: E402
+from graphormer_urpe.serve.worker import WorkerDied  # noqa: E402
 from tests.helpers import MIXED, tiny_checkpoint
 
 THREE = ["CCO", "c1ccccc1O", "not_a_smiles(("]
@@ -48,26 +50,26 @@ def client(service):
         yield c
 
 
-def test_concurrent_requests_share_one_batch_and_keep_their_rows(service):
+def test_concurrent_requests_share_one_pass_and_keep_their_rows(service):
     """Requests waiting together go through one forward pass; each gets its own rows, the
     values the requests get alone."""
     stream = StreamModel(service.models, batch_size=64)
     alone = Batcher(stream, workers=0)
     requests = [MIXED[i : i + 3] for i in range(0, len(MIXED), 3)]
     single = [alone.submit(r).result(timeout=60) for r in requests]
-    assert alone.batches == len(requests)
+    assert alone.passes == len(requests)
     alone.close()
     together = Batcher(stream, workers=1, start=False)
     futures = [together.submit(r) for r in requests]
     together.start()
     shared = [f.result(timeout=60) for f in futures]
-    assert together.batches == 1
+    assert together.passes == 1
     together.close()
     _assert_same_rows(single, shared, requests)
 
 
 def _assert_same_rows(single: list, shared: list, requests: list[list[str]]) -> None:
-    """Each request's rows from a shared batch are the rows it got alone."""
+    """Each request's rows from a shared pass are the rows it got alone."""
     for one, both, req in zip(single, shared, requests, strict=True):
         assert [p.smiles for p in both] == req and [p.index for p in both] == list(range(len(req)))
         for a, b in zip(one, both, strict=True):
@@ -76,10 +78,10 @@ def _assert_same_rows(single: list, shared: list, requests: list[list[str]]) -> 
                 assert torch.allclose(a.values, b.values, atol=1e-5)
 
 
-def test_a_batch_in_parts_answers_each_request_once_its_part_is_predicted(service):
-    """The worker featurises a batch in parts of ``part`` molecules and the model predicts
-    each part as it comes: the first request is answered while a later part still waits for
-    the model, and every request gets the rows it gets alone."""
+def test_parts_answer_each_request_once_its_part_is_predicted(service):
+    """The worker featurises the requests in parts of ``part`` molecules and the model
+    predicts each part as it comes: the first request is answered while a later part still
+    waits for the model, and every request gets the rows it gets alone."""
     stream = StreamModel(service.models, batch_size=64)
     alone = Batcher(stream, workers=0)
     requests = [MIXED[i : i + 6] for i in range(0, 18, 6)]
@@ -90,7 +92,7 @@ def test_a_batch_in_parts_answers_each_request_once_its_part_is_predicted(servic
     def predict(chunks, done=None):
         chunks = list(chunks)
         passes.append(sum(len(c.smiles) for c in chunks))
-        if len(passes) == 2:  # the second part waits until the first request is checked
+        if len(passes) == 2:  # the second pass waits until the first request is checked
             assert gate.wait(60)
         return inner(chunks, done)
 
@@ -103,94 +105,145 @@ def test_a_batch_in_parts_answers_each_request_once_its_part_is_predicted(servic
     gate.set()
     shared = [first, *(f.result(timeout=60) for f in futures[1:])]
     batcher.close()
-    assert passes == [6, 6, 6] and batcher.batches == 1
+    # the first pass took the first part alone; the rest came in one or two passes
+    assert passes[0] == 6 and sum(passes) == 18 and batcher.passes == len(passes)
     _assert_same_rows(single, shared, requests)
 
 
 class _Counted:
-    """A stream whose forward passes are counted (molecules of each) and whose first one waits
-    for ``release``; ``featurized`` is set after each batch is featurised."""
+    """A stream whose forward passes are counted (molecules of each) and wait for
+    ``release_model``; featurising here waits for ``release_featurizing`` and records each
+    part's molecules in ``featurized`` (``done`` is released after each part)."""
 
     def __init__(self, stream: StreamModel) -> None:
         self.stream = stream
         self.passes: list[int] = []
-        self.release = threading.Event()
-        self.featurized = threading.Semaphore(0)
-        self.featurized_here = 0  # batches featurised in the calling process
+        self.featurized: list[int] = []
+        self.release_model, self.release_featurizing = threading.Event(), threading.Event()
+        self.done = threading.Semaphore(0)
         self.inner_predict, self.inner_featurize = stream.predict, stream.featurize
         stream.predict, stream.featurize = self.predict, self.featurize
 
     def predict(self, chunks, done=None):
         chunks = list(chunks)
         self.passes.append(sum(len(c.smiles) for c in chunks))
-        if len(self.passes) == 1:
-            assert self.release.wait(60)
+        assert self.release_model.wait(60)
         return self.inner_predict(chunks, done)
 
     def featurize(self, part, first=0):
+        assert self.release_featurizing.wait(60)
         chunk = self.inner_featurize(part, first)
-        self.featurized_here += 1
-        self.featurized.release()
+        self.featurized.append(len(part))
+        self.done.release()
         return chunk
 
 
-def test_requests_queued_while_the_model_is_busy_go_into_one_forward_pass(service):
-    """One batch gathered ahead of the model at most: while the model holds the first batch
-    and the second is featurised, the requests that come in all wait for the third."""
+def _until(check, seconds: float = 60) -> None:
+    """Wait until ``check()`` holds (a request gathered, a pass begun)."""
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert check()
+
+
+def test_requests_that_come_while_featurising_is_busy_share_the_next_part(service):
+    """A part is gathered as soon as featurising is free: the requests that come meanwhile
+    wait for the next one and go into it together (up to max_molecules); a lone request for
+    an idle server goes through at once."""
     counted = _Counted(StreamModel(service.models, batch_size=64))
-    batcher = Batcher(counted.stream, workers=0, wait=0)
-    requests = [MIXED[i : i + 3] for i in range(0, 18, 3)]
-    futures = [batcher.submit(requests[0])]
-    assert counted.featurized.acquire(timeout=60)
-    futures.append(batcher.submit(requests[1]))  # gathered while the model is busy
-    assert counted.featurized.acquire(timeout=60)
-    for r in requests[2:]:  # they wait: a batch is already ahead of the model
-        futures.append(batcher.submit(r))
-        time.sleep(0.02)  # time for a gatherer that did not wait to take each on its own
-    counted.release.set()
+    batcher = Batcher(counted.stream, workers=0, max_molecules=6)
+    futures = [batcher.submit(MIXED[:3])]
+    _until(futures[0].running)  # being featurised: the three below wait
+    futures += [batcher.submit(MIXED[i : i + 3]) for i in (3, 6, 9)]
+    counted.release_featurizing.set()
+    for _ in range(3):
+        assert counted.done.acquire(timeout=60)
+    counted.release_model.set()
+    for f, i in zip(futures, (0, 3, 6, 9), strict=True):
+        assert [p.smiles for p in f.result(timeout=60)] == MIXED[i : i + 3]
+    assert counted.featurized == [3, 6, 3]
+    assert sum(counted.passes) == 12 and counted.passes[0] == 3
+    assert len(batcher.submit(MIXED[:2]).result(timeout=60)) == 2
+    assert counted.featurized[-1] == 2 and counted.passes[-1] == 2
+    batcher.close()
+
+
+def test_parts_ready_while_the_model_is_busy_go_into_one_forward_pass(service):
+    """The model takes the next part with every part behind it that is ready (up to ``part``
+    molecules more): parts featurised while it was busy share its next pass."""
+    counted = _Counted(StreamModel(service.models, batch_size=64))
+    counted.release_featurizing.set()
+    batcher = Batcher(counted.stream, workers=0)
+    futures = [batcher.submit(MIXED[:3])]
+    _until(lambda: len(counted.passes) == 1)  # the model now holds it
+    assert counted.done.acquire(timeout=60)
+    for i in (3, 6, 9, 12):
+        futures.append(batcher.submit(MIXED[i : i + 3]))
+        assert counted.done.acquire(timeout=60)  # each featurised on its own
+    counted.release_model.set()
     rows = [f.result(timeout=60) for f in futures]
     batcher.close()
-    assert counted.passes == [3, 3, 12] and batcher.batches == 3
-    for got, req in zip(rows, requests, strict=True):
-        assert [p.smiles for p in got] == req and [p.index for p in got] == list(range(3))
+    assert counted.featurized == [3, 3, 3, 3, 3] and counted.passes == [3, 12]
+    for got, i in zip(rows, (0, 3, 6, 9, 12), strict=True):
+        assert [p.smiles for p in got] == MIXED[i : i + 3]
+        assert [p.index for p in got] == list(range(3))
 
 
-def test_busy_model_gathers_company_and_a_lone_request_does_not_wait(service):
-    """While the model is busy the gatherer waits for more requests (up to max_molecules);
-    when it is idle, a request goes through at once, however long the wait allowed."""
-    counted = _Counted(StreamModel(service.models, batch_size=64))
-    batcher = Batcher(counted.stream, workers=0, max_molecules=9, wait=3600)
-    first = batcher.submit(MIXED[:3])
-    assert counted.featurized.acquire(timeout=60)  # the model now holds it
-    later = []
-    for i in (3, 6, 9):
-        later.append(batcher.submit(MIXED[i : i + 3]))
-        time.sleep(0.02)  # they come one by one: the gatherer waits for them
-    assert counted.featurized.acquire(timeout=60)  # three requests: max_molecules reached
-    counted.release.set()
-    for f in [first, *later]:
-        f.result(timeout=60)
-    assert counted.passes == [3, 9]
-    assert len(batcher.submit(MIXED[:2]).result(timeout=60)) == 2  # idle: no wait for company
-    assert counted.passes == [3, 9, 2]
-    batcher.close()
-
-
-def test_a_busy_model_leaves_even_small_batches_to_the_workers(service):
-    """A few molecules for an idle model are featurised in the server's process (sooner);
+def test_a_busy_model_leaves_even_small_requests_to_the_workers(service):
+    """A few molecules for an idle server are featurised in the server's process (sooner);
     while the model is busy, in the worker (the model keeps its process)."""
     counted = _Counted(StreamModel(service.models, batch_size=64))
-    batcher = Batcher(counted.stream, workers=1, wait=0)
-    first = batcher.submit(MIXED[:3])
-    assert counted.featurized.acquire(timeout=60)  # here: the model was idle
+    counted.release_featurizing.set()
+    batcher = Batcher(counted.stream, workers=1)
+    batcher.submit(MIXED[:3])
+    _until(lambda: len(counted.passes) == 1)  # featurised here: the server was idle
     second = batcher.submit(MIXED[3:6])
-    deadline = time.monotonic() + 60
-    while not second.running() and time.monotonic() < deadline:  # until it is gathered
-        time.sleep(0.01)
-    counted.release.set()
-    assert [len(f.result(timeout=60)) for f in (first, second)] == [3, 3]
+    _until(second.running)
+    counted.release_model.set()
+    assert len(second.result(timeout=60)) == 3
     batcher.close()
-    assert counted.passes == [3, 3] and counted.featurized_here == 1
+    assert counted.passes == [3, 3] and counted.featurized == [3]
+
+
+class _FailsOn:
+    """A featuriser that raises for a part holding ``"raise"`` and ends its process for one
+    holding ``"die"`` (run in the worker process)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __call__(self, part: list[str], first: int = 0):
+        if "die" in part:
+            os._exit(1)
+        if "raise" in part:
+            raise ValueError("a broken featuriser")
+        return self.inner(part, first)
+
+
+def test_a_failing_featuriser_or_worker_fails_its_requests_and_the_rest_are_served(service):
+    """A part whose featurising raises fails its requests with that error; a worker process
+    that dies fails the part it held and is started again; every other request is served."""
+    psutil = pytest.importorskip("psutil")
+    stream = StreamModel(service.models, batch_size=64)
+    good = MIXED[:18]  # more than a few molecules: they go to the worker
+    alone = Batcher(stream, workers=0)
+    expected = [(p.smiles, p.error) for p in alone.submit(good).result(timeout=60)]
+    alone.close()
+    stream.featurizing = _FailsOn(stream.featurizing)
+    before = {c.pid for c in psutil.Process().children()}
+    batcher = Batcher(stream, workers=1)
+    with pytest.raises(ValueError, match="a broken featuriser"):
+        batcher.submit(["raise", *good]).result(timeout=60)
+    served = batcher.submit(good).result(timeout=60)
+    assert [(p.smiles, p.error) for p in served] == expected
+    first = {c.pid for c in psutil.Process().children()} - before
+    with pytest.raises(WorkerDied):
+        batcher.submit(["die", *good]).result(timeout=60)
+    served = batcher.submit(good).result(timeout=60)
+    assert [(p.smiles, p.error) for p in served] == expected
+    second = {c.pid for c in psutil.Process().children()} - before
+    assert len(first) == len(second) == 1 and first != second
+    batcher.close()
 
 
 def test_start_up_objects_are_left_out_of_garbage_collection():

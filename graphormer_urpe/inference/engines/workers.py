@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.pool
 import os
 import signal
@@ -35,6 +36,7 @@ __all__ = [
     "featurising_pool",
     "lower_priority",
     "mp_context",
+    "widen_pipe",
     "widen_result_pipe",
     "worker_start",
 ]
@@ -121,18 +123,25 @@ PIPE_BYTES = 1 << 20
 
 
 def widen_result_pipe(pool: multiprocessing.pool.Pool) -> None:
-    """Give the pipe that carries ``pool``'s results a :data:`PIPE_BYTES` buffer, where the
-    operating system allows (Linux's ``F_SETPIPE_SZ``; nothing elsewhere).
+    """Give the pipe that carries ``pool``'s results a :data:`PIPE_BYTES` buffer
+    (:func:`widen_pipe`).
 
     A chunk of molecules comes back as megabytes. Python reads a message from a pipe one
     buffer at a time, allocating the whole remainder for every read, so a wider pipe costs
     the process that runs the model less CPU per chunk (measured: docs/results/predict.md).
     """
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
     reader = getattr(getattr(pool, "_outqueue", None), "_reader", None)  # CPython's Pool
-    if set_size is None or reader is None:
+    if reader is not None:
+        widen_pipe(reader)
+
+
+def widen_pipe(conn: multiprocessing.connection.Connection) -> None:
+    """Give the pipe behind ``conn`` a :data:`PIPE_BYTES` buffer, where the operating system
+    allows (Linux's ``F_SETPIPE_SZ``; nothing elsewhere, or above the system's limit)."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if set_size is None:
         return
     try:
-        fcntl.fcntl(reader.fileno(), set_size, PIPE_BYTES)
+        fcntl.fcntl(conn.fileno(), set_size, PIPE_BYTES)
     except OSError:  # above the system's pipe-max-size: keep the default
         pass
