@@ -48,8 +48,8 @@ saves. Otherwise they go to the workers, which leave the model's process to the 
 PART = 48
 """The most molecules a worker featurises at a time, and the most the model takes into one pass
 beyond its first part: a request is answered as soon as its own part is predicted (its caller
-sends the next one sooner), while larger parts cost less per molecule. Measured against other
-sizes: docs/results/serve.md."""
+sends the next one sooner), while larger parts cost less per molecule. The sizes measured for
+the batcher before this one: docs/results/serve.md."""
 
 DEPTH = 8
 """The most parts gathered and not yet taken by the model (featurised or being featurised)."""
