@@ -155,14 +155,7 @@ class Batcher:
         if first is None:
             return None
         batch, count = [first], len(first.smiles)
-        while count < self.max_molecules:
-            try:
-                nxt = self._requests.get_nowait()
-            except queue.Empty:
-                break
-            if nxt is None:  # closing: these requests first
-                self._requests.put(None)
-                break
+        while count < self.max_molecules and (nxt := _now(self._requests)) is not None:
             batch.append(nxt)
             count += len(nxt.smiles)
         return [r for r in batch if r.future.set_running_or_notify_cancel()]
@@ -214,16 +207,9 @@ class Batcher:
             if first is None:
                 break
             parts, held = [first], None
-            count = first.size
-            while count < first.size + self.part:  # the parts behind it that are ready
-                try:
-                    nxt = self._parts.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:  # closing: after this pass
-                    self._parts.put(None)
-                    break
-                if not _ready(nxt.chunk):
+            count = first.size  # with the parts behind it that are ready, up to part more
+            while count < first.size + self.part and (nxt := _now(self._parts)) is not None:
+                if not _ready(nxt.chunk):  # still being featurised: the next pass's first
                     held = nxt
                     break
                 parts.append(nxt)
@@ -261,6 +247,18 @@ class Batcher:
         except Exception as exc:
             log.exception("predicting %d molecules failed", sum(p.size for p in parts))
             return [exc] * sum(p.size for p in parts)
+
+
+def _now(items: queue.Queue):
+    """The next item of ``items`` if one is there now, else ``None``; the closing mark
+    (``None``) stays in the queue, after what came before it."""
+    try:
+        item = items.get_nowait()
+    except queue.Empty:
+        return None
+    if item is None:
+        items.put(None)
+    return item
 
 
 def _ready(chunk: object) -> bool:

@@ -4,7 +4,9 @@ The server sends each part down a pipe of its own and a reader thread takes the 
 so a worker is known to be free the moment its last chunk arrives, with no pool machinery
 between the two (a pool's handler threads wake for every task, which the server's many small
 parts would pay for). A worker that dies (a crash in a native library, a ``kill``) fails the
-parts it held and is started again for the parts after them.
+parts it held and is started again with the next part, in the thread that sends the parts: a
+worker ends with the thread that started it (``end_with_parent``), so the reader, which ends
+with the worker, never starts one.
 
 Example::
 
@@ -52,7 +54,9 @@ def _featurize_parts(
 
 
 class FeaturizingWorker:
-    """One featurising process and the thread that reads its chunks.
+    """One featurising process and the thread that reads its chunks. Create it, and submit to
+    it, from threads that live as long as it does: a process ends with the thread that
+    started it.
 
     Args:
         featurizing: what featurising a part takes (:class:`Featurizing`).
@@ -65,6 +69,7 @@ class FeaturizingWorker:
         self._pending: deque[Future] = deque()  # the parts sent and not yet back, in order
         self._lock = threading.Lock()  # sending a part and starting a process
         self._closing = False
+        self._alive = False
         self._start()
 
     def _start(self) -> None:
@@ -80,6 +85,7 @@ class FeaturizingWorker:
         reader = threading.Thread(target=self._read, args=(self._results,), daemon=True)
         reader.name = "serve-featurized"
         reader.start()
+        self._alive = True
 
     @property
     def busy(self) -> bool:
@@ -87,9 +93,13 @@ class FeaturizingWorker:
         return bool(self._pending)
 
     def submit(self, part: list[str], first: int = 0) -> Future:
-        """A future of the chunk of ``part`` (rows ``first``, ``first + 1``, ...)."""
+        """A future of the chunk of ``part`` (rows ``first``, ``first + 1``, ...); a process
+        that ended is started again first."""
         future: Future = Future()
         with self._lock:
+            if not self._alive:
+                self._tasks.close()
+                self._start()
             self._pending.append(future)
             try:
                 self._tasks.send((part, first))
@@ -106,12 +116,13 @@ class FeaturizingWorker:
             future = self._pending.popleft()
             future.set_result(value) if ok else future.set_exception(value)
             self.done()
-        with self._lock:  # the process ended: fail what it held, start another
+        with self._lock:  # the process ended: fail what it held
             lost = list(self._pending)
             self._pending.clear()
+            self._alive = False
             if not self._closing:
+                self.process.join(timeout=5)
                 log.error("a featurising process ended (exit code %s)", self.process.exitcode)
-                self._start()
         for future in lost:
             future.set_exception(WorkerDied("the featurising process ended"))
             self.done()

@@ -161,8 +161,7 @@ def test_requests_that_come_while_featurising_is_busy_share_the_next_part(servic
     counted.release_model.set()
     for f, i in zip(futures, (0, 3, 6, 9), strict=True):
         assert [p.smiles for p in f.result(timeout=60)] == MIXED[i : i + 3]
-    assert counted.featurized == [3, 6, 3]
-    assert sum(counted.passes) == 12 and counted.passes[0] == 3
+    assert counted.featurized == [3, 6, 3] and sum(counted.passes) == 12
     assert len(batcher.submit(MIXED[:2]).result(timeout=60)) == 2
     assert counted.featurized[-1] == 2 and counted.passes[-1] == 2
     batcher.close()
@@ -232,18 +231,20 @@ def test_a_failing_featuriser_or_worker_fails_its_requests_and_the_rest_are_serv
     stream.featurizing = _FailsOn(stream.featurizing)
     before = {c.pid for c in psutil.Process().children()}
     batcher = Batcher(stream, workers=1)
-    with pytest.raises(ValueError, match="a broken featuriser"):
-        batcher.submit(["raise", *good]).result(timeout=60)
-    served = batcher.submit(good).result(timeout=60)
-    assert [(p.smiles, p.error) for p in served] == expected
-    first = {c.pid for c in psutil.Process().children()} - before
-    with pytest.raises(WorkerDied):
-        batcher.submit(["die", *good]).result(timeout=60)
-    served = batcher.submit(good).result(timeout=60)
-    assert [(p.smiles, p.error) for p in served] == expected
-    second = {c.pid for c in psutil.Process().children()} - before
-    assert len(first) == len(second) == 1 and first != second
-    batcher.close()
+    try:
+        with pytest.raises(ValueError, match="a broken featuriser"):
+            batcher.submit(["raise", *good]).result(timeout=60)
+        served = batcher.submit(good).result(timeout=60)
+        assert [(p.smiles, p.error) for p in served] == expected
+        first = {c.pid for c in psutil.Process().children()} - before
+        with pytest.raises(WorkerDied):
+            batcher.submit(["die", *good]).result(timeout=60)
+        served = batcher.submit(good).result(timeout=60)
+        assert [(p.smiles, p.error) for p in served] == expected
+        second = {c.pid for c in psutil.Process().children()} - before
+        assert len(first) == len(second) == 1 and first != second  # the dead one is reaped
+    finally:
+        batcher.close()
 
 
 def test_start_up_objects_are_left_out_of_garbage_collection():
