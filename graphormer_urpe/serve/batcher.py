@@ -40,7 +40,7 @@ __all__ = ["Batcher"]
 
 log = logging.getLogger(__name__)
 
-POOL_FROM = 16
+WORKERS_FROM = 16
 """Requests of fewer molecules, gathered while the model and the workers are idle, are
 featurised in the gatherer's thread: sending them to a worker process costs more time than it
 saves. Otherwise they go to the workers, which leave the model's process to the model."""
@@ -170,7 +170,7 @@ class Batcher:
             if not smiles:
                 self._free.release()
                 continue
-            here = not self._workers or (len(smiles) < POOL_FROM and not self._busy.is_set())
+            here = not self._workers or (len(smiles) < WORKERS_FROM and not self._busy.is_set())
             size = len(smiles) if not self._workers else min(len(smiles), self.part)
             for i in range(0, len(smiles), size):
                 if i:
