@@ -8,6 +8,10 @@ Prints JSON: graphs/s (median of repeats, the same molecules each time) for
 * ``ours_per_graph_pyg`` / ``ours_batched_pyg``: the same two paths on PyG ``Data`` objects,
   ``GraphormerFeatures`` graph by graph against ``add_graphormer_features`` on the list (what
   dataset processing runs);
+* ``ours_batched_in_calls``: ``batched_graph_structure`` on consecutive calls of 16, 48, 256
+  and 1,000 molecules (a server featurises a few dozen at a time), with nearby sizes sharing
+  a padded Floyd–Warshall stack (``stacks``) and with one stack per size (``one_per_size``,
+  the layout before stacks were shared), alternated in each repeat;
 
 whether the batched outputs equal the per-graph ones, and, with ``--peer hf``, Hugging Face's
 Cython ``preprocess_item`` on the same molecules and whether both of our paths reproduce it
@@ -22,11 +26,15 @@ padded tensors are estimated above ``--peer-max-gib``.
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import numpy as np
 import torch
 from _bench import hf_peer, median_rate, peer_skipped, report, setup
 from torch_geometric.data import Data
 
+from graphormer_urpe.graph import batched_structure
 from graphormer_urpe.graph.add_features import add_graphormer_features
 from graphormer_urpe.graph.batched_structure import BatchedStructures, batched_graph_structure
 from graphormer_urpe.graph.structure import graph_structure
@@ -42,6 +50,32 @@ def _batched(items: list[dict], multi_hop_max_dist: int | None) -> BatchedStruct
         np.concatenate([it["edge_feat"] for it in items]),
         multi_hop_max_dist,
     )
+
+
+def _in_calls(items: list[dict], multi_hop_max_dist: int | None, repeats: int) -> dict:
+    """Graphs/s of batched calls of a few sizes, shared stacks against one per size."""
+    costs = {
+        "stacks": (batched_structure.FW_ROUND_COST, batched_structure.FW_STACK_COST),
+        "one_per_size": (0, 0),  # padding never pays: every size its own stack
+    }
+    out: dict = {}
+    for size in (16, 48, 256, 1000):
+        calls = [items[i : i + size] for i in range(0, len(items), size)]
+        rates: dict[str, list[float]] = {name: [] for name in costs}
+        for _ in range(repeats):
+            for name, (round_cost, stack_cost) in costs.items():
+                batched_structure.FW_ROUND_COST = round_cost
+                batched_structure.FW_STACK_COST = stack_cost
+                start = time.perf_counter()
+                for call in calls:
+                    _batched(call, multi_hop_max_dist)
+                rates[name].append(len(items) / (time.perf_counter() - start))
+        batched_structure.FW_ROUND_COST, batched_structure.FW_STACK_COST = costs["stacks"]
+        out[str(size)] = {name: round(statistics.median(r), 1) for name, r in rates.items()}
+        out[str(size)]["speedup"] = round(
+            out[str(size)]["stacks"] / out[str(size)]["one_per_size"], 2
+        )
+    return out
 
 
 def _rate(fn, repeats: int) -> dict:
@@ -84,6 +118,7 @@ def main() -> None:
         "ours_batched": _rate(batched, a.repeats),
         "ours_per_graph_pyg": _rate(per_graph_pyg, a.repeats),
         "ours_batched_pyg": _rate(batched_pyg, a.repeats),
+        "ours_batched_in_calls": _in_calls(items, mh, a.repeats),
     }
 
     # the batched outputs against the per-graph ones (values, shapes, dtypes)

@@ -7,8 +7,9 @@ millions of small molecules the Python and numpy call overhead per graph dominat
 ``edge_input``, ``degree``) for a whole collection, with no Python loop over graphs or pairs
 (:func:`~graphormer_urpe.graph.add_features.add_graphormer_features` puts it on PyG graphs, the
 molecule store computes every batch it reads with it). The graphs are grouped by node count
-``n`` and each group runs one Floyd–Warshall over a stacked ``[G, n, n]`` array: ``n`` rounds
-of whole-array updates serve ``G`` graphs, in small integer dtypes. It rests on two properties
+and each group runs one Floyd–Warshall over a stacked ``[G, n, n]`` array: ``n`` rounds of
+whole-array updates serve ``G`` graphs, in small integer dtypes; a few graphs of nearby sizes
+share one stack, padded with isolated nodes (:func:`size_buckets`). It rests on two properties
 of the reference's tie-breaking (``k`` ascending, strict improvement), proved in
 :func:`next_hop_floyd_warshall` and checked against the plain reference in the tests:
 
@@ -36,6 +37,7 @@ __all__ = [
     "batched_graph_structure",
     "next_hop_floyd_warshall",
     "index_dtype",
+    "size_buckets",
     "prefix_offsets",
     "concat_ranges",
 ]
@@ -250,6 +252,109 @@ def _wide_floyd_warshall(adj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out.astype(np.int16, copy=False), nxt
 
 
+FW_ROUND_COST = 13_000
+"""The fixed cost of one Floyd–Warshall round (a handful of numpy calls), in pair updates:
+stacking graphs of a few sizes into one padded stack pays while the padding costs fewer
+updates than the rounds it saves (measured: docs/results/code-notes.md)."""
+
+FW_STACK_COST = 100_000
+"""The fixed cost of one stack beyond its rounds (building it, reading it back), in pair
+updates."""
+
+
+def size_buckets(sizes: list[int], counts: list[int]) -> list[tuple[int, int]]:
+    """Which consecutive sizes share one Floyd–Warshall stack, padded to the largest of them.
+
+    A stack of ``G`` graphs padded to ``S`` nodes costs about ``S`` rounds of
+    :data:`FW_ROUND_COST` plus ``G S^2`` pair updates each, and :data:`FW_STACK_COST`; the
+    buckets minimise the sum (dynamic programming over the ``K`` distinct sizes). Graphs of
+    more than 63 nodes, which need the wider dtypes, are never padded.
+
+    Args:
+        sizes: ``[K]`` distinct node counts, ascending.
+        counts: ``[K]`` graphs of each size.
+
+    Returns:
+        ``(a, b)`` ranges of ``sizes`` (``b`` exclusive), in order, covering them all.
+    """
+    k = len(sizes)
+    best, cut = [0.0] * (k + 1), [0] * (k + 1)
+    for b in range(1, k + 1):
+        top = sizes[b - 1]
+        graphs, best[b], cut[b] = 0, float("inf"), b - 1
+        for a in range(b - 1, -1, -1):
+            graphs += counts[a]
+            cost = best[a] + top * (FW_ROUND_COST + graphs * top * top) + FW_STACK_COST
+            if cost < best[b]:
+                best[b], cut[b] = cost, a
+            if top > _PACKED_MAX_NODES:
+                break
+    out, b = [], k
+    while b:
+        out.append((cut[b], b))
+        b = cut[b]
+    return out[::-1]
+
+
+@dataclass
+class _Stack:
+    """Graphs ``b0 .. b1 - 1`` (in size order) stacked as ``[G, S, S]``, each padded with
+    isolated nodes after its own up to ``top`` = ``S`` (the largest): those are never
+    reached and never shorten a path, so every real pair gets what its graph alone would
+    give. ``where``: the stack position of every real pair, ``None`` when all have ``S``
+    nodes (then the stack is the pairs themselves)."""
+
+    b0: int
+    b1: int
+    top: int
+    where: np.ndarray | None  # [P_stack]
+    node_where: np.ndarray | None  # [V_stack] the stack position of every real node
+
+    def padded(self, values: np.ndarray, fill: int) -> np.ndarray:
+        """``[P_stack]`` values of the real pairs as ``[G, S, S]``, ``fill`` elsewhere."""
+        shape = (self.b1 - self.b0, self.top, self.top)
+        if self.where is None:
+            return values.reshape(shape)
+        out = np.full(shape[0] * self.top * self.top, fill, dtype=values.dtype)
+        out[self.where] = values
+        return out.reshape(shape)
+
+    def pairs(self, stacked: np.ndarray) -> np.ndarray:
+        """``[G, S, S]`` → ``[P_stack]``, the real pairs in their graphs' order."""
+        flat = stacked.reshape(-1)
+        return flat if self.where is None else flat[self.where]
+
+    def nodes(self, stacked: np.ndarray) -> np.ndarray:
+        """``[G, S]`` → ``[V_stack]``, the real nodes in their graphs' order."""
+        flat = stacked.reshape(-1)
+        return flat if self.node_where is None else flat[self.node_where]
+
+    def within(self, stacked: np.ndarray) -> np.ndarray:
+        """``[G, S, S]`` with 0 on the padded pairs."""
+        if self.where is None:
+            return stacked
+        return np.where(self.padded(np.ones(self.where.size, dtype=bool), False), stacked, 0)
+
+
+def _stacks(sorted_n: np.ndarray, pair_ptr: np.ndarray) -> list[_Stack]:
+    """The Floyd–Warshall stacks of graphs laid out by size (:func:`size_buckets`)."""
+    sizes, starts, counts = np.unique(sorted_n, return_index=True, return_counts=True)
+    if sizes.size and sizes[0] == 0:  # empty graphs have no pairs
+        sizes, starts, counts = sizes[1:], starts[1:], counts[1:]
+    ends = [*starts[1:].tolist(), sorted_n.size]
+    out = []
+    for a, b in size_buckets(sizes.tolist(), counts.tolist()):
+        b0, b1, top = int(starts[a]), ends[b - 1], int(sizes[b - 1])
+        where = node_where = None
+        if a + 1 < b:  # several sizes: the real rows of each graph's [S, S] block
+            n = sorted_n[b0:b1]
+            graph_row = np.repeat(np.arange(b1 - b0) * top, n)  # [V_stack] row 0 of each graph
+            node_where = graph_row + concat_ranges(np.zeros_like(n), n)
+            where = concat_ranges(node_where * top, np.repeat(n, n))
+        out.append(_Stack(b0, b1, top, where, node_where))
+    return out
+
+
 def batched_graph_structure(
     num_nodes: np.ndarray,
     edge_index: np.ndarray,
@@ -261,8 +366,9 @@ def batched_graph_structure(
 
     Nothing loops over graphs or node pairs in Python:
 
-    1. The graphs are laid out by size, and each size runs one stacked
-       :func:`next_hop_floyd_warshall` (``n`` whole-array rounds for all its graphs).
+    1. The graphs are laid out by size, and each size (or run of nearby sizes,
+       :func:`size_buckets`) runs one stacked :func:`next_hop_floyd_warshall` (``n``
+       whole-array rounds for all its graphs).
     2. Every ordered pair ``p = (i, j)`` gets its first hop's edge ``first[p]`` (the edge
        ``i -> nxt[i, j]``) and its successor ``succ[p] = (nxt[i, j], j)``; the diagonal and
        unreachable pairs have no edge and are their own successor.
@@ -325,25 +431,25 @@ def batched_graph_structure(
     degree = np.empty(int(node_ptr[-1]), dtype=np.int64)  # [V]
     max_dist = np.zeros(m, dtype=np.int64)  # [M] 510 when disconnected
     longest = np.zeros(m, dtype=np.int64)  # [M] longest shortest path
-    sizes, starts = np.unique(sorted_n, return_index=True)
-    ends = [*starts[1:].tolist(), m]
-    for size, b0, b1 in zip(sizes.tolist(), starts.tolist(), ends, strict=True):
-        if size == 0:
-            continue
+    for stack in _stacks(sorted_n, pair_ptr):
+        b0, b1, top = stack.b0, stack.b1, stack.top
         count, p0, p1 = b1 - b0, int(pair_ptr[b0]), int(pair_ptr[b1])
-        adj = (pair_edge[p0:p1] < e).reshape(count, size, size)
-        degree[node_ptr[b0] : node_ptr[b1]] = adj.sum(axis=2).reshape(-1)
-        d, nxt = next_hop_floyd_warshall(adj)  # [G, n, n]
-        dist[p0:p1] = d.reshape(-1)
+        adj = stack.padded(pair_edge[p0:p1], e) < e  # [G, S, S]
+        degree[node_ptr[b0] : node_ptr[b1]] = stack.nodes(adj.sum(axis=2))
+        d, nxt = next_hop_floyd_warshall(adj)  # [G, S, S]
+        dist[p0:p1] = stack.pairs(d)
         reach = (d > 0) & (d < UNREACHABLE)  # ordered reachable pairs (i != j)
-        max_dist[by_size[b0:b1]] = d.reshape(count, -1).max(axis=1)
+        max_dist[by_size[b0:b1]] = stack.within(d).reshape(count, -1).max(axis=1)
         longest[by_size[b0:b1]] = np.where(reach, d, 0).reshape(count, -1).max(axis=1)
-        node = np.arange(size)
-        base = (p0 + size * size * np.arange(count)).reshape(count, 1, 1)  # pair (0, 0)
-        row, col = base + size * node.reshape(1, size, 1), node.reshape(1, 1, size)
-        step = nxt.astype(np.int64)  # [G, n, n]
-        first[p0:p1] = np.where(reach, pair_edge[row + step], e).reshape(-1)  # edge i -> nxt
-        succ[p0:p1] = (base + size * np.where(reach, step, col) + col).reshape(-1)  # (nxt, j)
+        size = sorted_n[b0:b1].reshape(count, 1, 1)
+        node = np.arange(top)
+        base = pair_ptr[b0:b1].reshape(count, 1, 1)  # pair (0, 0)
+        row, col = base + size * node.reshape(1, top, 1), node.reshape(1, 1, top)
+        step = nxt.astype(np.int64)  # [G, S, S]
+        # the edge i -> nxt (a pair not reached, padding included, reads pair p0 and drops it)
+        hop0 = np.where(reach, pair_edge[np.where(reach, row + step, p0)], e)
+        first[p0:p1] = stack.pairs(hop0)
+        succ[p0:p1] = stack.pairs(base + size * np.where(reach, step, col) + col)  # (nxt, j)
 
     hops = max_dist if multi_hop_max_dist is None else np.minimum(max_dist, multi_hop_max_dist)
     edge_input, row_start = _walk_paths(n, hops, longest, pair_start, first, succ, e, ea)

@@ -11,8 +11,13 @@ from torch_geometric.data import Batch, Data, InMemoryDataset
 
 from graphormer_urpe import GraphormerFeatures, graph_structure
 from graphormer_urpe.graph import add_features as add_features_module
+from graphormer_urpe.graph import batched_structure as batched_module
 from graphormer_urpe.graph.add_features import add_graphormer_features
-from graphormer_urpe.graph.batched_structure import batched_graph_structure, next_hop_floyd_warshall
+from graphormer_urpe.graph.batched_structure import (
+    batched_graph_structure,
+    next_hop_floyd_warshall,
+    size_buckets,
+)
 from graphormer_urpe.graph.structure import floyd_warshall, has_graphormer_features
 from tests.helpers import graph_zoo, load_zinc_val_graphs, random_graph, write_zinc_raw
 from tests.reference import _all_edges, ref_floyd_warshall, ref_preprocess
@@ -233,6 +238,43 @@ def test_batched_graph_structure_matches_reference():
             np.testing.assert_array_equal(got.edge_input, edge_input)
             np.testing.assert_array_equal(got.degree, deg)
             assert s.hops[k] == edge_input.shape[2]
+
+
+@pytest.mark.parametrize("stacks", ["one per size", "sizes merged"])
+def test_padded_stacks_give_each_graph_its_own_structure(stacks, monkeypatch):
+    # every size its own stack, or every size up to 63 nodes padded into one stack
+    round_cost = 0 if stacks == "one per size" else 10**12
+    monkeypatch.setattr(batched_module, "FW_ROUND_COST", round_cost)
+    monkeypatch.setattr(batched_module, "FW_STACK_COST", 0)
+    _assert_batched_equals_per_graph([*graph_zoo(seed=12, count=60), *_odd_graphs()], 3)
+
+
+def _bucket_cost(sizes: list[int], counts: list[int], cuts: list[tuple[int, int]]) -> float:
+    return sum(
+        sizes[b - 1] * (batched_module.FW_ROUND_COST + sum(counts[a:b]) * sizes[b - 1] ** 2)
+        + batched_module.FW_STACK_COST
+        for a, b in cuts
+    )
+
+
+def test_size_buckets_are_the_cheapest_split():
+    rng = np.random.default_rng(21)
+    for _ in range(40):
+        k = int(rng.integers(1, 8))
+        sizes = sorted(rng.choice(np.arange(1, 80), size=k, replace=False).tolist())
+        counts = rng.integers(1, 60, size=k).tolist()
+        got = size_buckets(sizes, counts)
+        assert [a for a, _ in got] == [0, *[b for _, b in got[:-1]]] and got[-1][1] == k
+        assert all(b - a == 1 for a, b in got if sizes[b - 1] > 63)  # wide graphs never padded
+        best = float("inf")  # every split into runs of consecutive sizes
+        for mask in range(2 ** (k - 1)):
+            bounds = [0, *[i + 1 for i in range(k - 1) if mask >> i & 1], k]
+            cuts = list(zip(bounds[:-1], bounds[1:], strict=True))
+            if any(b - a > 1 and sizes[b - 1] > 63 for a, b in cuts):
+                continue
+            best = min(best, _bucket_cost(sizes, counts, cuts))
+        assert _bucket_cost(sizes, counts, got) == pytest.approx(best)
+    assert size_buckets([], []) == []
 
 
 def test_next_hop_is_the_second_node_of_the_reference_path():
