@@ -3,21 +3,26 @@ r"""Requests that arrive together, predicted together: a few forward passes for 
 ::
 
     request ─submit─▶ queue ──gatherer thread: every request waiting, up to max_molecules, as
-      soon as a featurising worker is free──▶ parts of at most PART molecules, featurised by the
+      soon as a featurising worker is free──▶ a batch, cut into parts of at most PART
+      molecules (a batch of more than one part: in order of SMILES length), featurised by the
       worker processes (:class:`~.worker.FeaturizingWorker`; a few molecules for an idle
       server: in this thread)
       ──predictor thread: the next part, with the parts behind it that are ready (up to PART
-      molecules more), in one StreamModel.predict──▶ each request's own rows, as soon as its
-      last part is predicted
+      molecules more), in one StreamModel.predict──▶ each request's own rows, as soon as the
+      last part of its batch is predicted
 
 The two stages run side by side and never wait for each other while there is work: a worker
 takes the next part as soon as it is done with one, however far behind the model is, and the
-model takes every part that is ready as soon as it is done with a pass. Under load the parts
-grow by themselves: the requests that come while a worker featurises a part wait for the next
-one, and larger parts and passes cost less CPU per molecule (a call and a forward pass have a
-fixed cost; docs/results/serve.md). A lone request goes through at once. At most
-:data:`DEPTH` parts are gathered and not yet taken by the model, which bounds the memory of
-featurised molecules when requests come faster than the model predicts them.
+model takes every part that is ready as soon as it is done with a pass. Under load the
+batches grow by themselves: the requests that come while a worker featurises wait for the
+next batch, and larger parts and passes cost less CPU per molecule (a call and a forward
+pass have a fixed cost; docs/results/serve.md). A forward pass pads every molecule to its
+largest, so a batch that needs several parts is cut in order of SMILES length (a measure of
+a molecule's size that needs no parsing): each pass then holds molecules of about one size,
+and the batch's rows are put back in the order gathered once its last part is predicted. A
+lone request goes through at once. At most :data:`DEPTH` parts are gathered and not yet
+taken by the model, which bounds the memory of featurised molecules when requests come
+faster than the model predicts them.
 
 A request whose caller gave up (a timeout, a client that went away) is cancelled: it is
 skipped if not yet gathered, and its result is dropped otherwise.
@@ -47,9 +52,8 @@ saves. Otherwise they go to the workers, which leave the model's process to the 
 
 PART = 48
 """The most molecules a worker featurises at a time, and the most the model takes into one pass
-beyond its first part: a request is answered as soon as its own part is predicted (its caller
-sends the next one sooner), while larger parts cost less per molecule. The sizes measured for
-the batcher before this one: docs/results/serve.md."""
+beyond its first part: smaller parts keep both stages busy on the few requests a server holds
+at a time, larger ones cost less per molecule (the sizes measured: docs/results/serve.md)."""
 
 DEPTH = 8
 """The most parts gathered and not yet taken by the model (featurised or being featurised)."""
@@ -62,11 +66,14 @@ class _Request:
 
 
 class _Part(NamedTuple):
-    """Consecutive SMILES of the gathered requests, in the order gathered."""
+    """Consecutive SMILES of a batch (in the order gathered, or of SMILES length)."""
 
-    requests: list[_Request]  # the requests whose first row is in this part
+    requests: list[_Request]  # the batch's requests (its first part only)
     size: int  # its SMILES
     chunk: object  # its featurised chunk, a Future of it, or why featurising failed
+    last: bool  # the batch's last part
+    order: list[int] | None = None  # the last part of a batch cut by length: the gathered
+    # position of each of the batch's SMILES, in the order cut
 
 
 def _settle(future: Future, result=None, error: BaseException | None = None) -> None:
@@ -172,13 +179,20 @@ class Batcher:
                 continue
             here = not self._workers or (len(smiles) < WORKERS_FROM and not self._busy.is_set())
             size = len(smiles) if not self._workers else min(len(smiles), self.part)
+            order = None
+            if size < len(smiles):  # several parts: each of molecules of about one size
+                order = sorted(range(len(smiles)), key=lambda k: len(smiles[k]))
+                smiles = [smiles[k] for k in order]
             for i in range(0, len(smiles), size):
                 if i:
                     self._free.acquire()
                 self._room.acquire()
-                piece = smiles[i : i + size]
+                piece, last = smiles[i : i + size], i + size >= len(smiles)
                 chunk = self._featurize_here(piece, i) if here else self._send(piece, i)
-                self._parts.put(_Part(batch if i == 0 else [], len(piece), chunk))
+                part = _Part(
+                    batch if i == 0 else [], len(piece), chunk, last, order if last else None
+                )
+                self._parts.put(part)
         self._parts.put(None)
 
     def _featurize_here(self, piece: list[str], first: int) -> object:
@@ -201,6 +215,7 @@ class Batcher:
     def _predict(self) -> None:
         waiting: deque[_Request] = deque()  # gathered requests not yet answered, in order
         rows: list = []  # predicted rows of waiting[0] on (or why they could not be)
+        batch: list = []  # predicted rows of the batch whose last part is still to come
         held: _Part | None = None  # a part taken from the queue before it was ready
         while True:
             first = held if held is not None else self._parts.get()
@@ -219,10 +234,15 @@ class Batcher:
                 waiting.extend(p.requests)
             self._busy.set()
             try:
-                rows.extend(self._pass(parts))
+                predicted = iter(self._pass(parts))
             finally:
                 self._busy.clear()
             self.passes += 1
+            for p in parts:
+                batch.extend(next(predicted) for _ in range(p.size))
+                if p.last:
+                    rows.extend(batch if p.order is None else _gathered(batch, p.order))
+                    batch = []
             _answer(waiting, rows)
 
     def _pass(self, parts: list[_Part]) -> list:
@@ -263,6 +283,15 @@ def _now(items: queue.Queue):
 
 def _ready(chunk: object) -> bool:
     return not isinstance(chunk, Future) or chunk.done()
+
+
+def _gathered(rows: list, order: list[int]) -> list:
+    """``rows`` of a batch cut in ``order`` (the gathered position of each), put back in the
+    order gathered."""
+    out: list = [None] * len(rows)
+    for row, k in zip(rows, order, strict=True):
+        out[k] = row
+    return out
 
 
 def _answer(waiting: deque[_Request], rows: list) -> None:

@@ -78,10 +78,10 @@ def _assert_same_rows(single: list, shared: list, requests: list[list[str]]) -> 
                 assert torch.allclose(a.values, b.values, atol=1e-5)
 
 
-def test_parts_answer_each_request_once_its_part_is_predicted(service):
-    """The worker featurises the requests in parts of ``part`` molecules and the model
-    predicts each part as it comes: the first request is answered while a later part still
-    waits for the model, and every request gets the rows it gets alone."""
+def test_a_batch_of_several_parts_is_cut_by_length_and_answered_in_order(service):
+    """A batch larger than one part is cut in order of SMILES length (each forward pass
+    holds molecules of about one size); its requests are answered once its last part is
+    predicted, each with the rows it gets alone, in its own order."""
     stream = StreamModel(service.models, batch_size=64)
     alone = Batcher(stream, workers=0)
     requests = [MIXED[i : i + 6] for i in range(0, 18, 6)]
@@ -91,8 +91,8 @@ def test_parts_answer_each_request_once_its_part_is_predicted(service):
 
     def predict(chunks, done=None):
         chunks = list(chunks)
-        passes.append(sum(len(c.smiles) for c in chunks))
-        if len(passes) == 2:  # the second pass waits until the first request is checked
+        passes.append([s for c in chunks for s in c.smiles])
+        if len(passes) == 1:  # the next parts wait until the requests are checked
             assert gate.wait(60)
         return inner(chunks, done)
 
@@ -100,13 +100,15 @@ def test_parts_answer_each_request_once_its_part_is_predicted(service):
     batcher = Batcher(stream, workers=1, part=6, start=False)
     futures = [batcher.submit(r) for r in requests]
     batcher.start()
-    first = futures[0].result(timeout=60)
-    assert not futures[1].done() and not futures[2].done()
+    _until(lambda: len(passes) == 1)
+    assert not any(f.done() for f in futures)  # the batch's other parts are still to come
     gate.set()
-    shared = [first, *(f.result(timeout=60) for f in futures[1:])]
+    shared = [f.result(timeout=60) for f in futures]
     batcher.close()
-    # the first pass took the first part alone; the rest came in one or two passes
-    assert passes[0] == 6 and sum(passes) == 18 and batcher.passes == len(passes)
+    cut = [s for p in passes for s in p]
+    assert len(passes[0]) == 6 and sorted(cut) == sorted(MIXED[:18])
+    assert [len(s) for s in cut] == sorted(len(s) for s in MIXED[:18])
+    assert batcher.passes == len(passes)
     _assert_same_rows(single, shared, requests)
 
 
@@ -245,6 +247,34 @@ def test_a_failing_featuriser_or_worker_fails_its_requests_and_the_rest_are_serv
         assert len(first) == len(second) == 1 and first != second  # the dead one is reaped
     finally:
         batcher.close()
+
+
+def test_a_failing_part_of_a_batch_cut_by_length_fails_only_the_requests_with_rows_in_it(
+    service,
+):
+    """The requests with a row in the part that failed get its error; the batch's other
+    requests get their rows."""
+    stream = StreamModel(service.models, batch_size=64)
+    requests = [MIXED[i : i + 2] for i in range(0, 16, 2)] + [["raise", "CCO"]]
+    alone = Batcher(stream, workers=0)
+    expected = [[(p.smiles, p.error) for p in alone.submit(r).result(timeout=60)] for r in requests]
+    alone.close()
+    cut = sorted((s for r in requests for s in r), key=len)  # the batch cut by length
+    broken = next(set(cut[i : i + 6]) for i in range(0, len(cut), 6) if "raise" in cut[i : i + 6])
+    stream.featurizing = _FailsOn(stream.featurizing)
+    batcher = Batcher(stream, workers=1, part=6, start=False)
+    futures = [batcher.submit(r) for r in requests]
+    batcher.start()
+    try:
+        for r, f, want in zip(requests, futures, expected, strict=True):
+            if broken & set(r):
+                with pytest.raises(ValueError, match="a broken featuriser"):
+                    f.result(timeout=60)
+            else:
+                assert [(p.smiles, p.error) for p in f.result(timeout=60)] == want
+    finally:
+        batcher.close()
+    assert any(not broken & set(r) for r in requests[:-1])  # some requests were served
 
 
 def test_start_up_objects_are_left_out_of_garbage_collection():
